@@ -1,0 +1,74 @@
+"""The child interpreter: run one scenario request against one tree, print JSON.
+
+    python -m tools.sglo.harness.child < request.json > result.json
+
+stdout carries only the result; upstream's logging goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+
+T0 = time.perf_counter()
+
+
+def main() -> int:
+    out = sys.stdout
+    sys.stdout = sys.stderr  # upstream prints go to stderr
+    req = json.load(sys.stdin)
+    result = run(req)
+    result["timing"]["child_total_s"] = round(time.perf_counter() - T0, 4)
+    out.write(json.dumps(result, default=_jsonable) + "\n")
+    out.flush()
+    return 0
+
+
+def _jsonable(o):
+    try:
+        import torch
+
+        if isinstance(o, torch.dtype):
+            return str(o)
+    except Exception:
+        pass
+    return repr(o)
+
+
+def run(req: dict) -> dict:
+    from pathlib import Path
+
+    t_import = time.perf_counter()
+    import torch  # noqa: F401  (dominates the run; timed separately)
+
+    torch_s = time.perf_counter() - t_import
+    from . import drivers, layout, outcome
+
+    root = Path(req["root"])
+    lay = layout.detect(root)
+    result = {"layout": lay.era, "entry_module": lay.entry, "timing": {"import_torch_s": round(torch_s, 4)}}
+    ctx = None
+    t = time.perf_counter()
+    try:
+        ctx = drivers.Context(root, lay, req)
+        figures = drivers.drive(ctx)
+        result["completed"] = True
+        result["figures"] = figures
+    except BaseException as e:  # noqa: BLE001 - every failure is classified
+        result["completed"] = False
+        result["figures"] = ctx.figures if ctx else {}
+        result["error"] = outcome.describe_exception(e, root)
+    result["timing"]["sizing_s"] = round(time.perf_counter() - t, 4)
+    if ctx is not None:
+        result["notes"] = ctx.notes
+        result["reads"] = sorted(ctx.reads)
+    from . import loader
+
+    result["standins_touched"] = len(loader.StubRegistry.touched)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

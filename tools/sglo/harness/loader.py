@@ -1,0 +1,224 @@
+"""Targeted loader: execute only chosen real ``sglang`` modules from a source tree.
+
+Every other ``sglang.*`` module is replaced by an inert stand-in (``StubModule``)
+so that ``sglang/__init__.py`` and the GPU-only dependency chain never run.
+Parent packages of the real modules are created as empty shells whose
+``__init__.py`` is *not* executed.
+
+The stand-ins absorb what import-time code does with them (attribute access,
+calls, subscripts, subclassing, decorators) and are falsy, so a stubbed
+predicate such as ``is_npu()`` takes upstream's default (CUDA) path.  Every
+name taken from a stand-in is recorded in ``StubRegistry.touched`` so that a
+failure caused by a stand-in can be reported by name.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+ROOT_PACKAGE = "sglang"
+
+
+class StubRegistry:
+    """What the stand-ins handed out, for diagnostics, and the named fakes.
+
+    ``fakes`` maps a name (e.g. ``get_available_gpu_memory``) to the value any
+    stand-in module hands out for it, so that GPU queries imported lazily
+    inside upstream functions get the scenario's figure too.
+    """
+
+    touched: set[str] = set()
+    fakes: dict = {}
+
+
+class _StubMeta(type):
+    """Metaclass of stand-in classes: absorbs anything done to the class itself."""
+
+    def __getattr__(cls, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return make_stub_class(f"{cls.__stub_name__}.{name}")
+
+    def __call__(cls, *args, **kwargs):
+        # Used as a decorator (@stub or @stub(...)(fn)): hand the function back.
+        if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], _StubMeta):
+            return args[0]
+        return type.__call__(cls)
+
+    def __getitem__(cls, item):
+        return cls
+
+    def __bool__(cls):
+        return False
+
+    def __iter__(cls):
+        return iter(())
+
+    def __len__(cls):
+        return 0
+
+    def __or__(cls, other):
+        return cls
+
+    __ror__ = __or__
+
+    def __repr__(cls):
+        return f"<sglang stand-in {cls.__stub_name__}>"
+
+    def __mro_entries__(cls, bases):  # pragma: no cover - classes are real types already
+        return (cls,)
+
+
+class _StubInstance:
+    """Instances of stand-in classes: falsy, absorbing."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return make_stub_class(f"{type(self).__stub_name__}().{name}")
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            return args[0]
+        return self
+
+    def __getitem__(self, item):
+        return self
+
+    def __bool__(self):
+        return False
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self):
+        return 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def make_stub_class(qualname: str) -> type:
+    StubRegistry.touched.add(qualname)
+    cls = _StubMeta(qualname.rsplit(".", 1)[-1], (_StubInstance,), {"__stub_name__": qualname})
+    return cls
+
+
+def is_stub(obj) -> bool:
+    return isinstance(obj, (_StubMeta, _StubInstance, StubModule))
+
+
+class StubModule(types.ModuleType):
+    """An inert stand-in for a module that is not under test."""
+
+    __stub__ = True
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.__path__ = []  # lets ``import sglang.x.y`` find children
+        self.__all__ = []  # ``from stub import *`` imports nothing
+        self.__file__ = f"<sglang stand-in {name}>"
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        if name in StubRegistry.fakes:
+            return StubRegistry.fakes[name]
+        value = make_stub_class(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _StubLoader(importlib.abc.Loader):
+    def create_module(self, spec):
+        return StubModule(spec.name)
+
+    def exec_module(self, module):
+        pass
+
+
+class _ShellLoader(importlib.abc.Loader):
+    """A real package directory whose ``__init__.py`` is not executed."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__path__ = [str(self.path)]
+
+
+class TreeFinder(importlib.abc.MetaPathFinder):
+    """Resolves ``sglang.*``: real modules from the tree, shells, or stand-ins."""
+
+    def __init__(self, source_root: Path, real: set[str]):
+        self.source_root = Path(source_root)
+        self.real = set(real)
+        self.shells = {ROOT_PACKAGE}
+        for name in self.real:
+            parts = name.split(".")
+            for i in range(1, len(parts)):
+                self.shells.add(".".join(parts[:i]))
+
+    def _path_of(self, fullname: str) -> Path:
+        return self.source_root.joinpath(*fullname.split("."))
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != ROOT_PACKAGE and not fullname.startswith(ROOT_PACKAGE + "."):
+            return None
+        base = self._path_of(fullname)
+        if fullname in self.real:
+            if base.is_dir():
+                init = base / "__init__.py"
+                return importlib.util.spec_from_file_location(
+                    fullname, init, submodule_search_locations=[str(base)]
+                )
+            file = base.with_suffix(".py")
+            if file.is_file():
+                return importlib.util.spec_from_file_location(fullname, file)
+            raise ModuleNotFoundError(f"{fullname}: no {file} in the tree", name=fullname)
+        if fullname in self.shells and base.is_dir():
+            spec = importlib.machinery.ModuleSpec(fullname, _ShellLoader(base), is_package=True)
+            spec.submodule_search_locations = [str(base)]
+            return spec
+        spec = importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
+        spec.submodule_search_locations = []
+        return spec
+
+
+def install(source_root: Path, real: list[str] | set[str]) -> TreeFinder:
+    """Put the tree behind ``sys.meta_path``; returns the finder (call once per process)."""
+    for name in list(sys.modules):
+        if name == ROOT_PACKAGE or name.startswith(ROOT_PACKAGE + "."):
+            del sys.modules[name]
+    finder = TreeFinder(source_root, set(real))
+    sys.meta_path.insert(0, finder)
+    return finder
+
+
+def load(name: str) -> types.ModuleType:
+    """Import one real module (must be among the finder's ``real`` names)."""
+    module = importlib.import_module(name)
+    if isinstance(module, StubModule):
+        raise ImportError(f"{name} resolved to a stand-in; add it to the real modules")
+    return module
+
+
+def add_real(finder: TreeFinder, name: str) -> None:
+    finder.real.add(name)
+    parts = name.split(".")
+    for i in range(1, len(parts)):
+        finder.shells.add(".".join(parts[:i]))

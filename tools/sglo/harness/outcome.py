@@ -1,0 +1,141 @@
+"""Outcome classification and remedy parsing: pure functions over plain data.
+
+Outcomes (the contract bisect depends on):
+  ok          sizing completed with >= 1 running request and a positive KV pool
+  broken      sizing completed into a state the server cannot run, or upstream
+              code died in an assertion
+  refused     upstream raised a deliberate error (ValueError/RuntimeError raised
+              by a ``raise`` in the tree); its remedy, if any, is parsed
+  untestable  the harness could not drive the tree (missing input, stand-in
+              failure, unknown layout, scenario feature absent)
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+# Exception types upstream raises on purpose to refuse a configuration.
+DELIBERATE = ("ValueError", "RuntimeError", "NotImplementedError")
+
+
+def describe_exception(e: BaseException, root: Path) -> dict:
+    """Plain-data description of an exception: where it came from and why."""
+    from . import loader
+    from .drivers import Untestable
+    from .standins import MissingInput
+
+    tb = traceback.extract_tb(e.__traceback__)
+    root_s = str(Path(root).resolve())
+    in_tree = [f for f in tb if f.filename.startswith(root_s)]
+    last = tb[-1] if tb else None
+    origin = "harness"
+    if last is not None:
+        if last.filename.startswith(root_s):
+            origin = "tree"
+        elif "<sglang stand-in" in last.filename or "/harness/loader.py" in last.filename:
+            origin = "standin"
+    where = None
+    if in_tree:
+        f = in_tree[-1]
+        where = f"{Path(f.filename).relative_to(root_s)}:{f.lineno} ({f.name})"
+    text = str(e)
+    stub_involved = "stand-in" in text or "_StubMeta" in text or "_StubInstance" in text
+    if not stub_involved:
+        short = {n.rsplit(".", 1)[-1] for n in loader.StubRegistry.touched}
+        stub_involved = any(f"'{n}'" in text for n in short)
+    kind = "exception"
+    if isinstance(e, MissingInput):
+        kind = "missing-input"
+    elif isinstance(e, Untestable):
+        kind = "untestable"
+    elif isinstance(e, (ImportError,)):
+        kind = "import"
+    return {
+        "type": type(e).__name__,
+        "message": text,
+        "kind": kind,
+        "origin": origin,
+        "where": where,
+        "stub_involved": stub_involved,
+        "traceback": "".join(traceback.format_exception(e))[-4000:],
+        "standins_touched_sample": sorted(loader.StubRegistry.touched)[-10:] if stub_involved else [],
+    }
+
+
+@dataclass
+class Remedy:
+    flag: str  # command-line flag, e.g. "--mem-fraction-static"
+    key: str  # scenario [server] key, e.g. "mem_fraction_static"
+    value: float | int | str
+    relation: str  # "above" | "below" | "set"
+    source: str  # the text it was parsed from
+
+    def to_dict(self):
+        return asdict(self)
+
+
+def _num(s: str):
+    return int(s) if re.fullmatch(r"-?\d+", s) else float(s)
+
+
+# Parsers, tried in order; each returns a Remedy or None.  Add new message
+# shapes here (upstream wording, or our own patches' machine-readable line).
+REMEDY_PATTERNS: list[tuple[re.Pattern, str]] = [
+    # Machine-readable line our memory patches emit: "remedy: --flag = value"
+    (re.compile(r"remedy:\s*(?P<flag>--[a-z0-9-]+)\s*=\s*(?P<value>[-\w.]+)"), "set"),
+    # Upstream v0.5.14+: "Raise --mem-fraction-static above 0.770"
+    (re.compile(r"[Rr]aise\s+(?P<flag>--[a-z0-9-]+)\s+(?:above|to at least)\s+(?P<value>-?\d+(?:\.\d+)?)"), "above"),
+    (re.compile(r"[Ll]ower\s+(?P<flag>--[a-z0-9-]+)\s+(?:below|to at most)\s+(?P<value>-?\d+(?:\.\d+)?)"), "below"),
+    # Generic "set --flag to N" / "use --flag N"
+    (re.compile(r"(?:[Ss]et|[Uu]se)\s+(?P<flag>--[a-z0-9-]+)(?:\s+to|\s*=)?\s+(?P<value>-?\d+(?:\.\d+)?)\b"), "set"),
+]
+
+
+def parse_remedy(message: str) -> Remedy | None:
+    for pattern, relation in REMEDY_PATTERNS:
+        m = pattern.search(message or "")
+        if m:
+            flag = m.group("flag")
+            raw = m.group("value")
+            try:
+                value = _num(raw)
+            except ValueError:
+                value = raw
+            return Remedy(flag, flag.lstrip("-").replace("-", "_"), value, relation, m.group(0))
+    return None
+
+
+def classify(child: dict) -> dict:
+    """Outcome of one child run: {'outcome', 'reason', ...} (no remedy verification)."""
+    if child.get("completed"):
+        f = child.get("figures", {})
+        tokens = f.get("max_total_num_tokens")
+        reqs = f.get("max_running_requests")
+        slots = f.get("max_mamba_cache_size")
+        if tokens is None or reqs is None:
+            return {"outcome": "untestable", "reason": "sizing returned without a token count or request count"}
+        problems = []
+        if tokens <= 0:
+            problems.append(f"max_total_num_tokens={tokens}")
+        if reqs <= 0:
+            problems.append(f"max_running_requests={reqs}")
+        if slots is not None and slots <= 0:
+            problems.append(f"max_mamba_cache_size={slots}")
+        if problems:
+            return {"outcome": "broken", "reason": "sizing completed with " + ", ".join(problems)}
+        return {"outcome": "ok", "reason": f"{tokens} KV tokens, {reqs} running requests"
+                + (f", {slots} Mamba slots" if slots is not None else "")}
+    err = child.get("error") or {}
+    etype, origin = err.get("type"), err.get("origin")
+    if err.get("kind") in ("missing-input", "untestable", "import") or err.get("stub_involved"):
+        return {"outcome": "untestable", "reason": f"{etype}: {err.get('message')}"}
+    if origin == "tree" and etype == "AssertionError":
+        return {"outcome": "broken", "reason": f"assertion in upstream code at {err.get('where')}: {err.get('message')}"}
+    if origin == "tree" and etype in DELIBERATE:
+        return {"outcome": "refused", "reason": f"{etype} at {err.get('where')}: {err.get('message')}",
+                "message": err.get("message")}
+    return {"outcome": "untestable",
+            "reason": f"{etype} from {origin} at {err.get('where') or 'harness'}: {err.get('message')}"}

@@ -1,0 +1,133 @@
+"""Parent side: run a scenario on a tree in a fresh interpreter, verify remedies, judge."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import layout as layout_mod
+from . import outcome as outcome_mod
+from .scenario import Scenario
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def run_child(root: Path, request: dict, timeout: float = 120.0) -> dict:
+    """One fresh interpreter, one sizing run; returns the child's JSON."""
+    req = dict(request, root=str(root))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    t = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.sglo.harness.child"],
+        input=json.dumps(req),
+        capture_output=True,
+        text=True,
+        cwd=str(REPO_ROOT),
+        env=env,
+        timeout=timeout,
+    )
+    wall = time.perf_counter() - t
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        return {
+            "completed": False,
+            "error": {
+                "type": "ChildFailed",
+                "kind": "untestable",
+                "origin": "harness",
+                "where": None,
+                "message": f"the child interpreter exited {proc.returncode} without a result; "
+                f"its stderr ends: {proc.stderr[-1500:]}",
+            },
+            "timing": {"wall_s": round(wall, 4)},
+        }
+    result = json.loads(lines[-1])
+    result.setdefault("timing", {})["wall_s"] = round(wall, 4)
+    result["stderr_tail"] = proc.stderr[-2000:]
+    return result
+
+
+def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = True) -> dict:
+    """The full report: outcome, figures, remedy (verified by a re-run), pass/fail."""
+    root = layout_mod.source_root(tree)
+    lay = layout_mod.detect(root)
+    child = run_child(root, scenario.to_request())
+    verdict = outcome_mod.classify(child)
+    report = {
+        "scenario": scenario.name,
+        "tree": str(root),
+        "version": layout_mod.version_of(root),
+        "layout": lay.era,
+        "outcome": verdict["outcome"],
+        "reason": verdict["reason"],
+        "figures": child.get("figures", {}),
+        "error": _public_error(child.get("error")),
+        "notes": child.get("notes", []),
+        "timing": child.get("timing", {}),
+        "reads": child.get("reads", []),
+    }
+    if verdict["outcome"] == "refused":
+        remedy = outcome_mod.parse_remedy(verdict.get("message", ""))
+        report["remedy"] = _verify(root, scenario, remedy) if (remedy and verify_remedy) else (
+            {"parsed": None, "works": False, "why": "the message states no flag value"} if not remedy
+            else {"parsed": remedy.to_dict(), "works": None, "why": "not verified"})
+    report["passed"], report["judgement"] = judge(scenario, report)
+    return report
+
+
+def _public_error(err):
+    if not err:
+        return None
+    return {k: err.get(k) for k in ("type", "message", "kind", "origin", "where", "traceback") if k in err}
+
+
+def _verify(root: Path, scenario: Scenario, remedy: outcome_mod.Remedy) -> dict:
+    current = scenario.server.get(remedy.key)
+    out = {"parsed": remedy.to_dict(), "current": current}
+    if remedy.relation == "above" and isinstance(current, (int, float)) and current >= remedy.value:
+        out.update(works=False, why=f"already satisfied: {remedy.key} is {current}, "
+                   f"not below the suggested {remedy.value}; applying it cannot help")
+        return out
+    if remedy.relation == "below" and isinstance(current, (int, float)) and current <= remedy.value:
+        out.update(works=False, why=f"already satisfied: {remedy.key} is {current} <= {remedy.value}")
+        return out
+    rerun = run_child(root, scenario.to_request({remedy.key: remedy.value}))
+    v = outcome_mod.classify(rerun)
+    out.update(
+        applied={remedy.key: remedy.value},
+        rerun_outcome=v["outcome"],
+        rerun_reason=v["reason"],
+        rerun_figures=rerun.get("figures", {}),
+        works=v["outcome"] == "ok",
+        why=f"re-run with {remedy.flag} {remedy.value}: {v['outcome']} ({v['reason']})",
+    )
+    return out
+
+
+def judge(scenario: Scenario, report: dict) -> tuple[bool | None, str]:
+    """(passed, why); passed is None for untestable (exit 125)."""
+    o = report["outcome"]
+    exp = scenario.expect
+    if o == "untestable":
+        return None, f"untestable: {report['reason']}"
+    if o not in exp.passing:
+        return False, f"{o} is not among the passing outcomes {exp.passing}: {report['reason']}"
+    if o == "refused":
+        msg = (report.get("error") or {}).get("message", "")
+        if exp.message and not re.search(exp.message, msg):
+            return False, f"refused, but the message does not match /{exp.message}/: {msg}"
+        if exp.remedy == "works":
+            rem = report.get("remedy") or {}
+            if not rem.get("parsed"):
+                return False, "refused without a remedy value in the message"
+            if not rem.get("works"):
+                return False, f"refused; the remedy does not work: {rem.get('why')}"
+            return True, f"refused with a remedy that works: {rem.get('why')}"
+    return True, f"{o}: {report['reason']}"

@@ -1,0 +1,92 @@
+"""Scenario files: GPU readings, model shape, server flags and what passes."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+OUTCOMES = ("ok", "broken", "refused", "untestable")
+
+
+class ScenarioError(ValueError):
+    """A scenario file is missing or malformed (usage error, exit 2)."""
+
+
+@dataclass
+class Expect:
+    passing: list[str]
+    remedy: str | None = None  # "works": a refusal passes only with a verified remedy
+    message: str | None = None  # regex a refusal's message must match
+    figures: dict = field(default_factory=dict)  # exact figures an ok run must show (used by tests)
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    gpu: dict
+    model: dict
+    server: dict
+    draft: dict | None
+    expect: Expect
+    path: Path
+
+    def to_request(self, overrides: dict | None = None) -> dict:
+        """The plain-data form sent to the child interpreter."""
+        server = copy.deepcopy(self.server)
+        server.update(overrides or {})
+        return {
+            "name": self.name,
+            "gpu": self.gpu,
+            "model": self.model,
+            "server": server,
+            "draft": self.draft,
+        }
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+
+
+def load(name_or_path: str) -> Scenario:
+    path = Path(name_or_path)
+    if not path.suffix == ".toml":
+        path = SCENARIO_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        raise ScenarioError(
+            f"unknown scenario {name_or_path!r}: no {path}; known: {', '.join(names())}"
+        )
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{path}: not valid TOML ({e}); fix the file") from e
+    for section in ("gpu", "model", "server", "expect"):
+        if section not in data:
+            raise ScenarioError(f"{path}: missing [{section}] table; see docs/regress.md")
+    for key in ("pre_load_free_gib", "post_load_free_gib"):
+        if key not in data["gpu"]:
+            raise ScenarioError(f"{path}: [gpu] needs {key}")
+    exp = data["expect"]
+    passing = exp.get("pass")
+    if not passing or any(o not in OUTCOMES for o in passing):
+        raise ScenarioError(f"{path}: [expect] pass must list outcomes among {OUTCOMES}")
+    if exp.get("remedy") not in (None, "works"):
+        raise ScenarioError(f"{path}: [expect] remedy must be \"works\" or absent")
+    return Scenario(
+        name=data.get("name", path.stem),
+        description=data.get("description", ""),
+        gpu=data["gpu"],
+        model=data["model"],
+        server=data["server"],
+        draft=data.get("draft"),
+        expect=Expect(
+            passing=list(passing),
+            remedy=exp.get("remedy"),
+            message=exp.get("message"),
+            figures=exp.get("figures", {}),
+        ),
+        path=path,
+    )

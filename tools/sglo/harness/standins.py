@@ -1,0 +1,189 @@
+"""The small stand-ins the harness gives upstream code in place of a GPU server.
+
+Everything here is either a *view* (an object whose attributes come from the
+scenario; reading an attribute the scenario does not provide raises
+``MissingInput`` naming it) or a *GPU query* replaced by the scenario's figure.
+Nothing here restates upstream's sizing arithmetic.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+GIB = 1 << 30
+
+
+class MissingInput(AttributeError):
+    """Upstream read something the harness does not provide (-> untestable)."""
+
+    def __init__(self, owner: str, name: str):
+        self.owner = owner
+        self.attr = name
+        super().__init__(
+            f"upstream read {owner}.{name}, which the harness does not provide; "
+            f"add it to the {owner} view in tools/sglo/harness/standins.py"
+        )
+
+
+class View:
+    """Attribute bag that records reads and names what is missing."""
+
+    _owner = "view"
+
+    def __init__(self, owner: str, reads: set, **values):
+        object.__setattr__(self, "_owner", owner)
+        object.__setattr__(self, "_reads", reads)
+        for k, v in values.items():
+            object.__setattr__(self, k, v)
+
+    def __getattribute__(self, name):
+        if not name.startswith("_"):
+            object.__getattribute__(self, "_reads").add(
+                f"{object.__getattribute__(self, '_owner')}.{name}"
+            )
+        return object.__getattribute__(self, name)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise MissingInput(object.__getattribute__(self, "_owner"), name)
+
+    def __repr__(self):
+        return f"<{self._owner} view>"
+
+
+class ServerArgsView(View):
+    """The ServerArgs fields the sizing code reads, from the scenario's flags."""
+
+    def enable_mamba_extra_buffer(self) -> bool:
+        strategy = getattr(self, "mamba_scheduler_strategy", "no_buffer")
+        return (not self.disable_radix_cache) and strategy in ("extra_buffer", "extra_buffer_lazy")
+
+    def enable_mamba_extra_buffer_lazy(self) -> bool:
+        strategy = getattr(self, "mamba_scheduler_strategy", "no_buffer")
+        return (not self.disable_radix_cache) and strategy == "extra_buffer_lazy"
+
+    @property
+    def mamba_radix_cache_strategy(self):
+        return self.mamba_scheduler_strategy
+
+    def override(self, *args, **kwargs):
+        for k, v in kwargs.items():
+            object.__setattr__(self, k, v)
+        return _NullContext()
+
+
+class _NullContext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class ModelConfigView(View):
+    def get_num_kv_heads(self, tensor_parallel_size) -> int:
+        # Same rule as upstream's ModelConfig.get_num_kv_heads for replicated heads.
+        return max(1, self.num_key_value_heads // tensor_parallel_size)
+
+    def get_total_num_kv_heads(self) -> int:
+        return self.num_key_value_heads
+
+
+class WorldGroup:
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+        self.cpu_group = None
+        self.device_group = None
+        self.rank = 0
+        self.rank_in_group = 0
+        self.local_rank = 0
+
+
+class GPU:
+    """The scenario's memory readings, in place of ``get_available_gpu_memory``."""
+
+    def __init__(self, post_load_free_gib: float, world_size: int, attn_tp_size: int):
+        self.post_load_free_gib = post_load_free_gib
+        self.world = WorldGroup(world_size)
+        self.attn_tp_size = attn_tp_size
+        self.queries = 0
+
+    def get_available_gpu_memory(self, *args, **kwargs) -> float:
+        self.queries += 1
+        return self.post_load_free_gib
+
+    def get_world_group(self):
+        return self.world
+
+    def get_attention_tp_size(self):
+        return self.attn_tp_size
+
+    def module_fakes(self) -> dict[str, Any]:
+        """Module-level names replaced in every real module that binds them."""
+        false = lambda *a, **k: False  # noqa: E731 - model-type checks: not DeepSeek/FP4
+        return {
+            "get_available_gpu_memory": self.get_available_gpu_memory,
+            "get_world_group": self.get_world_group,
+            "get_attention_tp_size": self.get_attention_tp_size,
+            "get_attention_dp_size": lambda: 1,
+            "is_float4_e2m1fn_x2": false,
+            "is_deepseek_nsa": false,
+            "is_deepseek_dsa": false,
+            "is_deepseek_v4": false,
+            "is_minimax_sparse": false,
+            "compute_page_shard_scratch_bytes": lambda *a, **k: 0,
+            "configured_pp_size": lambda *a, **k: 1,
+        }
+
+
+def install_transformers_standin() -> bool:
+    """Give upstream config classes a minimal ``transformers.PretrainedConfig``.
+
+    Only used when transformers is not installed: SGLang's own config classes
+    (e.g. ``Qwen3NextConfig``) subclass it and only need keyword storage.
+    Returns True when the stand-in was installed.
+    """
+    try:
+        import transformers  # noqa: F401
+
+        return False
+    except ImportError:
+        pass
+
+    class PretrainedConfig:
+        model_type = ""
+        sub_configs: dict = {}
+
+        def __init__(self, **kwargs):
+            for k, v in kwargs.items():
+                setattr(self, k, v)
+
+        def get_text_config(self, *args, **kwargs):
+            return getattr(self, "text_config", self)
+
+    import logging
+
+    tf = types.ModuleType("transformers")
+    tf.__path__ = []
+    cu = types.ModuleType("transformers.configuration_utils")
+    cu.PretrainedConfig = PretrainedConfig
+    ut = types.ModuleType("transformers.utils")
+    ut.__path__ = []
+    lg = types.ModuleType("transformers.utils.logging")
+    lg.get_logger = logging.getLogger
+    ut.logging = lg
+    tf.PretrainedConfig = PretrainedConfig
+    tf.configuration_utils = cu
+    tf.utils = ut
+    sys.modules.update(
+        {
+            "transformers": tf,
+            "transformers.configuration_utils": cu,
+            "transformers.utils": ut,
+            "transformers.utils.logging": lg,
+        }
+    )
+    return True
