@@ -131,7 +131,18 @@ class Context:
         values.update(self.req["server"])
         values.pop("kv_cache_dtype", None)  # the runner holds the torch dtype
         values["kv_cache_dtype"] = self.req["server"].get("kv_cache_dtype", "auto")
+        # Releases from v0.5.14 renamed --mamba-scheduler-strategy's field.
+        if "mamba_radix_cache_strategy" in values and "mamba_scheduler_strategy" in self.req["server"]:
+            values["mamba_radix_cache_strategy"] = self.req["server"]["mamba_scheduler_strategy"]
         view = ServerArgsView("server_args", self.reads, **values)
+        sa_mod = getattr(self, "server_args_module", None)
+        if sa_mod is not None:
+            import types as _types
+
+            for name in ("enable_mamba_extra_buffer", "enable_mamba_extra_buffer_lazy"):
+                fn = getattr(sa_mod.ServerArgs, name, None)
+                if fn is not None:
+                    object.__setattr__(view, name, _types.MethodType(fn, view))
         if values.get("speculative_algorithm"):
             self._release_spec_rules(view)
         return view

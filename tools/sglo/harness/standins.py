@@ -57,17 +57,11 @@ class View:
 class ServerArgsView(View):
     """The ServerArgs fields the sizing code reads, from the scenario's flags."""
 
+    # Used only where the tree's own ServerArgs methods cannot be bound
+    # (drivers.Context.server_args binds the real ones when server_args.py loads).
     def enable_mamba_extra_buffer(self) -> bool:
         strategy = getattr(self, "mamba_scheduler_strategy", "no_buffer")
-        return (not self.disable_radix_cache) and strategy in ("extra_buffer", "extra_buffer_lazy")
-
-    def enable_mamba_extra_buffer_lazy(self) -> bool:
-        strategy = getattr(self, "mamba_scheduler_strategy", "no_buffer")
-        return (not self.disable_radix_cache) and strategy == "extra_buffer_lazy"
-
-    @property
-    def mamba_radix_cache_strategy(self):
-        return self.mamba_scheduler_strategy
+        return strategy == "extra_buffer"
 
     def override(self, *args, **kwargs):
         for k, v in kwargs.items():
