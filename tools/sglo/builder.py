@@ -1,0 +1,305 @@
+"""The tree builder: verified upstream base + patch series + overlay ->
+a patched SGLang tree (a git repo: branch ``upstream``, one commit per
+patch, the overlay commit, ``HEAD`` on branch ``patched``), built beside
+the destination and swapped into place atomically, with a build manifest.
+"""
+import ctypes
+import difflib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import TOOL_VERSION, gitcmd, source
+from .errors import ApplyError, UsageError
+from .paths import inside
+
+MANIFEST = ".sgl-overlay-build.json"
+TMP_MARK = ".sgl-overlay-tmp"
+
+
+# --------------------------------------------------------------------------
+# the manifest
+
+def manifest_data(lock, stack, base, head):
+    return {
+        "tool": "sgl-overlay", "tool_version": TOOL_VERSION,
+        "lock": {"version": lock.version, **lock.digest_fields()},
+        "source": {k: v for k, v in base.items() if k in ("source", "repo", "artifact")},
+        "base_commit": base["base_commit"], "tree": base["tree"], "tree_normalized": base["tree_normalized"],
+        "stack_digest": stack.digest,
+        "patches": [p.name for p in stack.patches],
+        "overlay": [o.rel for o in stack.overlay],
+        "head": head,
+    }
+
+
+def read_manifest(dest):
+    try:
+        data = json.loads((Path(dest) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("tool") == "sgl-overlay" else None
+
+
+def _same_build(old, lock, stack, source_kind, repo):
+    return (old.get("tool_version") == TOOL_VERSION
+            and old.get("lock") == {"version": lock.version, **lock.digest_fields()}
+            and old.get("stack_digest") == stack.digest
+            and old.get("source", {}).get("source") == source_kind
+            and (source_kind != "git" or old.get("source", {}).get("repo") == repo))
+
+
+def _local_changes(dest):
+    st = gitcmd.run(dest, "status", "--porcelain", "--untracked-files=normal", check=False)
+    if st.returncode != 0:
+        return ["(git status failed: the tree is damaged)"]
+    return [l[3:] for l in st.stdout.splitlines() if l[3:] != MANIFEST]
+
+
+# --------------------------------------------------------------------------
+# applying the series
+
+def _nearest(file_lines, expected):
+    """The window of ``file_lines`` most like ``expected``: (line, ratio)."""
+    n = len(expected)
+    if not n or not file_lines:
+        return None, 0.0
+    best, best_at = -1.0, 0
+    sm = difflib.SequenceMatcher(autojunk=False)
+    sm.set_seq2(expected)
+    for i in range(0, max(1, len(file_lines) - n + 1)):
+        sm.set_seq1(file_lines[i:i + n])
+        if sm.real_quick_ratio() <= best or sm.quick_ratio() <= best:
+            continue
+        r = sm.ratio()
+        if r > best:
+            best, best_at = r, i
+    return best_at + 1, best
+
+
+def diagnose(repo_dir, patch, total):
+    """Why ``patch`` does not apply to the tree in ``repo_dir``: the file
+    and hunk, the context not found, the nearest place it resembles, and
+    whether the patch applies in reverse (already upstream)."""
+    p = gitcmd.run(repo_dir, "apply", "--check", "--verbose", str(patch.path), check=False)
+    report = {"patch": patch.name, "index": patch.index, "total": total, "subject": patch.subject,
+              "git": p.stderr.strip()}
+    reverse = gitcmd.run(repo_dir, "apply", "--check", "--reverse", str(patch.path), check=False)
+    report["applies_in_reverse"] = reverse.returncode == 0
+    m = re.search(r"^error: patch failed: (.+):(\d+)$", p.stderr, re.M)
+    missing = re.search(r"^error: (.+): (No such file or directory|does not exist in index)$", p.stderr, re.M)
+    exists = re.search(r"^error: (.+): already exists in (working directory|index)$", p.stderr, re.M)
+    if m:
+        path, line = m.group(1), int(m.group(2))
+        report["file"] = path
+        pf = next((f for f in patch.patchset if f.path == path), None)
+        hunk = next((h for h in (pf or []) if h.source_start == line), None)
+        if hunk is not None:
+            expected = [l.value.rstrip("\n") for l in hunk if l.is_context or l.is_removed]
+            report["hunk"] = str(hunk).splitlines()[0]
+            report["expected"] = expected
+            try:
+                lines = (Path(repo_dir) / path).read_text(errors="replace").splitlines()
+            except OSError:
+                lines = []
+            at, ratio = _nearest(lines, expected)
+            if at:
+                found = lines[at - 1:at - 1 + len(expected)]
+                report["nearest"] = {"line": at, "similarity": round(ratio, 3), "text": found,
+                                     "diff": list(difflib.unified_diff(expected, found, "patch expects",
+                                                                       f"{path}:{at}", n=0, lineterm=""))[2:]}
+    elif missing:
+        report["file"] = missing.group(1)
+        report["reason"] = "the file does not exist in the tree"
+    elif exists:
+        report["file"] = exists.group(1)
+        report["reason"] = "the patch creates a file that already exists"
+    return report
+
+
+def format_failure(r):
+    lines = [f"patch {r['index']}/{r['total']} {r['patch']} ({r['subject']!r}) does not apply"]
+    if r.get("file"):
+        lines.append(f"  file: {r['file']}")
+    if r.get("reason"):
+        lines.append(f"  reason: {r['reason']}")
+    if r.get("hunk"):
+        lines.append(f"  hunk: {r['hunk']}")
+        lines.append("  context not found:")
+        lines += [f"    | {l}" for l in r["expected"]]
+    if r.get("nearest"):
+        n = r["nearest"]
+        lines.append(f"  nearest place: {r['file']}:{n['line']} (similarity {n['similarity']:.0%}), differing:")
+        lines += [f"    {l}" for l in n["diff"]] or ["    (identical text: whitespace or line ends differ)"]
+    if r.get("applies_in_reverse"):
+        lines.append("  the patch applies in reverse: its change is already upstream; drop it from the series")
+    if not r.get("file") and r.get("git"):
+        lines += [f"  git: {l}" for l in r["git"].splitlines()]
+    return "\n".join(lines)
+
+
+def apply_patch(repo_dir, patch, total, three_way=False):
+    """Commit ``patch`` with git am (strict unless three_way); on failure
+    abort and return the diagnosis, else None."""
+    args = ["am", "--quiet", "--committer-date-is-author-date", "--keep-non-patch"]
+    args.append("--3way" if three_way else "--no-3way")
+    p = gitcmd.run(repo_dir, *args, str(patch.path), check=False)
+    if p.returncode == 0:
+        return None
+    gitcmd.run(repo_dir, "am", "--abort", check=False)
+    report = diagnose(repo_dir, patch, total)
+    if three_way:
+        report["git_am"] = p.stderr.strip() or p.stdout.strip()
+    return report
+
+
+def apply_overlay(repo_dir, lock, stack):
+    """Lay overlay/ into the tree and commit it (if there is anything).
+    Stale or unrecorded replacements of upstream files fail (exit 1)."""
+    if not stack.overlay:
+        return None
+    for o in stack.overlay:
+        upstream_blob = gitcmd.run(repo_dir, "rev-parse", "--verify", "--quiet", f"upstream:{o.rel}",
+                                   check=False).stdout.strip()
+        if upstream_blob and o.replaces is None:
+            raise ApplyError(f"overlay/{o.rel} replaces an upstream file, and overlay/overlay.toml does not record it",
+                             hint=f"if replacing it is intended, add '\"{o.rel}\" = \"{upstream_blob}\"' "
+                                  "under [replaces] in overlay/overlay.toml; else move the file")
+        if o.replaces is not None and upstream_blob != o.replaces:
+            raise ApplyError(f"overlay/{o.rel} is stale: it replaces upstream blob {o.replaces[:12]}, "
+                             f"but upstream now has {upstream_blob[:12] if upstream_blob else 'no such file'}",
+                             hint="merge upstream's change into the overlay file, then record the new blob "
+                                  "in overlay/overlay.toml")
+        target = inside(repo_dir, o.rel, "overlay", f"overlay/{o.rel}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():
+            target.unlink()
+        shutil.copyfile(o.path, target)
+        target.chmod(0o755 if o.executable else 0o644)
+    gitcmd.run(repo_dir, "add", "--", *[o.rel for o in stack.overlay])
+    date = f"{lock.date}T00:00:00+00:00"
+    msg = (f"overlay: {len(stack.overlay)} file(s) from overlay/\n\n"
+           + "".join(f"{'replaces' if o.replaces else 'adds'} {o.rel}\n" for o in stack.overlay))
+    gitcmd.run(repo_dir, "commit", "--quiet", "--no-verify", "-m", msg,
+               env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+    return gitcmd.out(repo_dir, "rev-parse", "HEAD")
+
+
+def _base(lock, repo_dir, repo, cache, progress):
+    if repo:
+        return source.base_from_git(lock, repo_dir, repo, cache, progress)
+    return source.base_from_artifact(lock, repo_dir, cache, progress)
+
+
+def _apply_all(lock, stack, repo_dir, three_way, progress, keep_going):
+    say = progress or (lambda m: None)
+    total = len(stack.patches)
+    results = []
+    for p in stack.patches:
+        say(f"applying patch {p.index}/{total} {p.name}")
+        failure = apply_patch(repo_dir, p, total, three_way)
+        results.append({"patch": p.name, "index": p.index, "status": "failed" if failure else "applied",
+                        **({"failure": failure} if failure else {})})
+        if failure and not keep_going:
+            raise ApplyError(format_failure(failure), details={"failure": failure, "patches": results},
+                             hint="refresh the patch against the pinned tree (tools/apply.py --check shows all "
+                                  "failures), or drop it if it is already upstream")
+    return results
+
+
+# --------------------------------------------------------------------------
+# build, check
+
+def _exchange(a, b):
+    """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False
+    where the system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    rc = fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE)
+    return rc == 0
+
+
+def _clean_leftovers(dest):
+    for d in dest.parent.glob(f".{dest.name}.tmp-*"):
+        if (d / TMP_MARK).exists():
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def build(lock, stack, dest, repo=None, cache=None, three_way=False, force=False, progress=None):
+    """Build the patched tree at ``dest``.  Returns a result dict with
+    ``status`` "built" or "up-to-date"."""
+    say = progress or (lambda m: None)
+    dest = Path(dest).absolute()
+    source_kind = "git" if repo else "artifact"
+    if dest.exists() or dest.is_symlink():
+        old = read_manifest(dest) if dest.is_dir() and not dest.is_symlink() else None
+        if old is None:
+            raise UsageError(f"{dest} exists and was not made by this tool (no {MANIFEST})",
+                             hint="choose another --out, or move that directory away yourself")
+        changes = _local_changes(dest)
+        if _same_build(old, lock, stack, source_kind, repo) and not changes and \
+                gitcmd.run(dest, "rev-parse", "HEAD", check=False).stdout.strip() == old.get("head"):
+            return {"status": "up-to-date", "dest": str(dest), "manifest": old}
+        if changes and not force:
+            raise UsageError(f"{dest} has local changes in {len(changes)} file(s) (first: {changes[0]}) "
+                             "that a rebuild would discard",
+                             hint="save them as a patch (git -C DEST format-patch patched..) or pass --force")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _clean_leftovers(dest)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.tmp-"))
+    try:
+        (tmp / TMP_MARK).write_text("an unfinished sgl-overlay build; safe to delete\n")
+        repo_dir = tmp / "tree"
+        base = _base(lock, repo_dir, repo, cache, progress)
+        results = _apply_all(lock, stack, repo_dir, three_way, progress, keep_going=False)
+        if stack.overlay:
+            say(f"laying {len(stack.overlay)} overlay file(s)")
+        apply_overlay(repo_dir, lock, stack)
+        gitcmd.run(repo_dir, "checkout", "--quiet", "-B", "patched")
+        head = gitcmd.out(repo_dir, "rev-parse", "HEAD")
+        data = manifest_data(lock, stack, base, head)
+        (repo_dir / MANIFEST).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        with open(repo_dir / ".git" / "info" / "exclude", "a") as f:
+            f.write(f"/{MANIFEST}\n")
+        if dest.exists():
+            if not _exchange(repo_dir, dest):
+                old_away = tmp / "old"
+                os.rename(dest, old_away)
+                os.rename(repo_dir, dest)
+        else:
+            os.rename(repo_dir, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"status": "built", "dest": str(dest), "manifest": data, "patches": results}
+
+
+def check(lock, stack, repo=None, cache=None, three_way=False, progress=None):
+    """Apply the whole series cumulatively in a scratch tree, reporting per
+    patch (a failed patch is skipped and the rest still tried); nothing is
+    left behind."""
+    say = progress or (lambda m: None)
+    tmp = Path(tempfile.mkdtemp(prefix="sgl-overlay-check-"))
+    try:
+        repo_dir = tmp / "tree"
+        base = _base(lock, repo_dir, repo, cache, progress)
+        results = _apply_all(lock, stack, repo_dir, three_way, progress, keep_going=True)
+        overlay = {"status": "none"}
+        if stack.overlay:
+            say(f"checking {len(stack.overlay)} overlay file(s)")
+            try:
+                apply_overlay(repo_dir, lock, stack)
+                overlay = {"status": "applied", "files": [o.rel for o in stack.overlay]}
+            except ApplyError as e:
+                overlay = {"status": "failed", "error": e.message, "hint": e.hint}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ok = all(r["status"] == "applied" for r in results) and overlay["status"] != "failed"
+    return {"status": "ok" if ok else "failed", "base_commit": base["base_commit"], "tree": base["tree"],
+            "stack_digest": stack.digest, "patches": results, "overlay": overlay}

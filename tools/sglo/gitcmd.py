@@ -1,0 +1,140 @@
+"""Every git invocation, in one place, with configuration pinned.
+
+A user's own git configuration (diff prefixes, context, algorithm, hooks,
+signing, autocrlf, ...) must never change what is applied, hashed or
+exported, so every call passes the same ``-c`` options and a scrubbed
+environment (no global or system config, fixed identity and dates given
+explicitly by the caller).
+"""
+import os
+import subprocess
+
+import git as _gitpython  # gitpython: read-only repository queries
+
+from .errors import OverlayError
+
+PINNED_CONFIG = (
+    "diff.noprefix=false",
+    "diff.mnemonicPrefix=false",
+    "diff.context=3",
+    "diff.interHunkContext=0",
+    "diff.algorithm=myers",
+    "diff.renames=true",
+    "diff.relative=false",
+    "diff.suppressBlankEmpty=false",
+    "core.quotePath=true",
+    "core.autocrlf=false",
+    "core.eol=lf",
+    "core.safecrlf=false",
+    "core.fileMode=true",
+    "core.symlinks=true",
+    "core.ignoreCase=false",
+    "core.precomposeUnicode=false",
+    "core.whitespace=",
+    "core.hooksPath=/dev/null",
+    "core.attributesFile=/dev/null",
+    "core.excludesFile=/dev/null",
+    "apply.whitespace=nowarn",
+    "am.keepcr=false",
+    "am.threeWay=false",
+    "am.messageId=false",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "format.signature=",
+    "format.numbered=auto",
+    "format.coverLetter=false",
+    "format.useAutoBase=false",
+    "format.thread=false",
+    "format.headers=",
+    "format.from=",
+    "format.signOff=false",
+    "format.suffix=.patch",
+    "mailinfo.scissors=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "init.defaultBranch=upstream",
+    "advice.detachedHead=false",
+    "i18n.commitEncoding=UTF-8",
+    "i18n.logOutputEncoding=UTF-8",
+    "log.showSignature=false",
+    "color.ui=false",
+    "safe.directory=*",
+)
+
+_BASE_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                  "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS",
+                  "GIT_CONFIG_COUNT", "GIT_EXTERNAL_DIFF", "GIT_DIFF_OPTS", "GIT_PAGER",
+                  "GIT_EDITOR", "GIT_SEQUENCE_EDITOR", "GIT_TRACE")
+
+TOOL_IDENTITY = ("sgl-overlay", "sgl-overlay@localhost")
+
+
+def clean_env(extra=None):
+    env = {k: v for k, v in os.environ.items() if k not in _BASE_ENV_DROP}
+    env.update({
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_TERMINAL_PROMPT": "0",
+        "LC_ALL": "C",
+        "LANG": "C",
+        "TZ": "UTC",
+        "GIT_COMMITTER_NAME": TOOL_IDENTITY[0],
+        "GIT_COMMITTER_EMAIL": TOOL_IDENTITY[1],
+        "GIT_AUTHOR_NAME": TOOL_IDENTITY[0],
+        "GIT_AUTHOR_EMAIL": TOOL_IDENTITY[1],
+    })
+    if extra:
+        env.update(extra)
+    return env
+
+
+def argv(*args):
+    out = ["git"]
+    for c in PINNED_CONFIG:
+        out += ["-c", c]
+    return out + [str(a) for a in args]
+
+
+class GitFailed(OverlayError):
+    def __init__(self, args, rc, stdout, stderr):
+        super().__init__(f"git {' '.join(map(str, args))[:200]} exited {rc}: {stderr.strip() or stdout.strip()}",
+                         hint="git itself failed; check the disk and the paths involved, or report this")
+        self.args_ = args
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+def run(cwd, *args, input=None, env=None, check=True, binary=False):
+    """Run git in ``cwd``; return a CompletedProcess (text unless binary)."""
+    p = subprocess.run(argv(*args), cwd=cwd, input=input, capture_output=True,
+                       env=clean_env(env), text=not binary)
+    if check and p.returncode != 0:
+        err = p.stderr.decode(errors="replace") if binary else p.stderr
+        out = p.stdout.decode(errors="replace") if binary else p.stdout
+        raise GitFailed(args, p.returncode, out, err)
+    return p
+
+
+def out(cwd, *args, **kw):
+    return run(cwd, *args, **kw).stdout.strip()
+
+
+def repo(path):
+    """A gitpython Repo for read-only queries (closed by the caller)."""
+    return _gitpython.Repo(path)
+
+
+def init(path, bare=False):
+    args = ["init", "-q", "--initial-branch=upstream"] + (["--bare"] if bare else []) + [str(path)]
+    run(None, *args)
+
+
+def version():
+    return out(None, "--version")
+
+
+def popen(cwd, *args, env=None):
+    """A git process reading from a pipe (stdout/stderr discarded)."""
+    return subprocess.Popen(argv(*args), cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=clean_env(env))

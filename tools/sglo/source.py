@@ -1,0 +1,390 @@
+"""Getting an upstream SGLang tree, verified.
+
+Two sources give the same ``python/sglang``:
+
+* the release artifact (default): the exact wheel named in the lock,
+  fetched with ``python -m pip download --no-deps`` (pip's own configuration
+  decides the index, so mirrors and proxies work), checked against the
+  lock's sha256, cached, unpacked with every member path checked, reconciled
+  with the git tree (``[artifact.reconcile]``) and proven by the
+  mode-normalized tree id;
+* git (``--repo URL_OR_PATH``): a cached bare clone, fetched as needed; the
+  commit's ``python/sglang`` tree id must equal the lock's exactly.
+
+``release_tree(version)`` gives any published release unpacked (for the
+regression harness and bisect), cached and verified against the sha256
+recorded when it was first fetched.
+"""
+import fnmatch
+import hashlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+from . import gitcmd
+from .errors import IntegrityError, OverlayError, UsageError
+from .paths import relpath
+
+CACHE_ENV = "SGL_OVERLAY_CACHE"
+PACKAGE = "sglang"
+# What release_tree asks pip for when no artifact is named: the CPython 3.11
+# manylinux wheel the releases publish (pure wheels match these tags too),
+# whatever the local interpreter is.
+DEFAULT_WHEEL_TAGS = "cp311-cp311-manylinux_2_34_x86_64"
+
+
+def cache_dir(override=None):
+    if override:
+        return Path(override).expanduser().resolve()
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser().resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base).resolve() / "sgl-overlay"
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _quiet(progress):
+    return progress or (lambda msg: None)
+
+
+# --------------------------------------------------------------------------
+# fetching artifacts through pip
+
+def _pip_download(requirement, dest, tags=None, sdist=False):
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+           "--quiet", "-d", str(dest)]
+    if sdist:
+        cmd += ["--no-binary", PACKAGE]
+    else:
+        python, abi, platform = tags.split("-")
+        cmd += ["--only-binary=:all:", "--implementation", python[:2],
+                "--python-version", python[2:3] + "." + python[3:], "--abi", abi, "--platform", platform]
+    cmd.append(requirement)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    return p.returncode, (p.stderr.strip() or p.stdout.strip())
+
+
+def _verify(path, sha256, what):
+    got = sha256_file(path)
+    if got != sha256:
+        path.unlink(missing_ok=True)
+        raise IntegrityError(
+            f"{what}: sha256 {got} does not match the expected {sha256}; the file was discarded",
+            hint="run again to download it afresh; if it mismatches again, your package index serves "
+                 "a different file than the one pinned (check pip's index configuration)")
+    return path
+
+
+def fetch_pinned_artifact(lock, cache=None, progress=None):
+    """The lock's exact artifact, from the cache or through pip; verified."""
+    say = _quiet(progress)
+    art_dir = cache_dir(cache) / "artifacts"
+    target = art_dir / lock.artifact_filename
+    if target.exists():
+        return _verify(target, lock.artifact_sha256, f"cached artifact {target}")
+    art_dir.mkdir(parents=True, exist_ok=True)
+    say(f"downloading {lock.artifact_filename} with pip")
+    with tempfile.TemporaryDirectory(dir=art_dir, prefix=".download-") as tmp:
+        rc, msg = _pip_download(f"{PACKAGE}=={lock.version}", tmp, tags=lock.wheel_tags)
+        got = Path(tmp) / lock.artifact_filename
+        if rc != 0 or not got.exists():
+            found = sorted(os.listdir(tmp))
+            raise OverlayError(
+                f"could not download {lock.artifact_filename} with pip"
+                + (f" (pip fetched {found} instead)" if found else "") + (f": {msg}" if msg else ""),
+                hint="check that pip can reach your package index (pip config list), or put the file "
+                     f"into {art_dir}/ by hand; it is verified by sha256 either way",
+                code=IntegrityError.code if found else 1)
+        _verify(got, lock.artifact_sha256, f"downloaded artifact {lock.artifact_filename}")
+        os.replace(got, target)
+    return target
+
+
+def fetch_release(version, cache=None, progress=None):
+    """Any release's artifact (wheel if one is published, else the sdist).
+
+    There is no lock entry for other releases, so the sha256 seen on the
+    first download is recorded beside the file and every later use is
+    checked against it.
+    """
+    say = _quiet(progress)
+    art_dir = cache_dir(cache) / "artifacts"
+    art_dir.mkdir(parents=True, exist_ok=True)
+    for f in sorted(art_dir.glob(f"{PACKAGE}-{version}[-.]*.sha256")):
+        path = art_dir / f.name[:-len(".sha256")]
+        if path.exists() and _artifact_version(path.name) == version:
+            return _verify(path, f.read_text().split()[0], f"cached artifact {path}")
+    say(f"downloading sglang {version} with pip")
+    with tempfile.TemporaryDirectory(dir=art_dir, prefix=".download-") as tmp:
+        rc, msg = _pip_download(f"{PACKAGE}=={version}", tmp, tags=DEFAULT_WHEEL_TAGS)
+        if rc != 0:
+            rc, msg = _pip_download(f"{PACKAGE}=={version}", tmp, sdist=True)
+        files = [f for f in os.listdir(tmp) if _artifact_version(f) == version]
+        if rc != 0 or len(files) != 1:
+            raise UsageError(f"could not download sglang {version} with pip: {msg or sorted(os.listdir(tmp))}",
+                             hint="check the version exists (python -m pip index versions sglang) "
+                                  "and that pip can reach your package index")
+        got = Path(tmp) / files[0]
+        digest = sha256_file(got)
+        target = art_dir / files[0]
+        os.replace(got, target)
+        (art_dir / (files[0] + ".sha256")).write_text(f"{digest}  {files[0]}\n")
+    return target
+
+
+_ARTIFACT = re.compile(rf"^{PACKAGE}-(?P<v>[^-]+?)(?:-[^-]+-[^-]+-[^-]+\.whl|\.tar\.gz|\.zip)$")
+
+
+def _artifact_version(name):
+    m = _ARTIFACT.match(name)
+    return m.group("v") if m else None
+
+
+# --------------------------------------------------------------------------
+# unpacking, with every member checked
+
+def iter_members(archive, root):
+    """Yield ``(rel, read)`` for each regular file of ``archive`` under
+    ``root/`` (wheel/zip, or an sdist whose members sit under
+    NAME-VERSION/), ``rel`` relative to ``root``. Every member name is
+    checked first: absolute paths, '..', links and devices are refused."""
+    archive = Path(archive)
+    where = f"artifact {archive.name}"
+    prefix = root.rstrip("/") + "/"
+    bad_kind = dict(hint="the artifact is not what the release published; re-download it")
+    if archive.suffix in (".whl", ".zip"):
+        with zipfile.ZipFile(archive) as z:
+            for info in z.infolist():
+                name = info.filename
+                relpath(name.rstrip("/"), "member", where, exc=IntegrityError)
+                if not name.startswith(prefix) or info.is_dir():
+                    continue
+                mode = info.external_attr >> 16
+                if stat.S_IFMT(mode) not in (0, stat.S_IFREG):
+                    raise IntegrityError(f"{where}: member {name!r} is not a regular file", **bad_kind)
+                yield name[len(prefix):], (lambda info=info: z.read(info))
+    else:
+        with tarfile.open(archive) as t:
+            for m in t.getmembers():
+                relpath(m.name.rstrip("/"), "member", where, exc=IntegrityError)
+                name = m.name.split("/", 1)[1] if "/" in m.name else ""  # NAME-VERSION/sglang/...
+                if not name.startswith(prefix) or m.isdir():
+                    continue
+                if not m.isfile():
+                    raise IntegrityError(f"{where}: member {m.name!r} is not a regular file", **bad_kind)
+                yield name[len(prefix):], (lambda m=m: t.extractfile(m).read())
+
+
+def _write(dest, rel, data, made):
+    out = dest / rel
+    if out.parent not in made:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        made.add(out.parent)
+    with open(out, "wb") as f:
+        f.write(data)
+    return out
+
+
+def extract_package(archive, root, dest):
+    """Extract ``root/`` of ``archive`` into ``dest``; returns the paths."""
+    dest = Path(dest)
+    made = set()
+    written = [rel for rel, read in iter_members(archive, root) if _write(dest, rel, read(), made)]
+    if not written:
+        raise IntegrityError(f"artifact {Path(archive).name}: holds no {root}/ directory",
+                             hint="the artifact is not an SGLang release")
+    return written
+
+
+# --------------------------------------------------------------------------
+# the base tree of a build
+
+BASE_MESSAGE = """upstream: sglang {version} ({commit:.10})
+
+{subdir} of {repo} at {commit} (tag {tag}),
+from {origin}.
+python/sglang tree: {exact}
+"""
+
+
+def _commit_env(lock):
+    date = f"{lock.date}T00:00:00+00:00"
+    return {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+
+
+def base_from_artifact(lock, repo_dir, cache=None, progress=None):
+    """Initialise ``repo_dir`` as a git repo whose one commit (branch
+    ``upstream``) holds the lock's python/sglang from the release artifact,
+    reconciled as the lock lists and proven by the normalized tree id.
+    Returns facts for the build manifest."""
+    say = _quiet(progress)
+    artifact = fetch_pinned_artifact(lock, cache, progress)
+    where = f"artifact {artifact.name}"
+    mismatch = dict(hint="the artifact does not match the lock's [artifact.reconcile] lists; do not build from it")
+    gitcmd.init(repo_dir)
+    pkg = Path(repo_dir) / lock.subdir
+    say(f"unpacking {artifact.name}")
+    # Paths are handed to git as they are written, so hashing (git) and
+    # inflating (here) run side by side.
+    add = gitcmd.popen(repo_dir, "update-index", "--add", "-z", "--stdin")
+    made, seen = set(), set()
+    executable = set(lock.executable)
+    try:
+        for rel, read in iter_members(artifact, lock.artifact_root):
+            seen.add(rel)
+            if rel in lock.generated or any(fnmatch.fnmatch(rel, pat) for pat in lock.compiled):
+                continue
+            if rel in lock.symlinks:
+                (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(lock.symlinks[rel], pkg / rel)
+            else:
+                out = _write(pkg, rel, read(), made)
+                if rel in executable:
+                    out.chmod(0o755)
+            add.stdin.write(f"{lock.subdir}/{rel}".encode() + b"\0")
+    finally:
+        add.stdin.close()
+        rc = add.wait()
+    if rc != 0:
+        raise OverlayError(f"git update-index failed while adding {lock.subdir} ({rc})")
+    for what, listed in (("generated file", lock.generated), ("symlink", lock.symlinks), ("executable", lock.executable)):
+        missing = sorted(set(listed) - seen)
+        if missing:
+            raise IntegrityError(f"{where}: {what} {missing[0]!r} listed in the lock is not in the artifact", **mismatch)
+    exact = gitcmd.out(repo_dir, "write-tree", f"--prefix={lock.subdir}/")
+    normalized = normalized_tree(repo_dir, exact)
+    if normalized != lock.tree_normalized:
+        raise IntegrityError(
+            f"{where}: the mode-normalized tree of {lock.subdir} is {normalized}, the lock says {lock.tree_normalized}",
+            hint="the artifact's contents differ from the pinned commit beyond the lock's reconcile list; "
+                 "do not build from it")
+    root_tree = gitcmd.out(repo_dir, "write-tree")
+    msg = BASE_MESSAGE.format(origin=f"release artifact {lock.artifact_filename} (sha256 {lock.artifact_sha256})",
+                              exact=exact, **lock.as_dict())
+    commit = gitcmd.out(repo_dir, "commit-tree", root_tree, "-m", msg, env=_commit_env(lock))
+    gitcmd.run(repo_dir, "update-ref", "refs/heads/upstream", commit)
+    return {"source": "artifact", "artifact": lock.artifact_filename, "artifact_sha256": lock.artifact_sha256,
+            "base_commit": commit, "tree": exact, "tree_normalized": normalized}
+
+
+def _bare_clone(url, cache, progress):
+    say = _quiet(progress)
+    local = Path(url).expanduser()
+    key = str(local.resolve()) if local.exists() else url
+    bare = cache_dir(cache) / "git" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".git")
+    if not bare.exists():
+        bare.parent.mkdir(parents=True, exist_ok=True)
+        say(f"cloning {url} (bare, cached at {bare})")
+        tmp = Path(tempfile.mkdtemp(dir=bare.parent, prefix=".clone-"))
+        try:
+            gitcmd.run(None, "clone", "--bare", "--quiet", key, str(tmp / "r.git"))
+            os.replace(tmp / "r.git", bare)
+        except gitcmd.GitFailed as e:
+            raise UsageError(f"could not clone {url}: {e.stderr.strip()}",
+                             hint="check the URL or path given with --repo")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return bare, key
+
+
+def base_from_git(lock, repo_dir, url, cache=None, progress=None, commit=None):
+    """Initialise ``repo_dir`` with the upstream commit itself (shallow) on
+    branch ``upstream``; its python/sglang tree must equal the lock's."""
+    say = _quiet(progress)
+    commit = commit or lock.commit
+    bare, key = _bare_clone(url, cache, progress)
+    has = gitcmd.run(bare, "cat-file", "-e", f"{commit}^{{commit}}", check=False).returncode == 0
+    if not has:
+        say(f"fetching {commit[:12]} from {url}")
+        try:
+            gitcmd.run(bare, "fetch", "--quiet", key, commit)
+        except gitcmd.GitFailed:
+            try:
+                gitcmd.run(bare, "fetch", "--quiet", "--tags", key, "+refs/heads/*:refs/heads/*")
+            except gitcmd.GitFailed as e:
+                raise UsageError(f"could not fetch from {url}: {e.stderr.strip()}",
+                                 hint="check the URL or path given with --repo")
+        if gitcmd.run(bare, "cat-file", "-e", f"{commit}^{{commit}}", check=False).returncode != 0:
+            raise IntegrityError(f"{url} does not have commit {commit}",
+                                 hint="the repository is not SGLang, or the lock's commit is wrong")
+    tree = gitcmd.run(bare, "rev-parse", f"{commit}:{lock.subdir}", check=False).stdout.strip()
+    if tree != lock.tree:
+        raise IntegrityError(f"{url} at {commit[:12]}: {lock.subdir} has tree {tree or '(missing)'}, "
+                             f"the lock says {lock.tree}",
+                             hint="this repository's commit does not hold the pinned upstream tree")
+    gitcmd.init(repo_dir)
+    upload = "git -c uploadpack.allowAnySHA1InWant=true upload-pack"
+    gitcmd.run(repo_dir, "fetch", "--quiet", "--depth=1", f"--upload-pack={upload}",
+               "file://" + str(bare), commit)
+    gitcmd.run(repo_dir, "update-ref", "refs/heads/upstream", commit)
+    say(f"checking out {commit[:12]}")
+    gitcmd.run(repo_dir, "reset", "--quiet", "--hard", commit)
+    normalized = normalized_tree(repo_dir, tree)
+    if normalized != lock.tree_normalized:
+        raise IntegrityError(f"{url}: normalized tree {normalized} does not match the lock's {lock.tree_normalized}",
+                             hint="the lock's two tree ids disagree with each other; fix the lock")
+    return {"source": "git", "repo": url, "base_commit": commit, "tree": tree, "tree_normalized": normalized}
+
+
+def normalized_tree(repo_dir, tree):
+    """The id of ``tree`` with every file mode set to 100644
+    (symlinks and submodules kept), computed through a scratch index."""
+    with tempfile.TemporaryDirectory(prefix="sglo-index-") as tmp:
+        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        ls = gitcmd.run(repo_dir, "ls-tree", "-r", "-z", "--full-tree", tree, binary=True).stdout
+        entries = []
+        for rec in ls.split(b"\0"):
+            if not rec:
+                continue
+            meta, path = rec.split(b"\t", 1)
+            mode, kind, sha = meta.split()
+            if mode == b"100755":
+                mode = b"100644"
+            entries.append(mode + b" " + sha + b"\t" + path)
+        gitcmd.run(repo_dir, "update-index", "-z", "--index-info", input=b"\0".join(entries) + b"\0",
+                   binary=True, env=env)
+        return gitcmd.out(repo_dir, "write-tree", env=env)
+
+
+# --------------------------------------------------------------------------
+# any release, unpacked (harness, bisect)
+
+def release_tree(version, cache=None, progress=None):
+    """A directory holding ``sglang/`` from the release ``version``'s
+    artifact (wheel or sdist), cached; verified on every use against the
+    sha256 recorded at its first download."""
+    say = _quiet(progress)
+    if not re.match(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?$", version or ""):
+        raise UsageError(f"release {version!r} is not a version number", hint="e.g. 0.5.12.post1")
+    root = cache_dir(cache) / "releases"
+    target = root / version
+    artifact = fetch_release(version, cache, progress)
+    stamp = target / ".sgl-overlay-release"
+    if stamp.exists() and stamp.read_text().strip() == artifact.name:
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    say(f"unpacking {artifact.name}")
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{version}-"))
+    try:
+        extract_package(artifact, PACKAGE, tmp / PACKAGE)
+        (tmp / ".sgl-overlay-release").write_text(artifact.name + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
