@@ -64,6 +64,22 @@ FALLBACK_DEFAULTS = dict(
     attention_backend=None,
     enable_double_sparsity=False,
     enable_mixed_chunk=False,
+    speculative_draft_model_path=None,
+    speculative_draft_model_revision=None,
+    speculative_dflash_block_size=None,
+    speculative_draft_window_size=None,
+    speculative_moe_runner_backend=None,
+    speculative_skip_dp_mlp_sync=False,
+    moe_runner_backend="auto",
+    trust_remote_code=False,
+    json_model_override_args="{}",
+    device="cuda",
+    speculative_draft_attention_backend=None,
+    enable_dp_lm_head=False,
+    moe_a2a_backend="none",
+    speculative_moe_a2a_backend=None,
+    attn_cp_size=1,
+    revision=None,
 )
 
 
@@ -96,7 +112,7 @@ class Context:
         ]
         real = [m for m in list(layout.real) + extra if self.exists(m)]
         self.finder = loader.install(root, real)
-        loader.StubRegistry.fakes.update(self.gpu.module_fakes())
+        loader.set_fakes(self.gpu.module_fakes())
 
     def exists(self, module: str) -> bool:
         base = self.root.joinpath(*module.split("."))
@@ -129,6 +145,9 @@ class Context:
         values = dict(FALLBACK_DEFAULTS)
         values.update(self._server_args_defaults())
         values.update(self.req["server"])
+        values.setdefault("device", "cuda")
+        if values.get("device") is None:
+            values["device"] = "cuda"  # the scenarios model CUDA GPUs
         values.pop("kv_cache_dtype", None)  # the runner holds the torch dtype
         values["kv_cache_dtype"] = self.req["server"].get("kv_cache_dtype", "auto")
         # Releases from v0.5.14 renamed --mamba-scheduler-strategy's field.
@@ -188,6 +207,23 @@ class Context:
         sa.ServerArgs._handle_speculative_decoding(view)
         self.notes.append("ServerArgs rules: ServerArgs._handle_speculative_decoding")
 
+    def _install_runtime_context(self, sa) -> None:
+        """v0.5.16+ read parallel/schedule/memory settings through runtime-context
+        accessors (``get_parallel()``, ``get_schedule()`` ...); each returns the
+        server-args view, which also carries the single-node parallel layout."""
+        tp = int(self.req["server"].get("tp_size", 1))
+        for k, v in dict(
+            attn_dp_size=1, attn_tp_size=tp, attn_cp_size=1, attn_dcp_size=1, moe_dp_size=1,
+            launch_world_size=self.gpu.world.world_size, world_group=self.gpu.world, tp_size=tp,
+            enable_unified_memory=False, mm_feature_transport=None, prefill_max_requests=None,
+        ).items():
+            if getattr(sa, k, None) is None:
+                object.__setattr__(sa, k, v)
+        self.accessors = {name: (lambda: sa) for name in (
+            "get_schedule", "get_parallel", "get_exec", "get_disagg", "get_mm", "get_memory",
+            "get_spec", "get_model", "get_context")}
+        loader.set_fakes(self.accessors)
+
     def kv_cache_dtype(self):
         name = self.req["server"].get("kv_cache_dtype", "auto")
         if name not in KV_DTYPES:
@@ -240,8 +276,9 @@ class Context:
         raise Untestable(f"model kind {kind!r} is not one the harness builds (dense, qwen3_5)")
 
     def runner_attrs(self) -> dict:
-        mc, mambaish, num_layers = self.model()
         sa = self.server_args()
+        self._install_runtime_context(sa)
+        mc, mambaish, num_layers = self.model()
         spec = self.spec_algorithm()
         draft = self.req.get("draft") or {}
         self.server_args_view = sa
@@ -431,4 +468,113 @@ def _wrap_methods(r, ctx: Context) -> None:
 
 
 def _drive_configurator(ctx: Context) -> dict:
-    raise Untestable("configurator era (v0.5.16+) driver not written yet")
+    """Era configurator (v0.5.16+): the real KVCacheConfigurator dataclass.
+
+    Built with ``object.__new__``; its fields are set from the scenario, then
+    its own ``__post_init__`` runs.  The runtime-context accessors that v0.5.17+
+    read (``get_schedule()``, ``get_memory()`` ...) all return the server-args
+    view, whose fields carry the same names.
+    """
+    for extra in ("sglang.srt.mem_cache.draft_kv_budget", "sglang.srt.configs.hybrid_arch"):
+        if ctx.exists(extra):
+            loader.add_real(ctx.finder, extra)
+    kmod = ctx.load(ctx.layout.entry)
+    _install_pool_recorders(kmod, ctx)
+    pool_cfg = ctx.load("sglang.srt.model_executor.pool_configurator")
+    _wrap_configurator_factory(pool_cfg, ctx)
+    if ctx.exists("sglang.srt.speculative.dflash_utils"):
+        ctx.patch(loader.load("sglang.srt.speculative.dflash_utils"))
+    attrs = ctx.runner_attrs()
+    sa = attrs["server_args"]
+    tp = attrs["tp_size"]
+    mambaish = attrs["mambaish_config"]
+    accessors = ctx.accessors
+    model_fakes = {
+        "mambaish_config": lambda mc: mambaish,
+        "hybrid_gdn_config": lambda mc: mambaish,
+        "hybrid_kda_config": lambda mc: None,
+    }
+    loader.set_fakes(accessors)
+    loader.set_fakes(model_fakes)
+    for mod in (kmod, pool_cfg):
+        for name, fake in {**accessors, **model_fakes}.items():
+            if name in mod.__dict__:
+                setattr(mod, name, fake)
+    draft = ctx.req.get("draft") or {}
+    draft_mc = None
+    if draft:
+        draft_mc = ModelConfigView(
+            "draft_model_config", ctx.reads, num_key_value_heads=draft["num_key_value_heads"],
+            head_dim=draft["head_dim"], v_head_dim=draft["head_dim"], num_hidden_layers=draft["num_hidden_layers"],
+            num_attention_layers=draft["num_hidden_layers"], is_hybrid_swa=False, attention_arch="MHA",
+            hf_config=View("draft_hf_config", ctx.reads, architectures=["DFlashDraftModel"],
+                           num_hidden_layers=draft["num_hidden_layers"], block_size=draft.get("block_size")),
+        )
+    mc = attrs["model_config"]
+    layer_ids = list(mc.full_attention_layer_ids)
+    values = dict(attrs)
+    values.update(
+        ps=View("ps", ctx.reads, attn_dp_size=1, attn_tp_size=tp, attn_cp_size=1, attn_dcp_size=1, pp_size=1,
+                tp_size=tp, moe_dp_size=1),
+        pp_group=None,
+        model_dtype=mc.dtype,
+        post_capture_kv_active=False,
+        spec_aux_config=View("spec_aux_config", ctx.reads, dflash_draft_num_layers=attrs["dflash_draft_num_layers"],
+                             draft_model_config=draft_mc if attrs["dflash_draft_num_layers"] else None),
+        layer_info=View("layer_info", ctx.reads, start_layer=0, end_layer=attrs["end_layer"],
+                        num_effective_layers=attrs["num_effective_layers"], full_attention_layer_ids=layer_ids,
+                        swa_attention_layer_ids=[], is_hybrid_swa_mtp_draft=False,
+                        num_attention_layers=len(layer_ids)),
+        forward_stream=None,
+        memory_pool_config=None,
+        draft_model_idx=None,
+        attn_dp_size=1,
+        draft_parallel_layout=None,
+        dflash_draft_cell_size_per_token=None,
+        kv_cache_dtype_str=ctx.req["server"].get("kv_cache_dtype", "auto"),
+        extra_mamba_cache_bytes_per_req=0,
+        hybrid_kda_config=None,
+        kv_shard_rank=None,
+        kv_shard_size=1,
+        kv_shard_spec=None,
+        kv_shard_group=None,
+        is_hybrid_swa_mtp_draft=False,
+        draft_swa_full_capacity=False,
+        is_inkling_mtp_draft=False,
+    )
+    cls = kmod.KVCacheConfigurator
+    kvc = object.__new__(cls)
+    missing = []
+    for f in dataclasses.fields(cls):
+        if f.name in values:
+            object.__setattr__(kvc, f.name, values[f.name])
+        elif f.default is not dataclasses.MISSING:
+            object.__setattr__(kvc, f.name, f.default)
+        else:
+            missing.append(f.name)
+    if missing:
+        raise MissingInput("KVCacheConfigurator", ", ".join(missing))
+    if hasattr(cls, "__post_init__"):
+        kvc.__post_init__()
+    for name, key in (("_profile_available_bytes", "available_bytes"),
+                      ("_handle_max_mamba_cache", "rest_after_mamba_gib"),
+                      ("resolve_max_num_reqs", "resolved_max_num_reqs")):
+        fn = getattr(cls, name, None)
+        if fn is None:
+            continue
+
+        def wrapper(*a, __fn=fn, __key=key, **k):
+            out = __fn(kvc, *a, **k)
+            ctx.figures[__key] = out
+            return out
+
+        try:
+            object.__setattr__(kvc, name, wrapper)
+        except AttributeError:  # slots: no per-instance override; figures come from the config
+            pass
+    cfg = kvc._resolve_memory_pool_config(ctx.pre_load)
+    ctx.figures["max_total_num_tokens"] = cfg.max_total_num_tokens
+    ctx.figures["max_running_requests"] = cfg.max_running_requests
+    ctx.figures["entry"] = "KVCacheConfigurator._resolve_memory_pool_config"
+    ctx.figures["max_mamba_cache_size"] = sa.max_mamba_cache_size if mambaish is not None else None
+    return ctx.figures

@@ -222,3 +222,16 @@ def add_real(finder: TreeFinder, name: str) -> None:
     parts = name.split(".")
     for i in range(1, len(parts)):
         finder.shells.add(".".join(parts[:i]))
+
+
+def set_fakes(fakes: dict) -> None:
+    """Register named fakes and rebind them wherever a ``sglang`` module already
+    took a stand-in for that name (modules imported before the fake existed)."""
+    StubRegistry.fakes.update(fakes)
+    for modname, mod in list(sys.modules.items()):
+        if not (modname == ROOT_PACKAGE or modname.startswith(ROOT_PACKAGE + ".")):
+            continue
+        d = getattr(mod, "__dict__", {})
+        for name, fake in fakes.items():
+            if name in d and is_stub(d[name]):
+                setattr(mod, name, fake)

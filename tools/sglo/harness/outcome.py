@@ -37,6 +37,11 @@ def describe_exception(e: BaseException, root: Path) -> dict:
             origin = "tree"
         elif "<sglang stand-in" in last.filename or "/harness/loader.py" in last.filename:
             origin = "standin"
+    raise_stmt = False
+    if last is not None and origin == "tree":
+        import linecache
+
+        raise_stmt = linecache.getline(last.filename, last.lineno).strip().startswith("raise")
     where = None
     if in_tree:
         f = in_tree[-1]
@@ -60,6 +65,7 @@ def describe_exception(e: BaseException, root: Path) -> dict:
         "origin": origin,
         "where": where,
         "stub_involved": stub_involved,
+        "raise_statement": raise_stmt,
         "traceback": "".join(traceback.format_exception(e))[-4000:],
         "standins_touched_sample": sorted(loader.StubRegistry.touched)[-10:] if stub_involved else [],
     }
@@ -134,6 +140,10 @@ def classify(child: dict) -> dict:
         return {"outcome": "untestable", "reason": f"{etype}: {err.get('message')}"}
     if origin == "tree" and etype == "AssertionError":
         return {"outcome": "broken", "reason": f"assertion in upstream code at {err.get('where')}: {err.get('message')}"}
+    if origin == "tree" and etype in DELIBERATE and not err.get("raise_statement", True):
+        return {"outcome": "untestable",
+                "reason": f"{etype} inside upstream code at {err.get('where')} but not at a raise statement "
+                f"(most likely a stand-in value): {err.get('message')}"}
     if origin == "tree" and etype in DELIBERATE:
         return {"outcome": "refused", "reason": f"{etype} at {err.get('where')}: {err.get('message')}",
                 "message": err.get("message")}

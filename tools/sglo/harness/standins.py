@@ -59,9 +59,15 @@ class ServerArgsView(View):
 
     # Used only where the tree's own ServerArgs methods cannot be bound
     # (drivers.Context.server_args binds the real ones when server_args.py loads).
+    # Same rule as ServerArgs.enable_mamba_extra_buffer{,_lazy} of v0.5.14-v0.5.15
+    # (the last releases whose server_args.py loads with stand-ins).
     def enable_mamba_extra_buffer(self) -> bool:
         strategy = getattr(self, "mamba_scheduler_strategy", "no_buffer")
-        return strategy == "extra_buffer"
+        return self.disable_radix_cache is False and strategy in ("extra_buffer", "extra_buffer_lazy")
+
+    def enable_mamba_extra_buffer_lazy(self) -> bool:
+        strategy = getattr(self, "mamba_scheduler_strategy", "no_buffer")
+        return self.disable_radix_cache is False and strategy == "extra_buffer_lazy"
 
     def override(self, *args, **kwargs):
         for k, v in kwargs.items():
@@ -130,6 +136,10 @@ class GPU:
             "is_minimax_sparse": false,
             "compute_page_shard_scratch_bytes": lambda *a, **k: 0,
             "configured_pp_size": lambda *a, **k: 1,
+            # attention backends are not chosen on a CPU: (target, draft) both default
+            "attention_backends_of": lambda *a, **k: (None, None),
+            # context-parallel layer split is off: every rank owns all its layers
+            "get_glm_dsa_layer_split_effective_num_layers": lambda runner, num_layers: num_layers,
         }
 
 
