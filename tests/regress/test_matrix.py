@@ -51,7 +51,15 @@ EXPECTED = {
                "dflash-default-48": {"outcome": "refused", "passed": False, "remedy": 0.542,
                                      "remedy_why": "already satisfied"},
                "healthy-h200-8b": HEALTHY},
-    "0.5.16": {"negative-rest-tp8": ABOVE_0770, "healthy-h200-8b": HEALTHY},
+    # 0.5.16: measured by this harness (the issue says "measure and record").
+    "0.5.16": {"negative-rest-tp8": ABOVE_0770,
+               "zero-requests-dflash": {"outcome": "ok", "passed": True,
+                                        "figures": {"max_running_requests": 1, "max_total_num_tokens": 165809,
+                                                    "max_mamba_cache_size": 7}},
+               "dflash-smoke": SMOKE,
+               "dflash-default-48": {"outcome": "refused", "passed": False, "remedy": 0.542,
+                                     "remedy_why": "already satisfied"},
+               "healthy-h200-8b": HEALTHY},
     "0.5.23": {"negative-rest-tp8": ABOVE_0770, "healthy-h200-8b": HEALTHY},
 }
 
