@@ -82,3 +82,17 @@ def baseline_build(draft_logits: torch.Tensor, budget: int, force_spine: bool = 
     lp = lp.cpu().numpy()
     idx = idx.cpu().numpy()
     return heap_tree_from_logprobs(idx, lp, budget, force_spine)
+
+
+def baseline_visibility(parents: List[int]):
+    """The paper's incremental (n+1)x(n+1) visibility matrix: row i copies its
+    parent's row over [0, i) and sets the diagonal.  parents: nodes 1..n."""
+    import numpy as np
+
+    n = len(parents)
+    vis = np.zeros((n + 1, n + 1), dtype=bool)
+    vis[0, 0] = True
+    for i, p in enumerate(parents, start=1):
+        vis[i, :i] = vis[p, :i]
+        vis[i, i] = True
+    return vis

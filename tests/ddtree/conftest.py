@@ -6,6 +6,10 @@ import os
 import sys
 
 import pytest
+import torch
+
+# one intra-op thread per xdist worker: avoids OpenMP oversubscription on small CI boxes
+torch.set_num_threads(1)
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PATH = os.path.join(_ROOT, "overlay", "python", "sglang", "srt", "speculative", "ddtree_tree.py")

@@ -280,17 +280,18 @@ def build_ddtree(
             break
         ci, cr = _candidate_pairs(cap, kc, dev)
         P = ci.numel()
-        fp = f_pos[:, ci]  # [R, P] G slot of the parent, -1 if none
+        fp = f_pos.index_select(1, ci)  # [R, P] G slot of the parent, -1 if none
         fvalid = fp >= 0
         fpc = fp.clamp(min=0)
         par_score = _gather(g_score, fpc)
         par_key = _gather(g_key, fpc)
-        c_score = torch.where(fvalid, par_score + lp[:, d - 1, cr], ninf)
+        lp_d = lp[:, d - 1].index_select(1, cr)
+        c_score = torch.where(fvalid, par_score + lp_d, ninf)
         c_key = torch.where(fvalid, par_key * W + (cr + 1), _INVALID_KEY)
         c_pay = torch.empty((R, P, 5), dtype=torch.long, device=dev)
         c_pay[:, :, 0] = fp
         c_pay[:, :, 1] = d
-        c_pay[:, :, 2] = ids[:, d - 1, cr]
+        c_pay[:, :, 2] = ids[:, d - 1].index_select(1, cr)
         c_pay[:, :, 3] = cr
         if force_spine:
             par_spine = _gather(g_pay[:, :, 4], fpc)
@@ -416,19 +417,15 @@ def ancestor_mask(tree: DDTree) -> torch.Tensor:
     (max_depth gather+scatter steps, no host sync)."""
     R, N = tree.parents.shape
     dev = tree.parents.device
-    mask = torch.eye(N, dtype=torch.bool, device=dev).expand(R, N, N).clone()
-    anc = tree.parents.clone()
+    ext = torch.zeros((R, N * N + 1), dtype=torch.bool, device=dev)  # last column: dump
     rows = torch.arange(N, device=dev).expand(R, N)
-    flat = mask.view(R, N * N)
-    dump = torch.zeros((R, 1), dtype=torch.bool, device=dev)
+    ext[:, : N * N].view(R, N, N).diagonal(dim1=1, dim2=2).fill_(True)
+    anc = tree.parents
     for _ in range(tree.max_depth):
         has = anc >= 0
-        idx = torch.where(has, rows * N + anc, N * N)
-        ext = torch.cat([flat, dump], 1)
-        ext.scatter_(1, idx, True)
-        flat = ext[:, : N * N]
+        ext.scatter_(1, torch.where(has, rows * N + anc, N * N), True)
         anc = torch.where(has, _gather(tree.parents, anc.clamp(min=0)), -1)
-    return flat.view(R, N, N)
+    return ext[:, : N * N].view(R, N, N)
 
 
 def position_ids(tree: DDTree, prefix_lens: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,212 @@
+import os, sys; sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""Benchmark: batched DDTree tree construction vs the paper's per-request heap.
+
+Both sides start from draft logits [R, L, V] on --device and end with, per
+request, the tree (tokens, depths, parents) and its visibility matrix:
+  baseline: per request, torch top-K + logsumexp on the device, copy to host,
+            Python heap, numpy incremental visibility (tools/ddtree_baseline.py)
+  ours:     topk_logprobs + build_ddtree + ancestor_mask for the whole batch
+            (on cuda also replayed as one CUDA graph)
+Reports medians (ms per batch) and baseline/ours ratios measured in the same
+run, checks that the trees are identical node for node, and reports expected
+accepted length (surrogate and Monte-Carlo) of DDTree vs the chain.
+
+  python tools/bench_ddtree.py                    # CPU
+  python tools/bench_ddtree.py --device cuda      # GPU
+"""
+
+import argparse
+import importlib.util
+import json
+import statistics
+import time
+
+import torch
+
+from tools.ddtree_baseline import baseline_build, baseline_visibility
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_ddtree():
+    path = os.path.join(_ROOT, "overlay/python/sglang/srt/speculative/ddtree_tree.py")
+    spec = importlib.util.spec_from_file_location("ddtree_tree", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["ddtree_tree"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+dd = load_ddtree()
+
+
+def make_logits(R, L, V, seed, device):
+    """Zipf-like draft logits with distinct values per row (no ties, so the
+    comparison is independent of how top-K orders equal values):
+    the j-th most likely token of a row has logit -alpha*log(j+1),
+    alpha ~ U(1.5, 4) per row (top-1 probability about 0.4-0.9)."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    alpha = (torch.rand(R * L, 1, generator=g) * 2.5 + 1.5).to(device)
+    base = -torch.log(torch.arange(1, V + 1, dtype=torch.float32, device=device))
+    vals = alpha * base
+    perm = torch.argsort(torch.rand(R * L, V, generator=g).to(device), dim=1)
+    out = torch.empty(R * L, V, device=device)
+    out.scatter_(1, perm, vals)
+    return out.view(R, L, V)
+
+
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, reps, dev):
+    ts = []
+    for _ in range(reps):
+        sync(dev)
+        t0 = time.perf_counter()
+        fn()
+        sync(dev)
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ts)
+
+
+def run_baseline(logits, B):
+    out = []
+    for r in range(logits.shape[0]):
+        tok, dep, par, _, _ = baseline_build(logits[r], B)
+        out.append((tok, dep, par, baseline_visibility(par)))
+    return out
+
+
+def run_ours(logits, B):
+    V = logits.shape[-1]
+    ids, lp = dd.topk_logprobs(logits, min(B, V))
+    t = dd.build_ddtree(ids, lp, B)
+    anc = dd.ancestor_mask(t)
+    return t, anc
+
+
+def graphed(logits, B):
+    static = logits.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            run_ours(static, B)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = run_ours(static, B)
+    return g, static, out
+
+
+def identical(base, tree, anc):
+    for r, (tok, dep, par, vis) in enumerate(base):
+        n = len(tok)
+        if int(tree.num_nodes[r]) != n:
+            return False
+        if tree.tokens[r, 1 : n + 1].tolist() != tok or tree.depths[r, 1 : n + 1].tolist() != dep:
+            return False
+        if tree.parents[r, 1 : n + 1].tolist() != par:
+            return False
+        if not (anc[r, : n + 1, : n + 1].cpu().numpy() == vis).all():
+            return False
+    return True
+
+
+def expected_tau(logits, B, mc, seed):
+    """Surrogate E[tau] and Monte-Carlo tau of DDTree(B) vs the chain of
+    min(B, L) nodes, for a target drawing depth d's token from q_d (surrogate
+    exact) and for a noisy target (q_d from logits + N(0,1) noise)."""
+    R, L, V = logits.shape
+    ids, lp = dd.topk_logprobs(logits, min(B, V))
+    tree = dd.build_ddtree(ids, lp, B)
+    chain = dd.build_ddtree(ids[..., :1], lp[..., :1], B)
+    res = {"surrogate_tree": float(dd.surrogate_value(tree).mean()),
+           "surrogate_chain": float(dd.surrogate_value(chain).mean()),
+           "chain_nodes": min(B, L)}
+    g = torch.Generator(device=logits.device).manual_seed(seed)
+    for name, lg in (("mc", logits), ("mc_noisy", logits + torch.randn(logits.shape, generator=g, device=logits.device))):
+        probs = torch.softmax(lg.float(), -1).view(R * L, V)
+        y = torch.multinomial(probs, mc, replacement=True, generator=g).view(R, L, mc)
+        for tname, t in (("tree", tree), ("chain", chain)):
+            N = t.tokens.shape[1]
+            taus = []
+            for s in range(mc):
+                pred = torch.gather(y[:, :, s], 1, t.depths.clamp(max=L - 1))
+                taus.append(dd.accept_greedy(t, pred).accept_len.double() + 1)
+            res[f"{name}_{tname}"] = float(torch.stack(taus).mean())
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--L", type=int, default=15)
+    ap.add_argument("--V", type=int, default=151936)
+    ap.add_argument("--budgets", default="16,32,64,128,256,512,1024")
+    ap.add_argument("--batches", default="1,32")
+    ap.add_argument("--reps", type=int, default=0, help="0: 5 on cpu, 20 on cuda")
+    ap.add_argument("--mc", type=int, default=64)
+    ap.add_argument("--no-tau", action="store_true")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads on CPU (0: keep torch's default)")
+    a = ap.parse_args()
+    dev = torch.device(a.device)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    reps = a.reps or (20 if dev.type == "cuda" else 5)
+    budgets = [int(x) for x in a.budgets.split(",")]
+    batches = [int(x) for x in a.batches.split(",")]
+    info = {"device": str(dev), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "L": a.L, "V": a.V, "reps": reps}
+    if dev.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name()
+    rows = []
+    print(json.dumps(info))
+    print("| batch | budget | baseline ms | ours ms | ratio | ours graph ms | ratio graph | identical |")
+    print("|---|---|---|---|---|---|---|---|")
+    for R in batches:
+        logits = make_logits(R, a.L, a.V, seed=R, device=dev)
+        for B in budgets:
+            base = run_baseline(logits, B)  # warm-up + reference
+            tree, anc = run_ours(logits, B)
+            same = identical(base, tree, anc)
+            tb_l, to_l = [], []
+            for _ in range(reps):  # interleaved, so both see the same machine load
+                tb_l.append(timed(lambda: run_baseline(logits, B), 1, dev))
+                to_l.append(timed(lambda: run_ours(logits, B), 1, dev))
+            tb, to = statistics.median(tb_l), statistics.median(to_l)
+            row = {"batch": R, "budget": B, "baseline_ms": tb, "ours_ms": to, "ratio": tb / to, "identical": same}
+            if dev.type == "cuda":
+                g, static, out = graphed(logits, B)
+                g.replay()
+                torch.cuda.synchronize()
+                row["identical_graph"] = identical(base, out[0], out[1])
+                tg = timed(g.replay, reps, dev)
+                row["ours_graph_ms"] = tg
+                row["ratio_graph"] = tb / tg
+                del g
+            rows.append(row)
+            print(f"| {R} | {B} | {tb:.2f} | {to:.2f} | {tb / to:.1f}x | "
+                  f"{row.get('ours_graph_ms', float('nan')):.3f} | {row.get('ratio_graph', float('nan')):.1f}x | "
+                  f"{same and row.get('identical_graph', True)} |", flush=True)
+    taus = []
+    if not a.no_tau:
+        logits = make_logits(32, a.L, a.V, seed=99, device=dev)
+        print("\n| budget | surrogate tree | surrogate chain | MC tree | MC chain | MC noisy tree | MC noisy chain | chain nodes |")
+        print("|---|---|---|---|---|---|---|---|")
+        for B in [b for b in budgets] + ([a.L] if a.L not in budgets else []):
+            t = expected_tau(logits, B, a.mc, seed=B)
+            t["budget"] = B
+            taus.append(t)
+            print(f"| {B} | {t['surrogate_tree']:.3f} | {t['surrogate_chain']:.3f} | {t['mc_tree']:.3f} | "
+                  f"{t['mc_chain']:.3f} | {t['mc_noisy_tree']:.3f} | {t['mc_noisy_chain']:.3f} | {t['chain_nodes']} |", flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"info": info, "rows": rows, "tau": taus}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
