@@ -189,9 +189,14 @@ def apply_overlay(repo_dir, lock, stack):
 
 
 def _base(lock, repo_dir, repo, cache, progress):
+    """The verified upstream base on branch ``upstream``, HEAD on a new
+    branch ``patched`` that the series then advances."""
     if repo:
-        return source.base_from_git(lock, repo_dir, repo, cache, progress)
-    return source.base_from_artifact(lock, repo_dir, cache, progress)
+        base = source.base_from_git(lock, repo_dir, repo, cache, progress)
+    else:
+        base = source.base_from_artifact(lock, repo_dir, cache, progress)
+    gitcmd.run(repo_dir, "checkout", "--quiet", "-b", "patched")
+    return base
 
 
 def _apply_all(lock, stack, repo_dir, three_way, progress, keep_going):
@@ -262,7 +267,6 @@ def build(lock, stack, dest, repo=None, cache=None, three_way=False, force=False
         if stack.overlay:
             say(f"laying {len(stack.overlay)} overlay file(s)")
         apply_overlay(repo_dir, lock, stack)
-        gitcmd.run(repo_dir, "checkout", "--quiet", "-B", "patched")
         head = gitcmd.out(repo_dir, "rev-parse", "HEAD")
         data = manifest_data(lock, stack, base, head)
         (repo_dir / MANIFEST).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
