@@ -27,6 +27,12 @@ from .standins import (
 )
 
 
+def _ns(**kw):
+    import types
+
+    return types.SimpleNamespace(**kw)
+
+
 class Untestable(Exception):
     """The harness cannot drive this tree for this scenario (exit 125)."""
 
@@ -80,6 +86,8 @@ FALLBACK_DEFAULTS = dict(
     speculative_moe_a2a_backend=None,
     attn_cp_size=1,
     revision=None,
+    enable_pdmux=False,
+    enable_hisparse=False,
 )
 
 
@@ -99,6 +107,13 @@ class Context:
         self.gpu = GPU(float(gpu["post_load_free_gib"]), int(gpu.get("world_size", tp)), tp)
         self.pre_load = float(gpu["pre_load_free_gib"])
         self.transformers_standin = install_transformers_standin()
+        import importlib.util as _ilu
+
+        if _ilu.find_spec("triton") is None:  # GPU compiler: imported at module level from v0.5.18
+            import sys as _sys
+
+            for name in ("triton", "triton.language"):
+                _sys.modules.setdefault(name, loader.StubModule(name))
         extra = [
             "sglang.srt.environ",
             "sglang.srt.speculative.spec_info",
@@ -142,6 +157,8 @@ class Context:
             ) from None
 
     def server_args(self) -> ServerArgsView:
+        if self.req["server"].get("speculative_algorithm"):
+            self.spec_algorithm()  # a tree without the algorithm is untestable, said first
         values = dict(FALLBACK_DEFAULTS)
         values.update(self._server_args_defaults())
         values.update(self.req["server"])
@@ -216,6 +233,10 @@ class Context:
             attn_dp_size=1, attn_tp_size=tp, attn_cp_size=1, attn_dcp_size=1, moe_dp_size=1,
             launch_world_size=self.gpu.world.world_size, world_group=self.gpu.world, tp_size=tp,
             enable_unified_memory=False, mm_feature_transport=None, prefill_max_requests=None,
+            # v0.5.22+: get_exec().graph.cuda_graph_config.prefill.* (no prefill graph capture)
+            mamba=_ns(enable_linear_replayssm=False, enable_linear_replayssm_spec=False,
+                      linear_replayssm_cache_len=0),  # v0.5.17+: get_exec().mamba.*
+            graph=_ns(cuda_graph_config=_ns(prefill=_ns(full_prefill_max_req=None, backend=None))),
         ).items():
             if getattr(sa, k, None) is None:
                 object.__setattr__(sa, k, v)
@@ -223,6 +244,8 @@ class Context:
             "get_schedule", "get_parallel", "get_exec", "get_disagg", "get_mm", "get_memory",
             "get_spec", "get_model", "get_context")}
         loader.set_fakes(self.accessors)
+        # v0.5.20+ read resolved flags through arg_groups.overrides.resolving_view(server_args)
+        loader.set_fakes({"resolving_view": lambda args, *a, **k: args})
 
     def kv_cache_dtype(self):
         name = self.req["server"].get("kv_cache_dtype", "auto")
@@ -415,7 +438,11 @@ def _drive_runner(ctx: Context) -> dict:
         ctx.figures["max_running_requests"] = cfg.max_running_requests
         ctx.figures["entry"] = "_resolve_memory_pool_config"
     else:
-        sig_args = (pre,)
+        import inspect
+
+        params = inspect.signature(base.init_memory_pool).parameters
+        # v0.5.7-v0.5.8: init_memory_pool(total_gpu_memory, server_args)
+        sig_args = (pre, attrs["server_args"]) if "server_args" in params else (pre,)
         r.init_memory_pool(*sig_args)
         tokens = object.__getattribute__(r, "max_total_num_tokens")
         ctx.figures["max_total_num_tokens"] = tokens

@@ -84,7 +84,7 @@ class _NullContext:
 
 
 class ModelConfigView(View):
-    def get_num_kv_heads(self, tensor_parallel_size) -> int:
+    def get_num_kv_heads(self, tensor_parallel_size, *args, **kwargs) -> int:
         # Same rule as upstream's ModelConfig.get_num_kv_heads for replicated heads.
         return max(1, self.num_key_value_heads // tensor_parallel_size)
 
@@ -136,6 +136,8 @@ class GPU:
             "is_minimax_sparse": false,
             "compute_page_shard_scratch_bytes": lambda *a, **k: 0,
             "configured_pp_size": lambda *a, **k: 1,
+            # v0.5.20+: resolved flags are read through resolving_view(server_args)
+            "resolving_view": lambda args, *a, **k: args,
             # attention backends are not chosen on a CPU: (target, draft) both default
             "attention_backends_of": lambda *a, **k: (None, None),
             # context-parallel layer split is off: every rank owns all its layers
