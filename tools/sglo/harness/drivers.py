@@ -88,6 +88,7 @@ FALLBACK_DEFAULTS = dict(
     revision=None,
     enable_pdmux=False,
     enable_hisparse=False,
+    qsa_indexer_dtype=None,
 )
 
 

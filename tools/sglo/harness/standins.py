@@ -136,6 +136,9 @@ class GPU:
             "is_minimax_sparse": false,
             "compute_page_shard_scratch_bytes": lambda *a, **k: 0,
             "configured_pp_size": lambda *a, **k: 1,
+            # v0.5.23: linear-attention TP equals attention TP on one node; no QSA profile
+            "linear_attn_tp_size": lambda *a, **k: self.attn_tp_size,
+            "parse_qsa_profile": lambda *a, **k: None,
             # v0.5.20+: resolved flags are read through resolving_view(server_args)
             "resolving_view": lambda args, *a, **k: args,
             # attention backends are not chosen on a CPU: (target, draft) both default
