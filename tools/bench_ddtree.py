@@ -179,6 +179,19 @@ def main():
                 to_l.append(timed(lambda: run_ours(logits, B), 1, dev))
             tb, to = statistics.median(tb_l), statistics.median(to_l)
             row = {"batch": R, "budget": B, "baseline_ms": tb, "ours_ms": to, "ratio": tb / to, "identical": same}
+            if not same:
+                # is it the builder or the log-probs?  Feed the baseline's own
+                # per-request top-K log-probs to build_ddtree and compare again.
+                k = min(B, a.V)
+                per = [torch.topk(logits[r].float(), k, dim=-1) for r in range(R)]
+                lp = torch.stack([v - torch.logsumexp(logits[r].float(), -1, keepdim=True) for r, (v, _) in enumerate(per)])
+                ids = torch.stack([i for _, i in per])
+                t2 = dd.build_ddtree(ids, lp, B)
+                row["identical_same_logprobs"] = identical(base, t2, dd.ancestor_mask(t2))
+                ours_ids, ours_lp = dd.topk_logprobs(logits, k)
+                row["logprob_max_abs_diff"] = float((ours_lp - lp).abs().max())
+                row["ids_equal"] = bool(torch.equal(ours_ids, ids))
+                print("  not identical:", {x: row[x] for x in ("identical_same_logprobs", "logprob_max_abs_diff", "ids_equal")}, flush=True)
             if dev.type == "cuda":
                 g, static, out = graphed(logits, B)
                 g.replay()
