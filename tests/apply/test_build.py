@@ -1,7 +1,7 @@
 """Fresh build, tree-id proof, warm no-op, --check, --list, manifest."""
 import json
 
-from conftest import MIXIN, POOL
+from tests.apply.support import MIXIN, POOL
 
 
 def two_patches(patches):

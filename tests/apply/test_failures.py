@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from conftest import APPLY, MIXIN, POOL
+from tests.apply.support import APPLY, MIXIN, POOL
 
 OLD = 'msg = "Not enough memory. Please try to increase --mem-fraction-static."'
 

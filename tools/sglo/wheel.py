@@ -4,6 +4,8 @@ files in place, RECORD regenerated, and the version given a PEP 440 local
 label ``<version>+overlay.<stack digest prefix>``.
 """
 import base64
+import csv
+import io
 import hashlib
 import json
 import os
@@ -76,7 +78,7 @@ def build_wheel(lock, tree, out_dir, cache=None, progress=None):
                 zi.external_attr = (mode & 0xFFFF) << 16
                 dst.writestr(zi, data)
                 if not info_name.endswith("/RECORD"):
-                    records.append(f"{info_name},{_record_hash(data)},{len(data)}")
+                    records.append((info_name, _record_hash(data), str(len(data))))
 
             for info in src.infolist():
                 n = info.filename
@@ -104,8 +106,10 @@ def build_wheel(lock, tree, out_dir, cache=None, progress=None):
             for n in sorted(changed):          # files the stack adds
                 data, executable = changed[n]
                 put(n, data, executable=executable)
-            records.append(f"{new_info}RECORD,,")
-            put(new_info + "RECORD", ("\n".join(records) + "\n").encode())
+            records.append((f"{new_info}RECORD", "", ""))
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator="\n").writerows(records)   # paths may hold commas
+            put(new_info + "RECORD", buf.getvalue().encode())
         os.replace(tmp, out_dir / name)
     finally:
         if os.path.exists(tmp):
