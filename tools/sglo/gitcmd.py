@@ -9,8 +9,6 @@ explicitly by the caller).
 import os
 import subprocess
 
-import git as _gitpython  # gitpython: read-only repository queries
-
 from .errors import OverlayError
 
 PINNED_CONFIG = (
@@ -121,8 +119,10 @@ def out(cwd, *args, **kw):
 
 
 def repo(path):
-    """A gitpython Repo for read-only queries (closed by the caller)."""
-    return _gitpython.Repo(path)
+    """A gitpython Repo for read-only queries (closed by the caller).
+    Imported here, not at the top: the warm no-op path stays fast."""
+    import git
+    return git.Repo(path)
 
 
 def init(path, bare=False):
