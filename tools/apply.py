@@ -34,7 +34,9 @@ def parse(argv):
     mode.add_argument("--check", action="store_true", help="apply in a scratch tree and report; build nothing")
     mode.add_argument("--list", action="store_true", help="list the patches")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "sglang"), help="destination (default build/sglang)")
-    ap.add_argument("--repo", metavar="URL_OR_PATH", help="take upstream from this git repository instead of the release artifact")
+    ap.add_argument("--repo", metavar="URL_OR_PATH", nargs="?", const="",
+                    help="take upstream from this git repository instead of the release artifact "
+                         "(alone: the lock's upstream.repo)")
     ap.add_argument("--cache", metavar="DIR", help="cache directory (default: $SGL_OVERLAY_CACHE or ~/.cache/sgl-overlay)")
     ap.add_argument("--wheel", metavar="DIR", help="also write the patched wheel into DIR")
     ap.add_argument("--3way", dest="three_way", action="store_true", help="let git am fall back to a 3-way merge")
@@ -59,6 +61,8 @@ def main(argv):
     args = parse(argv)
     progress = cli.Progress("apply", quiet=args.quiet or args.list)
     lock = lockmod.load(os.path.join(args.root, "upstream.lock"))
+    if args.repo == "":
+        args.repo = lock.repo
     if args.list:
         stack = series.load(args.root, strict=False)
         problems = [{"patch": p.name, "field": f, "error": m, "hint": h}
