@@ -1,0 +1,93 @@
+"""Patch ddtree-algorithm: `--speculative-algorithm DDTREE` registered through the
+pin's registry, `--speculative-ddtree-budget`, and the start-up rules.
+
+Runs the tree's own ServerArgs.add_cli_args, _handle_grammar_backend and
+_handle_speculative_decoding (the registry's validator hook included) through
+the regression harness's targeted loader.  Each check raises AssertionError
+when the behaviour is absent: it fails on the pristine pin and passes patched.
+"""
+
+import pytest
+
+from tests.ddtree_integration.run import probe
+
+BASE = [
+    "--speculative-algorithm", "DDTREE",
+    "--speculative-draft-model-path", "z-lab/Qwen3-8B-DFlash-b16",
+    "--speculative-dflash-block-size", "16",
+    "--disable-overlap-schedule",
+    "--grammar-backend", "none",
+    "--disable-cuda-graph",
+    "--attention-backend", "flashinfer",
+]
+
+
+def without(flag, argv=BASE, takes_value=True):
+    i = argv.index(flag)
+    return argv[:i] + argv[i + 1 + int(takes_value):]
+
+
+# (command line, substrings the refusal must contain): each names the thing and the remedy.
+REFUSALS = {
+    "overlap": (without("--disable-overlap-schedule", takes_value=False), ["overlap scheduling", "--disable-overlap-schedule"]),
+    "grammar": (without("--grammar-backend"), ["grammar-constrained decoding", "--grammar-backend none"]),
+    "cuda-graph": (without("--disable-cuda-graph", takes_value=False), ["CUDA graphs", "--disable-cuda-graph"]),
+    "attention": (BASE[:-1] + ["fa3"], ["attention backend fa3", "--attention-backend flashinfer"]),
+    "page-size": (BASE + ["--page-size", "16"], ["--page-size 16", "--page-size 1"]),
+    "threshold": (BASE + ["--speculative-accept-threshold-single", "0.5"], ["lossy", "1.0"]),
+    "num-draft-tokens": (BASE + ["--speculative-num-draft-tokens", "16"], ["--speculative-num-draft-tokens 16", "--speculative-ddtree-budget"]),
+    "topk": (BASE + ["--speculative-eagle-topk", "4"], ["--speculative-eagle-topk 4"]),
+    "budget": (BASE + ["--speculative-ddtree-budget", "0"], ["--speculative-ddtree-budget must be >= 1"]),
+    "hidden-states": (BASE + ["--enable-return-hidden-states"], ["--enable-return-hidden-states"]),
+}
+
+
+def check_registration(tree):
+    r = probe(tree, "algorithm")
+    assert r["ok"], f"DDTREE is not a speculative algorithm of {tree}: {r.get('message')}"
+    v = r["value"]
+    assert v["class"] == "DDTreeSpecAlgo" and v["name"] == "DDTREE", v
+    # DFlash's drafter: every is_dflash() branch (aux-hidden capture, draft KV sizing) applies
+    assert v["is_dflash"] and v["is_ddtree"] and not v["is_eagle"], v
+    assert v["has_validator"] and not v["supports_spec_v2"], v
+    assert v["overlap_refusal"] and "DDTREE" in v["overlap_refusal"], v
+
+
+def check_rules(tree):
+    argvs = [BASE + ["--speculative-ddtree-budget", "63"], BASE]
+    argvs += [argv for argv, _ in REFUSALS.values()]
+    results = probe(tree, "server_rules_many", argvs=argvs)
+    assert results["ok"], results
+    res = results["value"]
+    assert res[0]["ok"], f"DDTREE with budget 63 was refused: {res[0]}"
+    v = res[0]["value"]
+    assert v["speculative_ddtree_budget"] == 63
+    assert v["speculative_dflash_block_size"] == 16, "the drafter's block must be kept"
+    assert v["speculative_num_draft_tokens"] == 64, "verify width (and every sizing of it) = budget + 1"
+    assert v["speculative_eagle_topk"] == 2 and v["speculative_num_steps"] == 1, v
+    assert v["disable_overlap_schedule"] is True and v["max_running_requests"] == 48, v
+    assert res[1]["ok"], res[1]
+    assert res[1]["value"]["speculative_ddtree_budget"] == 15, "default budget = block - 1"
+    assert res[1]["value"]["speculative_num_draft_tokens"] == 16
+    for (name, (_, needles)), r in zip(REFUSALS.items(), res[2:]):
+        assert not r["ok"] and r["type"] == "ValueError", f"{name}: not refused: {r}"
+        for needle in needles:
+            assert needle in r["message"], f"{name}: refusal {r['message']!r} lacks {needle!r}"
+
+
+def test_registration_patched(patched_tree):
+    check_registration(patched_tree)
+
+
+def test_registration_absent_on_pristine(pristine_tree):
+    with pytest.raises(AssertionError, match="not a speculative algorithm"):
+        check_registration(pristine_tree)
+
+
+def test_rules_patched(patched_tree):
+    check_rules(patched_tree)
+
+
+def test_rules_absent_on_pristine(pristine_tree):
+    with pytest.raises(AssertionError):
+        check_rules(pristine_tree)
