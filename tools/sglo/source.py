@@ -221,9 +221,50 @@ python/sglang tree: {exact}
 """
 
 
-def _commit_env(lock):
-    date = f"{lock.date}T00:00:00+00:00"
-    return {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+def _unpack_to_index(artifact, root, repo_dir, subdir, generated=(), compiled=(), symlinks=None,
+                     executable=()):
+    """Unpack ``root/`` of ``artifact`` into ``repo_dir/subdir`` and its git
+    index: generated and compiled files left out, the listed symlinks made,
+    the listed files executable.  Paths are handed to git as they are
+    written, so hashing (git) and inflating (here) run side by side.
+    Returns the set of member paths seen."""
+    gitcmd.init(repo_dir)
+    pkg = Path(repo_dir) / subdir
+    symlinks = symlinks or {}
+    executable = set(executable)
+    add = gitcmd.popen(repo_dir, "update-index", "--add", "-z", "--stdin")
+    made, seen = set(), set()
+    try:
+        for rel, read in iter_members(artifact, root):
+            seen.add(rel)
+            if rel in generated or any(fnmatch.fnmatch(rel, pat) for pat in compiled):
+                continue
+            if rel in symlinks:
+                (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(symlinks[rel], pkg / rel)
+            else:
+                out = _write(pkg, rel, read(), made)
+                if rel in executable:
+                    out.chmod(0o755)
+            add.stdin.write(f"{subdir}/{rel}".encode() + b"\0")
+    finally:
+        add.stdin.close()
+        rc = add.wait()
+    if rc != 0:
+        raise OverlayError(f"git update-index failed while adding {subdir} ({rc})")
+    if not seen:
+        raise IntegrityError(f"artifact {Path(artifact).name}: holds no {root}/ directory",
+                             hint="the artifact is not an SGLang release")
+    return seen
+
+
+def _commit_base(repo_dir, message, date):
+    root_tree = gitcmd.out(repo_dir, "write-tree")
+    stamp = f"{date}T00:00:00+00:00"
+    commit = gitcmd.out(repo_dir, "commit-tree", root_tree, "-m", message,
+                        env={"GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp})
+    gitcmd.run(repo_dir, "update-ref", "refs/heads/upstream", commit)
+    return commit
 
 
 def base_from_artifact(lock, repo_dir, cache=None, progress=None):
@@ -234,37 +275,15 @@ def base_from_artifact(lock, repo_dir, cache=None, progress=None):
     say = _quiet(progress)
     artifact = fetch_pinned_artifact(lock, cache, progress)
     where = f"artifact {artifact.name}"
-    mismatch = dict(hint="the artifact does not match the lock's [artifact.reconcile] lists; do not build from it")
-    gitcmd.init(repo_dir)
-    pkg = Path(repo_dir) / lock.subdir
     say(f"unpacking {artifact.name}")
-    # Paths are handed to git as they are written, so hashing (git) and
-    # inflating (here) run side by side.
-    add = gitcmd.popen(repo_dir, "update-index", "--add", "-z", "--stdin")
-    made, seen = set(), set()
-    executable = set(lock.executable)
-    try:
-        for rel, read in iter_members(artifact, lock.artifact_root):
-            seen.add(rel)
-            if rel in lock.generated or any(fnmatch.fnmatch(rel, pat) for pat in lock.compiled):
-                continue
-            if rel in lock.symlinks:
-                (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(lock.symlinks[rel], pkg / rel)
-            else:
-                out = _write(pkg, rel, read(), made)
-                if rel in executable:
-                    out.chmod(0o755)
-            add.stdin.write(f"{lock.subdir}/{rel}".encode() + b"\0")
-    finally:
-        add.stdin.close()
-        rc = add.wait()
-    if rc != 0:
-        raise OverlayError(f"git update-index failed while adding {lock.subdir} ({rc})")
+    seen = _unpack_to_index(artifact, lock.artifact_root, repo_dir, lock.subdir, lock.generated, lock.compiled,
+                            lock.symlinks, lock.executable)
     for what, listed in (("generated file", lock.generated), ("symlink", lock.symlinks), ("executable", lock.executable)):
         missing = sorted(set(listed) - seen)
         if missing:
-            raise IntegrityError(f"{where}: {what} {missing[0]!r} listed in the lock is not in the artifact", **mismatch)
+            raise IntegrityError(f"{where}: {what} {missing[0]!r} listed in the lock is not in the artifact",
+                                 hint="the artifact does not match the lock's [artifact.reconcile] lists; "
+                                      "do not build from it")
     exact = gitcmd.out(repo_dir, "write-tree", f"--prefix={lock.subdir}/")
     normalized = normalized_tree(repo_dir, exact)
     if normalized != lock.tree_normalized:
@@ -272,13 +291,31 @@ def base_from_artifact(lock, repo_dir, cache=None, progress=None):
             f"{where}: the mode-normalized tree of {lock.subdir} is {normalized}, the lock says {lock.tree_normalized}",
             hint="the artifact's contents differ from the pinned commit beyond the lock's reconcile list; "
                  "do not build from it")
-    root_tree = gitcmd.out(repo_dir, "write-tree")
     msg = BASE_MESSAGE.format(origin=f"release artifact {lock.artifact_filename} (sha256 {lock.artifact_sha256})",
                               exact=exact, **lock.as_dict())
-    commit = gitcmd.out(repo_dir, "commit-tree", root_tree, "-m", msg, env=_commit_env(lock))
-    gitcmd.run(repo_dir, "update-ref", "refs/heads/upstream", commit)
+    commit = _commit_base(repo_dir, msg, lock.date)
     return {"source": "artifact", "artifact": lock.artifact_filename, "artifact_sha256": lock.artifact_sha256,
             "base_commit": commit, "tree": exact, "tree_normalized": normalized}
+
+
+def base_from_release(version, repo_dir, subdir="python/sglang", symlinks=None, cache=None, progress=None):
+    """A base like base_from_artifact's for any published release, with no
+    lock to prove it against: generated files and compiled modules left out,
+    ``symlinks`` (e.g. the current lock's) made where those paths exist,
+    every file mode 100644. Its tree id is therefore the release's
+    normalized tree id, comparable with a git tag's."""
+    say = _quiet(progress)
+    artifact = fetch_release(version, cache, progress)
+    say(f"unpacking {artifact.name}")
+    names = {rel for rel, _ in iter_members(artifact, PACKAGE)}
+    links = {k: v for k, v in (symlinks or {}).items() if k in names}
+    _unpack_to_index(artifact, PACKAGE, repo_dir, subdir, ("_version.py",), ("*.so",), links)
+    tree = gitcmd.out(repo_dir, "write-tree", f"--prefix={subdir}/")
+    msg = f"upstream: sglang {version} (release artifact)\n\n{subdir} from {artifact.name}\n" \
+          f"(sha256 {sha256_file(artifact)}), file modes normalized.\n"
+    commit = _commit_base(repo_dir, msg, "2000-01-01")
+    return {"source": "release", "version": version, "artifact": artifact.name, "base_commit": commit,
+            "tree_normalized": tree}
 
 
 def _bare_clone(url, cache, progress):
@@ -388,3 +425,40 @@ def release_tree(version, cache=None, progress=None):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+# --------------------------------------------------------------------------
+# the published releases (bisect)
+
+_RELEASE = re.compile(r"^(?P<rel>\d+(?:\.\d+)*)(?:(?P<pre>a|b|rc)(?P<pren>\d+))?(?:\.post(?P<post>\d+))?$")
+
+
+def release_key(version):
+    """A sort key for the release numbers SGLang publishes (N.N.N,
+    optional a/b/rc N, optional .postN); None for anything else."""
+    m = _RELEASE.match(version or "")
+    if not m:
+        return None
+    rel = tuple(int(x) for x in m.group("rel").split("."))
+    rel += (0,) * (6 - len(rel))
+    pre = ({"a": 0, "b": 1, "rc": 2}[m.group("pre")], int(m.group("pren"))) if m.group("pre") else (3, 0)
+    return rel, pre, int(m.group("post") or -1)
+
+
+def list_releases(progress=None):
+    """The published sglang versions, oldest first, as
+    ``python -m pip index versions sglang`` lists them (pip's own
+    configuration decides the index)."""
+    _quiet(progress)("listing sglang releases with pip")
+    cmd = [sys.executable, "-m", "pip", "index", "versions", PACKAGE, "--disable-pip-version-check"]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        p = None
+    m = re.search(r"^Available versions:\s*(.+)$", p.stdout, re.M) if p and p.returncode == 0 else None
+    if not m:
+        why = "timed out after 300 s" if p is None else (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"could not list the sglang releases with '{' '.join(cmd[1:])}': {why}",
+                         hint="check that pip can reach your package index (pip config list)")
+    versions = [v.strip() for v in m.group(1).split(",") if release_key(v.strip())]
+    return sorted(set(versions), key=release_key)
