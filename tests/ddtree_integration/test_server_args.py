@@ -38,6 +38,7 @@ REFUSALS = {
     "num-draft-tokens": (BASE + ["--speculative-num-draft-tokens", "16"], ["--speculative-num-draft-tokens 16", "--speculative-ddtree-budget"]),
     "topk": (BASE + ["--speculative-eagle-topk", "4"], ["--speculative-eagle-topk 4"]),
     "budget": (BASE + ["--speculative-ddtree-budget", "0"], ["--speculative-ddtree-budget must be >= 1"]),
+    "budget-below-block": (BASE + ["--speculative-ddtree-budget", "7"], ["--speculative-ddtree-budget 7", "at least 15"]),
     "hidden-states": (BASE + ["--enable-return-hidden-states"], ["--enable-return-hidden-states"]),
 }
 

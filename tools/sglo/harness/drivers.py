@@ -125,6 +125,7 @@ class Context:
             "sglang.srt.configs.qwen3_5",
             "sglang.srt.distributed.utils",
             "sglang.srt.arg_groups.speculative_hook",
+            "sglang.srt.speculative.ddtree_algo",  # DDTREE's registration and rules (patched trees)
         ]
         real = [m for m in list(layout.real) + extra if self.exists(m)]
         self.finder = loader.install(root, real)

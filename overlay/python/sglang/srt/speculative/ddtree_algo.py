@@ -168,6 +168,17 @@ def finish_ddtree_server_args(args: "ServerArgs") -> None:
             block_size - 1,
         )
     budget = int(args.speculative_ddtree_budget)
+    if budget + 1 < block_size:
+        # The drafter's block takes block_size KV slots and req_to_token entries per
+        # request; the per-request reservations (req_to_token width, tokens reserved
+        # per decode step) count speculative_num_draft_tokens = budget + 1.
+        raise ValueError(
+            f"--speculative-ddtree-budget {budget} is below the drafter's {block_size - 1} "
+            f"draft positions: the DFlash block of {block_size} tokens is allocated from the "
+            f"per-request verify reservation of budget + 1 = {budget + 1} tokens "
+            "(sglang/srt/speculative/ddtree_algo.py). Set --speculative-ddtree-budget "
+            f"to at least {block_size - 1}."
+        )
     args.speculative_ddtree_budget = budget
     args.speculative_num_draft_tokens = budget + 1
     args.speculative_num_steps = 1

@@ -1,0 +1,63 @@
+"""Memory sizing for DDTREE through the regression harness (tools/regress.py).
+
+Scenario ddtree-h200-budget-31 runs the tree's real sizing code (the mixin era's
+_resolve_memory_pool_config -> handle_max_mamba_cache at the pin) with the
+tree's own DDTREE rules applied to the server arguments.  The speculative
+intermediate SSM-state reservation is read from the harness's figures:
+
+    reservation = rest_before_mamba - rest_after_mamba - max_mamba_cache_size * per_req
+
+and checked against the same scenario run as DFLASH (block 16): DDTREE must
+reserve for budget + 1 = 32 draft tokens per request, i.e. exactly 32/16 of
+DFLASH's reservation (the ratio holds for any sizing rule linear in the draft
+tokens, so it keeps holding when the memory topic's reservation patches land),
+and at least per_req * running requests * 32 bytes.
+"""
+
+import dataclasses
+
+import pytest
+
+from tools.sglo.harness import scenario as scenario_mod
+from tools.sglo.harness.run import run_scenario
+
+GIB = 1 << 30
+NAME = "ddtree-h200-budget-31"
+
+
+def _reservation_bytes(report) -> float:
+    f = report["figures"]
+    slots = f["max_mamba_cache_size"] * f["mamba_cache_per_req_bytes"]
+    return (f["rest_before_mamba_gib"] - f["rest_after_mamba_gib"]) * GIB - slots
+
+
+def check_sizing(tree):
+    sc = scenario_mod.load(NAME)
+    budget = sc.server["speculative_ddtree_budget"]
+    block = sc.server["speculative_dflash_block_size"]
+    ddtree = run_scenario(tree, sc, verify_remedy=False)
+    assert ddtree["outcome"] == "ok" and ddtree["passed"], (
+        f"{NAME} on {tree}: {ddtree['outcome']}: {ddtree['judgement']}"
+    )
+    f = ddtree["figures"]
+    assert f["speculative_num_draft_tokens"] == budget + 1, f
+    dflash_sc = dataclasses.replace(sc, server={**sc.server, "speculative_algorithm": "DFLASH"})
+    dflash = run_scenario(tree, dflash_sc, verify_remedy=False)
+    assert dflash["outcome"] == "ok", dflash["judgement"]
+    assert dflash["figures"]["speculative_num_draft_tokens"] == block
+    r_tree, r_chain = _reservation_bytes(ddtree), _reservation_bytes(dflash)
+    assert r_chain > 0
+    assert r_tree / r_chain == pytest.approx((budget + 1) / block, rel=1e-9), (r_tree, r_chain)
+    floor = f["mamba_cache_per_req_bytes"] * sc.server["max_running_requests"] * (budget + 1)
+    assert r_tree >= floor * (1 - 1e-9), (r_tree, floor)
+    return {"reservation_gib": r_tree / GIB, "dflash_reservation_gib": r_chain / GIB, "figures": f}
+
+
+def test_sizing_counts_budget_plus_one_patched(patched_tree):
+    out = check_sizing(patched_tree)
+    assert out["figures"]["max_running_requests"] == 4
+
+
+def test_sizing_untestable_on_pristine(pristine_tree):
+    with pytest.raises(AssertionError, match="untestable"):
+        check_sizing(pristine_tree)
