@@ -188,7 +188,7 @@ def apply_overlay(repo_dir, lock, stack):
     return gitcmd.out(repo_dir, "rev-parse", "HEAD")
 
 
-def _base(lock, repo_dir, repo, cache, progress):
+def prepare_base(lock, repo_dir, repo, cache, progress):
     """The verified upstream base on branch ``upstream``, HEAD on a new
     branch ``patched`` that the series then advances."""
     if repo:
@@ -199,7 +199,7 @@ def _base(lock, repo_dir, repo, cache, progress):
     return base
 
 
-def _apply_all(lock, stack, repo_dir, three_way, progress, keep_going):
+def apply_all(stack, repo_dir, three_way, progress, keep_going):
     say = progress or (lambda m: None)
     total = len(stack.patches)
     results = []
@@ -262,8 +262,8 @@ def build(lock, stack, dest, repo=None, cache=None, three_way=False, force=False
     try:
         (tmp / TMP_MARK).write_text("an unfinished sgl-overlay build; safe to delete\n")
         repo_dir = tmp / "tree"
-        base = _base(lock, repo_dir, repo, cache, progress)
-        results = _apply_all(lock, stack, repo_dir, three_way, progress, keep_going=False)
+        base = prepare_base(lock, repo_dir, repo, cache, progress)
+        results = apply_all(stack, repo_dir, three_way, progress, keep_going=False)
         if stack.overlay:
             say(f"laying {len(stack.overlay)} overlay file(s)")
         apply_overlay(repo_dir, lock, stack)
@@ -292,8 +292,8 @@ def check(lock, stack, repo=None, cache=None, three_way=False, progress=None):
     tmp = Path(tempfile.mkdtemp(prefix="sgl-overlay-check-"))
     try:
         repo_dir = tmp / "tree"
-        base = _base(lock, repo_dir, repo, cache, progress)
-        results = _apply_all(lock, stack, repo_dir, three_way, progress, keep_going=True)
+        base = prepare_base(lock, repo_dir, repo, cache, progress)
+        results = apply_all(stack, repo_dir, three_way, progress, keep_going=True)
         overlay = {"status": "none"}
         if stack.overlay:
             say(f"checking {len(stack.overlay)} overlay file(s)")

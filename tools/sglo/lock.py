@@ -143,3 +143,75 @@ def load(path):
             raise UsageError(f"{where}: missing field 'dependencies.{dep}'",
                              hint="record the release's own pin from its METADATA (Requires-Dist)")
     return lock
+
+
+def _toml_str(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render(lock):
+    """The lock as upstream.lock's text (``load(render(x)) == x``)."""
+    execs = "".join(f"    {_toml_str(e)},\n" for e in sorted(lock.executable))
+    links = ", ".join(f"{_toml_str(k)} = {_toml_str(v)}" for k, v in sorted(lock.symlinks.items()))
+    deps = "".join(f"{k} = {_toml_str(v)}\n" for k, v in lock.dependencies.items())
+    return f'''# upstream.lock: the upstream SGLang this overlay applies to (docs/lock.md).
+# tools/apply.py verifies every build against these figures; nothing here is
+# skipped to make a source pass.
+schema = 1
+
+[upstream]
+repo = {_toml_str(lock.repo)}
+tag = {_toml_str(lock.tag)}
+version = {_toml_str(lock.version)}
+commit = {_toml_str(lock.commit)}
+date = {_toml_str(lock.date)}
+subdir = {_toml_str(lock.subdir)}
+# git tree id of python/sglang at the commit (checked for the git source)
+tree = {_toml_str(lock.tree)}
+# the same tree with every file mode 100644, symlinks kept (checked for
+# every source: it is computable from the release artifact too)
+tree_normalized = {_toml_str(lock.tree_normalized)}
+
+[artifact]
+# fetched with `python -m pip download --no-deps` (pip's own configuration
+# decides where from), always this exact file, verified by sha256
+filename = {_toml_str(lock.artifact_filename)}
+sha256 = {_toml_str(lock.artifact_sha256)}
+# the directory inside the artifact that is upstream.subdir
+root = {_toml_str(lock.artifact_root)}
+
+# The artifact's package directory differs from the tag's python/sglang in
+# exactly these ways; they are reconciled before the tree id is proven.
+[artifact.reconcile]
+# generated at build time, not in git: removed
+generated = [{", ".join(_toml_str(g) for g in lock.generated)}]
+# compiled extension modules, not in git: removed (glob patterns)
+compiled = [{", ".join(_toml_str(c) for c in lock.compiled)}]
+# symlinks in git that the artifact holds as regular files
+symlinks = {{ {links} }}
+# files given mode 100755 (the artifact's own exec bits, see docs/lock.md)
+executable = [
+{execs}]
+
+# The release's own dependency pins (its METADATA Requires-Dist), recorded so
+# that bisect can tell an environment change from a code change.
+[dependencies]
+{deps}'''
+
+
+def write(lock, path):
+    """Write ``lock`` to ``path`` atomically, after checking it loads back."""
+    import os
+    import tempfile
+    text = render(lock)
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upstream.lock.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        if load(tmp).as_dict() | {"path": ""} != lock.as_dict() | {"path": ""}:
+            raise UsageError(f"{path}: the rendered lock does not load back identically", hint="report this")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
