@@ -199,7 +199,7 @@ def main(argv):
     trees = B.Trees(rng, lockmod.load(Path(header["stack_root"]) / "upstream.lock"), stack, cache,
                     B.TreeCache(tree_root, (header.get("tree_cache_mb") or args.tree_cache_mb) << 20), progress)
     run = B.Bisection(rng, test, trees, log, known, fixed=s["fixed"], runs=s["runs"], jobs=s["jobs"],
-                      progress=progress)
+                      progress=progress, batch=max((r.get("batch", 0) for r in results), default=0))
     try:
         v = run.run()
     except KeyboardInterrupt:

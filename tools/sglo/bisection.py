@@ -726,8 +726,9 @@ class Trees:
 class Bisection:
     """Drive decide() -> run points -> log, until a verdict."""
 
-    def __init__(self, rng, test, trees, log, known, fixed=False, runs=1, jobs=1, progress=None):
+    def __init__(self, rng, test, trees, log, known, fixed=False, runs=1, jobs=1, progress=None, batch=0):
         self.rng, self.test, self.trees, self.log = rng, test, trees, log
+        self.batch = batch                   # rounds of decide() so far (a resume goes on counting)
         self.known = known
         self.fixed, self.runs, self.jobs = fixed, runs, jobs
         self.say = progress or (lambda m: None)
@@ -768,6 +769,7 @@ class Bisection:
                 if d.verdict is not None:
                     return d.verdict
                 labels = {}
+                self.batch += 1
                 for pid in d.test:
                     if d.phase == "endpoints":
                         which = "old" if pid != self.rng.points[-1].id else "new"
@@ -781,7 +783,7 @@ class Bisection:
                     pid = futures[f]
                     for n, r in enumerate(f.result(), 1):
                         self.executions += 1
-                        rec = {"type": "result", "point": pid, "phase": d.phase, "run": n, **r}
+                        rec = {"type": "result", "point": pid, "phase": d.phase, "batch": self.batch, "run": n, **r}
                         self.log.append(rec)
                         self.known.setdefault(pid, []).append(r["term"])
                         if r["raw"] == "abort":
