@@ -48,6 +48,7 @@ def run(req: dict) -> dict:
 
     root = Path(req["root"])
     lay = layout.detect(root)
+    ledger_file = _ledger_file()
     result = {"layout": lay.era, "entry_module": lay.entry, "timing": {"import_torch_s": round(torch_s, 4)}}
     ctx = None
     t = time.perf_counter()
@@ -61,6 +62,7 @@ def run(req: dict) -> dict:
         result["figures"] = ctx.figures if ctx else {}
         result["error"] = outcome.describe_exception(e, root)
     result["timing"]["sizing_s"] = round(time.perf_counter() - t, 4)
+    result["ledger"] = _read_ledger(ledger_file)
     if ctx is not None:
         result["notes"] = ctx.notes
         result["reads"] = sorted(ctx.reads)
@@ -68,6 +70,35 @@ def run(req: dict) -> dict:
 
     result["standins_touched"] = len(loader.StubRegistry.touched)
     return result
+
+
+# The memory-ledger patch's environment variable (docs/memory.md): a tree that
+# has the patch writes its sizing ledger there as JSON; others ignore it.
+LEDGER_ENV = "SGLO_MEMORY_LEDGER"
+
+
+def _ledger_file():
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="sglo-ledger-", suffix=".json")
+    os.close(fd)
+    os.unlink(path)  # the tree creates it; absent afterwards = no ledger
+    os.environ[LEDGER_ENV] = path
+    return path
+
+
+def _read_ledger(path):
+    """The JSON ledger the tree wrote, or None (a tree without the patch)."""
+    import os
+
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    finally:
+        os.unlink(path)
 
 
 if __name__ == "__main__":

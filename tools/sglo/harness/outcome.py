@@ -60,6 +60,8 @@ def describe_exception(e: BaseException, root: Path) -> dict:
         kind = "import"
     return {
         "type": type(e).__name__,
+        # the class and its bases: a tree's own RuntimeError subclass is still deliberate
+        "mro": [c.__name__ for c in type(e).__mro__],
         "message": text,
         "kind": kind,
         "origin": origin,
@@ -87,11 +89,18 @@ def _num(s: str):
     return int(s) if re.fullmatch(r"-?\d+", s) else float(s)
 
 
+# The machine-readable remedy line the memory patches emit, one per line
+# (docs/memory.md, "Remedies"):  remedy: --<flag> = <value>
+# <flag> is a command-line flag of SGLang, <value> an integer, a decimal or a
+# word; each line alone is a flag value that lets the sizing complete, the
+# first is preferred.  The patched tree writes it with
+# sglang.srt.model_executor.memory_budget.remedy_line; tests/memory checks the two agree.
+MACHINE_REMEDY = re.compile(r"^remedy:[ \t]*(?P<flag>--[a-z0-9-]+)[ \t]*=[ \t]*(?P<value>[-\w.]+)[ \t]*$", re.M)
+
 # Parsers, tried in order; each returns a Remedy or None.  Add new message
 # shapes here (upstream wording, or our own patches' machine-readable line).
 REMEDY_PATTERNS: list[tuple[re.Pattern, str]] = [
-    # Machine-readable line our memory patches emit: "remedy: --flag = value"
-    (re.compile(r"remedy:\s*(?P<flag>--[a-z0-9-]+)\s*=\s*(?P<value>[-\w.]+)"), "set"),
+    (MACHINE_REMEDY, "set"),
     # Upstream v0.5.14+: "Raise --mem-fraction-static above 0.770"
     (re.compile(r"[Rr]aise\s+(?P<flag>--[a-z0-9-]+)\s+(?:above|to at least)\s+(?P<value>-?\d+(?:\.\d+)?)"), "above"),
     (re.compile(r"[Ll]ower\s+(?P<flag>--[a-z0-9-]+)\s+(?:below|to at most)\s+(?P<value>-?\d+(?:\.\d+)?)"), "below"),
@@ -100,18 +109,32 @@ REMEDY_PATTERNS: list[tuple[re.Pattern, str]] = [
 ]
 
 
-def parse_remedy(message: str) -> Remedy | None:
-    for pattern, relation in REMEDY_PATTERNS:
+def _remedy(m: re.Match, relation: str) -> Remedy:
+    flag = m.group("flag")
+    raw = m.group("value")
+    try:
+        value = _num(raw)
+    except ValueError:
+        value = raw
+    return Remedy(flag, flag.lstrip("-").replace("-", "_"), value, relation, m.group(0))
+
+
+def parse_remedies(message: str) -> list[Remedy]:
+    """Every machine-readable remedy line, in order; else the first other shape that matches."""
+    lines = [_remedy(m, "set") for m in MACHINE_REMEDY.finditer(message or "")]
+    if lines:
+        return lines
+    for pattern, relation in REMEDY_PATTERNS[1:]:
         m = pattern.search(message or "")
         if m:
-            flag = m.group("flag")
-            raw = m.group("value")
-            try:
-                value = _num(raw)
-            except ValueError:
-                value = raw
-            return Remedy(flag, flag.lstrip("-").replace("-", "_"), value, relation, m.group(0))
-    return None
+            return [_remedy(m, relation)]
+    return []
+
+
+def parse_remedy(message: str) -> Remedy | None:
+    """The preferred remedy (the first that parse_remedies finds), or None."""
+    found = parse_remedies(message)
+    return found[0] if found else None
 
 
 def classify(child: dict) -> dict:
@@ -136,6 +159,8 @@ def classify(child: dict) -> dict:
                 + (f", {slots} Mamba slots" if slots is not None else "")}
     err = child.get("error") or {}
     etype, origin = err.get("type"), err.get("origin")
+    if etype not in DELIBERATE and any(b in DELIBERATE for b in err.get("mro", ())):
+        etype = next(b for b in err["mro"] if b in DELIBERATE)
     if err.get("kind") in ("missing-input", "untestable", "import") or err.get("stub_involved"):
         return {"outcome": "untestable", "reason": f"{etype}: {err.get('message')}"}
     if origin == "tree" and etype == "AssertionError":

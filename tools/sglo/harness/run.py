@@ -17,15 +17,19 @@ from .scenario import Scenario
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
-def run_child(root: Path, request: dict, timeout: float = 120.0) -> dict:
-    """One fresh interpreter, one sizing run; returns the child's JSON."""
+def run_child(root: Path, request: dict, timeout: float = 120.0,
+              module: str = "tools.sglo.harness.child") -> dict:
+    """One fresh interpreter, one sizing run; returns the child's JSON.
+
+    ``module`` is the child entry point (``python -m MODULE``, request JSON on
+    stdin, one result JSON line on stdout); the planner's flag parser uses it too."""
     req = dict(request, root=str(root))
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
     t = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "tools.sglo.harness.child"],
+        [sys.executable, "-m", module],
         input=json.dumps(req),
         capture_output=True,
         text=True,
@@ -72,12 +76,15 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
         "notes": child.get("notes", []),
         "timing": child.get("timing", {}),
         "reads": child.get("reads", []),
+        "ledger": child.get("ledger"),
     }
     if verdict["outcome"] == "refused":
-        remedy = outcome_mod.parse_remedy(verdict.get("message", ""))
-        report["remedy"] = _verify(root, scenario, remedy) if (remedy and verify_remedy) else (
-            {"parsed": None, "works": False, "why": "the message states no flag value"} if not remedy
-            else {"parsed": remedy.to_dict(), "works": None, "why": "not verified"})
+        remedies = outcome_mod.parse_remedies(verdict.get("message", ""))
+        checked = [_verify(root, scenario, r) if verify_remedy else
+                   {"parsed": r.to_dict(), "works": None, "why": "not verified"} for r in remedies]
+        report["remedy"] = checked[0] if checked else {
+            "parsed": None, "works": False, "why": "the message states no flag value"}
+        report["remedies"] = checked
     report["passed"], report["judgement"] = judge(scenario, report)
     return report
 
@@ -129,5 +136,9 @@ def judge(scenario: Scenario, report: dict) -> tuple[bool | None, str]:
                 return False, "refused without a remedy value in the message"
             if not rem.get("works"):
                 return False, f"refused; the remedy does not work: {rem.get('why')}"
-            return True, f"refused with a remedy that works: {rem.get('why')}"
+            failing = [r for r in report.get("remedies", [rem]) if not r.get("works")]
+            if failing:
+                return False, f"refused; {len(failing)} of the stated remedies do not work: {failing[0].get('why')}"
+            return True, "refused with remedies that work: " + "; ".join(
+                r.get("why", "") for r in report.get("remedies", [rem]))
     return True, f"{o}: {report['reason']}"

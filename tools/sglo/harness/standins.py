@@ -105,8 +105,13 @@ class WorldGroup:
 class GPU:
     """The scenario's memory readings, in place of ``get_available_gpu_memory``."""
 
-    def __init__(self, post_load_free_gib: float, world_size: int, attn_tp_size: int):
+    def __init__(self, post_load_free_gib: float, world_size: int, attn_tp_size: int, per_rank=None):
         self.post_load_free_gib = post_load_free_gib
+        # Free memory after the weights, per world rank (default: every rank alike).
+        self.per_rank = [float(x) for x in per_rank] if per_rank else [post_load_free_gib] * world_size
+        if min(self.per_rank) != post_load_free_gib or len(self.per_rank) != world_size:
+            raise ValueError("post_load_free_gib_per_rank must have world_size entries whose minimum "
+                             "is post_load_free_gib")
         self.world = WorldGroup(world_size)
         self.attn_tp_size = attn_tp_size
         self.queries = 0
@@ -114,6 +119,11 @@ class GPU:
     def get_available_gpu_memory(self, *args, **kwargs) -> float:
         self.queries += 1
         return self.post_load_free_gib
+
+    def free_memory_per_rank(self, *args, **kwargs) -> list:
+        """In place of the memory patches' per-rank gather (a collective over the world group)."""
+        self.queries += 1
+        return list(self.per_rank)
 
     def get_world_group(self):
         return self.world
@@ -126,6 +136,7 @@ class GPU:
         false = lambda *a, **k: False  # noqa: E731 - model-type checks: not DeepSeek/FP4
         return {
             "get_available_gpu_memory": self.get_available_gpu_memory,
+            "free_memory_per_rank": self.free_memory_per_rank,
             "get_world_group": self.get_world_group,
             "get_attention_tp_size": self.get_attention_tp_size,
             "get_attention_dp_size": lambda: 1,
