@@ -105,7 +105,8 @@ class Context:
         gpu = request["gpu"]
         server = request["server"]
         tp = int(server.get("tp_size", 1))
-        self.gpu = GPU(float(gpu["post_load_free_gib"]), int(gpu.get("world_size", tp)), tp)
+        self.gpu = GPU(float(gpu["post_load_free_gib"]), int(gpu.get("world_size", tp)), tp,
+                       per_rank=gpu.get("post_load_free_gib_per_rank"))
         self.pre_load = float(gpu["pre_load_free_gib"])
         self.transformers_standin = install_transformers_standin()
         import importlib.util as _ilu
@@ -126,6 +127,7 @@ class Context:
             "sglang.srt.distributed.utils",
             "sglang.srt.arg_groups.speculative_hook",
             "sglang.srt.speculative.ddtree_algo",  # DDTREE's registration and rules (patched trees)
+            "sglang.srt.model_executor.memory_budget",  # the memory patches' module (patched trees)
         ]
         real = [m for m in list(layout.real) + extra if self.exists(m)]
         self.finder = loader.install(root, real)
@@ -249,6 +251,16 @@ class Context:
         # v0.5.20+ read resolved flags through arg_groups.overrides.resolving_view(server_args)
         loader.set_fakes({"resolving_view": lambda args, *a, **k: args})
 
+    def weights_module(self):
+        """The loaded model as far as memory goes: one buffer of the scenario's
+        weight bytes on torch's meta device (no memory is taken), or None."""
+        gib = self.req["gpu"].get("weights_gib")
+        if gib is None:
+            return None
+        module = torch.nn.Module()
+        module.register_buffer("weights", torch.empty(int(gib * GIB), dtype=torch.uint8, device="meta"))
+        return module
+
     def kv_cache_dtype(self):
         name = self.req["server"].get("kv_cache_dtype", "auto")
         if name not in KV_DTYPES:
@@ -332,7 +344,7 @@ class Context:
             page_size=int(sa.page_size),
             req_to_token_pool=None,
             token_to_kv_pool_allocator=None,
-            model=None,
+            model=self.weights_module(),
             spec_algorithm=spec,
             mambaish_config=mambaish,
             hybrid_gdn_config=mambaish,
