@@ -226,16 +226,22 @@ def _endpoint_verdict(rng, p, want, got, term):
     return {"verdict": "cannot-reproduce", "endpoint": p.id}
 
 
-def remaining_steps(rng, known):
-    """About how many bisection steps are left (for the progress line)."""
+def remaining_steps(rng, known, jobs=1):
+    """About how many bisection steps are left (for the progress line):
+    each round tests up to ``jobs`` points and keeps one part of jobs+1."""
     term = {pid: agree(r) for pid, r in known.items() if r}
     pts = rng.points
     his = [i for i, p in enumerate(pts) if term.get(p.id) == NEW]
     hi = his[0] if his else len(pts) - 1
     los = [i for i in range(hi) if term.get(pts[i].id) == OLD]
     lo = los[-1] if los else 0
-    untested = sum(1 for i in range(lo + 1, hi) if pts[i].id not in term)
-    return math.ceil(math.log2(untested + 1)) if untested else 0
+    m = sum(1 for i in range(lo + 1, hi) if pts[i].id not in term)
+    steps = 0
+    while m > 0:
+        k = min(jobs, m)
+        steps += k
+        m = math.ceil((m - k) / (k + 1))
+    return steps
 
 
 # --------------------------------------------------------------------------
@@ -770,14 +776,14 @@ class Bisection:
                     return d.verdict
                 labels = {}
                 self.batch += 1
+                total = self.step + remaining_steps(self.rng, self.known, self.jobs)
                 for pid in d.test:
                     if d.phase == "endpoints":
                         which = "old" if pid != self.rng.points[-1].id else "new"
                         labels[pid] = f"endpoint ({which}) {self.rng.point(pid).short()}"
                     else:
                         self.step += 1
-                        labels[pid] = (f"step {self.step} of ~{self.step - 1 + remaining_steps(self.rng, self.known)}: "
-                                       f"{self.rng.point(pid).short()}")
+                        labels[pid] = f"step {self.step} of ~{total}: {self.rng.point(pid).short()}"
                 futures = {pool.submit(self._one, pid, labels[pid]): pid for pid in d.test}
                 for f in concurrent.futures.as_completed(futures):
                     pid = futures[f]
