@@ -132,6 +132,14 @@ class Context:
         real = [m for m in list(layout.real) + extra if self.exists(m)]
         self.finder = loader.install(root, real)
         loader.set_fakes(self.gpu.module_fakes())
+        draft_hf = (request.get("draft") or {}).get("hf_config")
+        if draft_hf is not None:
+            # The drafter's own config.json (the planner passes it): the release's
+            # ServerArgs rules read it through get_config(--speculative-draft-model-path),
+            # e.g. DFLASH's block size when --speculative-dflash-block-size is unset.
+            import types as _types
+
+            loader.set_fakes({"get_config": lambda *a, **k: _types.SimpleNamespace(**draft_hf)})
 
     def exists(self, module: str) -> bool:
         base = self.root.joinpath(*module.split("."))

@@ -1,0 +1,58 @@
+"""Memory planner: will this model start on this GPU with these flags?
+
+Answered by the tree's own KV-cache sizing code, run on a CPU by the
+regression harness (tools/sglo/harness); see docs/plan.md.
+
+    from tools.sglo.planner import deployment, plan
+    dep = deployment(model="path/to/model", gpu="H200", argv=["--mem-fraction-static", "0.85"],
+                     release="0.5.12.post1")
+    report = plan(dep)
+    report["verdict"], report["ledger"]["kv_tokens"]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UsageError
+from . import gpus
+from .core import (DEGRADED, STARTS, UNKNOWN, WONT, Deployment, Memory, Sizing, Tree, exit_code, memory_for,
+                   parse_flags, plan, resolve_tree, size)
+from .model import load as load_model
+from .model import load_draft
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_TREE = REPO_ROOT / "build" / "sglang"
+
+__all__ = ["DEGRADED", "STARTS", "UNKNOWN", "WONT", "Deployment", "Memory", "Sizing", "Tree", "deployment",
+           "exit_code", "plan", "size", "DEFAULT_TREE"]
+
+
+def deployment(model, gpu: str | None = None, argv=(), draft=None, tree=None, release=None,
+               free_gib=None, weights_gib=None, overhead_gib=gpus.DEFAULT_STARTUP_OVERHEAD_GIB,
+               resolved_tree: Tree | None = None) -> Deployment:
+    """All inputs resolved and checked; UsageError (exit 2) names what is wrong."""
+    g = None
+    if gpu is not None:
+        g = gpus.lookup(gpu)
+        if g is None:
+            close = gpus.suggest(gpu)
+            raise UsageError(f"GPU {gpu!r} is not in the planner's table"
+                             + (f" (closest: {', '.join(close)})" if close else ""),
+                             hint=f"known GPUs: {', '.join(gpus.names())}; or give the free memory with "
+                                  f"--free-gib PRE[,POST]")
+    t = resolved_tree or resolve_tree(tree, release, DEFAULT_TREE)
+    mi = load_model(model, t.root, t.label, weights_gib)
+    d = load_draft(draft) if draft else None
+    fields, dropped = parse_flags(t, list(argv))
+    if fields.get("speculative_algorithm") and d is None and str(fields["speculative_algorithm"]).upper() == "DFLASH":
+        raise UsageError("--speculative-algorithm DFLASH needs the drafter's config",
+                         hint="pass --draft DIR (the drafter's directory or config.json)")
+    if fields.get("mem_fraction_static") is None:
+        raise UsageError(
+            "no --mem-fraction-static among the SGLang flags",
+            hint="pass it after `--` (SGLang derives its automatic value in ServerArgs.__post_init__, "
+                 "which the planner does not run); the value SGLang logs at start-up is the one to use")
+    tp = int(fields.get("tp_size") or 1)
+    mem = memory_for(mi, g, tp, free_gib, overhead_gib)
+    return Deployment(t, mi, d, g, mem, list(argv), fields, dropped)

@@ -1,0 +1,194 @@
+"""A model directory (or its config.json) as the harness's model and draft inputs.
+
+Nothing here sizes anything: the config's fields are handed to the harness,
+which passes them to the release's own config classes (``Qwen3_5TextConfig``)
+or to its ``ModelConfig`` view, and the release's real sizing code does the
+rest.  What *is* computed here is what the sizing code never sees: the weights'
+byte size (from ``model.safetensors.index.json``'s ``metadata.total_size``,
+else from the config's parameter count and dtype).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UsageError
+
+GIB = 1 << 30
+
+# How the harness builds each architecture the planner accepts (the harness
+# model kinds, tools/sglo/harness/drivers.Context.model).
+HYBRID_QWEN3_5 = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
+# Full attention on every layer, one KV head group per layer, standard config
+# fields (num_hidden_layers, num_key_value_heads, head_dim or hidden/heads).
+DENSE = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+         "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "MixtralForCausalLM")
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
+
+
+@dataclass
+class ModelInput:
+    path: Path  # the config.json read
+    config: dict
+    architecture: str
+    kind: str  # harness model kind: "dense" | "qwen3_5"
+    weights_bytes: int | None
+    weights_source: str
+    notes: list[str] = field(default_factory=list)
+
+    def text_config(self) -> dict:
+        return self.config.get("text_config") or self.config
+
+    def context_len(self) -> int:
+        """The model's own context length: max_position_embeddings of the text config.
+        (SGLang's get_context_length also honours rope scaling factors; the configs
+        the planner accepts are read without one, and --context-length overrides.)"""
+        t = self.text_config()
+        return int(t.get("max_position_embeddings") or 2048)
+
+    def harness_model(self, context_len: int) -> dict:
+        t = self.text_config()
+        dtype = str(t.get("torch_dtype") or self.config.get("torch_dtype") or t.get("dtype")
+                    or self.config.get("dtype") or "bfloat16")
+        if self.kind == "qwen3_5":
+            return {"kind": "qwen3_5", "architectures": [self.architecture], "context_len": context_len,
+                    "dtype": dtype, "text_config": dict(t)}
+        heads = int(t["num_attention_heads"])
+        return {
+            "kind": "dense",
+            "architectures": [self.architecture],
+            "num_hidden_layers": int(t["num_hidden_layers"]),
+            "num_key_value_heads": int(t.get("num_key_value_heads") or heads),
+            "head_dim": int(t.get("head_dim") or int(t["hidden_size"]) // heads),
+            "context_len": context_len,
+            "dtype": dtype,
+        }
+
+
+def _config_path(p: Path) -> Path:
+    p = Path(p)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise UsageError(f"no model config at {p}",
+                         hint="pass the model directory (holding config.json) or the config.json itself")
+    return p
+
+
+def read_json(path: Path, what: str) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise UsageError(f"{path}: cannot read the {what} ({e})",
+                         hint=f"pass a valid {what} (JSON)") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: the {what} is not a JSON object", hint=f"pass a valid {what}")
+    return data
+
+
+def release_architectures(root: Path) -> set[str]:
+    """Architectures the release registers: every ``EntryClass`` in sglang/srt/models
+    (what its ``models/registry.py`` imports from each module)."""
+    names: set[str] = set()
+    for p in (root / "sglang" / "srt" / "models").glob("*.py"):
+        text = p.read_text(errors="replace")
+        for m in re.finditer(r"^EntryClass\s*=\s*(\[[^\]]*\]|[A-Za-z_][\w.]*)", text, re.M):
+            names.update(re.findall(r"[A-Za-z_]\w*", m.group(1)))
+    return names
+
+
+def _dense_param_count(t: dict) -> int:
+    """Parameters of a dense decoder with Llama-style blocks (embeddings, attention,
+    gated MLP, two norms per layer, final norm; lm_head unless tied)."""
+    h, n, inter = int(t["hidden_size"]), int(t["num_hidden_layers"]), int(t["intermediate_size"])
+    heads = int(t["num_attention_heads"])
+    kv = int(t.get("num_key_value_heads") or heads)
+    hd = int(t.get("head_dim") or h // heads)
+    vocab = int(t["vocab_size"])
+    attn = h * (heads * hd + 2 * kv * hd) + heads * hd * h
+    if t.get("attention_bias"):
+        attn += heads * hd + 2 * kv * hd
+    per_layer = attn + 3 * h * inter + 2 * h
+    emb = vocab * h * (1 if t.get("tie_word_embeddings") else 2)
+    return emb + n * per_layer + h
+
+
+def load(model: str | Path, root: Path, release: str, weights_gib: float | None = None) -> ModelInput:
+    """Read a model for the release under ``root``; UsageError (exit 2) names what is wrong."""
+    path = _config_path(Path(model))
+    cfg = read_json(path, "model config.json")
+    archs = cfg.get("architectures") or []
+    if not archs:
+        raise UsageError(f"{path}: no 'architectures' list", hint="a Hugging Face config.json names its class there")
+    arch = archs[0]
+    known = release_architectures(root)
+    if arch not in known:
+        import difflib
+
+        close = difflib.get_close_matches(arch, sorted(known), n=4, cutoff=0.6)
+        raise UsageError(
+            f"{path}: architecture {arch!r} is not one SGLang {release} knows "
+            f"({len(known)} architectures registered in {root}/sglang/srt/models"
+            + (f"; closest: {', '.join(close)}" if close else "") + ")",
+            hint="check the model's config.json, or plan against a release that supports it (--release)")
+    if arch in HYBRID_QWEN3_5:
+        kind = "qwen3_5"
+    elif arch in DENSE:
+        kind = "dense"
+    else:
+        raise UsageError(
+            f"{path}: SGLang {release} knows {arch!r}, but the planner cannot build its sizing inputs yet",
+            hint=f"the planner builds: {', '.join(DENSE + HYBRID_QWEN3_5)}")
+    mi = ModelInput(path, cfg, arch, kind, None, "")
+    t = mi.text_config()
+    index = path.parent / "model.safetensors.index.json"
+    if weights_gib is not None:
+        mi.weights_bytes = int(weights_gib * GIB)
+        mi.weights_source = f"--weights-gib {weights_gib}"
+    elif index.is_file():
+        total = (read_json(index, "safetensors index").get("metadata") or {}).get("total_size")
+        if not isinstance(total, int) or total <= 0:
+            raise UsageError(f"{index}: no positive metadata.total_size",
+                             hint="fix the index file, or pass --weights-gib")
+        mi.weights_bytes = total
+        mi.weights_source = f"{index.name} metadata.total_size = {total:,} B (every tensor in the checkpoint)"
+    elif kind == "dense":
+        dtype = str(t.get("torch_dtype") or "bfloat16")
+        if dtype not in DTYPE_BYTES:
+            raise UsageError(f"{path}: torch_dtype {dtype!r} has no known byte size",
+                             hint="pass --weights-gib")
+        count = _dense_param_count(t)
+        mi.weights_bytes = count * DTYPE_BYTES[dtype]
+        mi.weights_source = (f"config parameter count {count:,} (Llama-style dense blocks) x "
+                             f"{DTYPE_BYTES[dtype]} B ({dtype}); no model.safetensors.index.json")
+    else:
+        raise UsageError(f"{path.parent}: no model.safetensors.index.json to take the weights' size from",
+                         hint="put the index file next to config.json, or pass --weights-gib")
+    return mi
+
+
+def load_draft(model: str | Path) -> dict:
+    """The drafter's config as the harness's [draft] table; ``hf_config`` is the whole
+    config.json, which the release's own DFlash rules read (block size)."""
+    path = _config_path(Path(model))
+    cfg = read_json(path, "draft model config.json")
+    t = cfg.get("text_config") or cfg
+    try:
+        kv = t.get("num_key_value_heads") or t["num_attention_heads"]
+        head_dim = t.get("head_dim") or int(t["hidden_size"]) // int(t["num_attention_heads"])
+        return {
+            "path": str(path),
+            "num_hidden_layers": int(t["num_hidden_layers"]),
+            "num_key_value_heads": int(kv),
+            "head_dim": int(head_dim),
+            "block_size": cfg.get("block_size") or (cfg.get("dflash_config") or {}).get("block_size"),
+            "architectures": cfg.get("architectures") or [],
+            "hf_config": cfg,
+        }
+    except (KeyError, TypeError, ValueError) as e:
+        raise UsageError(f"{path}: the draft config lacks {e}",
+                         hint="a drafter config.json needs num_hidden_layers and num_key_value_heads/head_dim "
+                         "(or num_attention_heads and hidden_size)") from None

@@ -1,0 +1,101 @@
+"""Plain-text rendering of a plan (people); --json prints the dict itself."""
+
+from __future__ import annotations
+
+from ..cli import table
+
+ROWS = (
+    ("free_before_weights_gib", "free before weights (GiB)"),
+    ("weights_per_rank_gib", "weights per rank (GiB)"),
+    ("free_after_weights_gib", "free after weights (GiB)"),
+    ("mem_fraction_static", "--mem-fraction-static"),
+    ("headroom_gib", "headroom, not for KV/state (GiB)"),
+    ("kv_and_state_budget_gib", "KV + state budget (GiB)"),
+    ("mamba_reserved_gib", "Mamba + spec state reserved (GiB)"),
+    ("mamba_slots", "Mamba slots"),
+    ("mamba_state_per_slot_bytes", "Mamba state per slot (B)"),
+    ("mamba_state_gib", "Mamba slots' state (GiB)"),
+    ("speculative_intermediate_state_gib", "spec intermediate states (GiB)"),
+    ("speculative_num_draft_tokens", "draft tokens per step"),
+    ("kv_budget_gib", "KV budget (GiB)"),
+    ("cell_size_bytes_per_token", "KV cell per token (B)"),
+    ("kv_tokens", "KV tokens"),
+    ("kv_pool_gib", "KV pool (GiB)"),
+    ("running_requests", "running requests"),
+    ("running_requests_asked", "running requests asked"),
+    ("context_length", "context length"),
+    ("max_request_tokens", "max request length (tokens)"),
+)
+
+
+def _fmt(v):
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.4f}".rstrip("0").rstrip(".") if abs(v) < 1000 else f"{v:,.1f}"
+    return str(v)
+
+
+def ledger_rows(ledgers: list[dict]) -> list[list[str]]:
+    rows = []
+    for key, label in ROWS:
+        vals = [led.get(key) for led in ledgers]
+        if all(v is None for v in vals):
+            continue
+        rows.append([label] + [_fmt(v) for v in vals])
+    return rows
+
+
+def text(report: dict) -> str:
+    r = report
+    lines = [f"SGLang {r['tree']['release']} ({r['tree']['layout']} layout) at {r['tree']['root']}",
+             f"model {r['model']['architecture']} ({r['model']['config']})"
+             + (f", drafter {r['draft']['path']}" if r.get("draft") else "")
+             + (f", GPU {r['gpu']['name']}" if r.get("gpu") else "") + f", TP {r['tp']}",
+             "flags: " + (" ".join(r["flags"]) or "(none)"), ""]
+    lines.append("assumptions:")
+    lines += [f"  - {a}" for a in r["assumptions"]]
+    lines.append("")
+    lines.append(table(ledger_rows([r["ledger"]]), ["ledger", "value"]))
+    lines.append("")
+    lines.append(f"VERDICT: {r['verdict'].upper()}")
+    lines += [f"  {w}" for w in r["why"]]
+    sens = r.get("sensitivity")
+    if sens:
+        def d(k):
+            x = sens[k]["delta_tokens"]
+            return "-" if x is None else f"{x:+,}"
+        lines.append("")
+        lines.append(f"sensitivity (each a re-run; {sens['step_gib']} GiB steps): free memory "
+                     f"+{sens['step_gib']} GiB -> {d('free_memory_plus')} tokens, "
+                     f"-{sens['step_gib']} GiB -> {d('free_memory_minus')}; weights "
+                     f"+{sens['step_gib']} GiB -> {d('weights_plus')}, -{sens['step_gib']} GiB -> {d('weights_minus')}")
+    if "suggestions" in r:
+        lines.append("")
+        if r["suggestions"]:
+            lines.append("verified suggestions (each re-run through the same sizing code):")
+            rows = [[" ".join(s["argv"]), s["verdict"], _fmt(s["ledger"].get("kv_tokens")),
+                     _fmt(s["ledger"].get("running_requests")), _fmt(s["ledger"].get("mamba_slots")),
+                     _fmt(s["ledger"].get("headroom_gib")), s["note"]] for s in r["suggestions"]]
+            lines.append(table(rows, ["change", "verdict", "KV tokens", "requests", "Mamba slots",
+                                      "headroom GiB", "note"]))
+        elif r["verdict"] not in ("starts", "cannot tell"):
+            lines.append("no single-flag change in the searched ranges makes it start")
+        missing = [t["flag"] for t in r.get("suggestions_tried", []) if not t["found"]]
+        if missing:
+            lines.append("searched without a fix: " + ", ".join(missing))
+    return "\n".join(lines)
+
+
+def compare_text(reports: list[dict]) -> str:
+    heads = ["", *[r["tree"]["release"] for r in reports]]
+    rows = ledger_rows([r.get("ledger", {}) for r in reports])
+    rows.append(["verdict"] + [r["verdict"] for r in reports])
+    out = [table(rows, heads), ""]
+    for r in reports:
+        out.append(f"{r['tree']['release']}: {r['verdict']}: " + "; ".join(r["why"]))
+    return "\n".join(out)
