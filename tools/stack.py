@@ -76,8 +76,8 @@ def parse(argv):
 
 
 def onto_of(spec, repo):
-    if VERSION.match(spec) and not repo:
-        return stack.Onto(version=spec)
+    if VERSION.match(spec):
+        return stack.Onto(version=spec, repo=repo)
     if repo:
         return stack.Onto(commit=spec, repo=repo)
     raise UsageError(f"{spec!r} is not a release version", hint="give a version like 0.5.14, or a commit with --repo")

@@ -230,7 +230,7 @@ def new_lock(lock, onto, cache=None, progress=None):
         meta = z.read(f"sglang-{onto.version}.dist-info/METADATA").decode()
     deps = {}
     for line in meta.splitlines():
-        m = re.match(r"^Requires-Dist: ([A-Za-z0-9_.-]+)==([^;\s]+)\s*$", line)
+        m = re.match(r"^Requires-Dist: ([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==([^;\s]+)\s*$", line)
         if m:
             deps[m.group(1)] = m.group(2)
     deps = {"python": lock.dependencies.get("python", "cp311"), **deps}
@@ -400,7 +400,7 @@ def lint(root):
 def strip_trailers(text):
     """Remove this project's downstream-only trailers from a mail."""
     head, sep, rest = text.partition("\n---\n")
-    head = re.sub(r"(?m)^(%s): .*\n" % "|".join(DOWNSTREAM_TRAILERS), "", head)
+    head = re.sub(r"(?m)^(%s): .*(\n|\Z)" % "|".join(DOWNSTREAM_TRAILERS), "", head)
     return re.sub(r"\n\n+\Z", "\n", head.rstrip("\n") + "\n") + sep + rest if sep else head
 
 
