@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 SPEC = "sglang.srt.speculative"
 
@@ -28,7 +29,7 @@ def _install(root: str, real: list[str]):
     from tools.sglo.harness.standins import install_transformers_standin
 
     install_transformers_standin()
-    if importlib.util.find_spec("triton") is None:
+    if "triton" not in sys.modules and importlib.util.find_spec("triton") is None:
         for name in ("triton", "triton.language"):
             sys.modules.setdefault(name, loader.StubModule(name))
     base = Path(root)
@@ -134,4 +135,186 @@ def server_rules_many(root: str, argvs: list[list[str]]) -> list[dict]:
             out.append({"ok": True, "value": server_rules(root, argv)})
         except Exception as e:  # noqa: BLE001 - a refusal is a result
             out.append({"ok": False, "type": type(e).__name__, "message": str(e)})
+    return out
+
+
+# --------------------------------------------------------------------------
+# Decode steps of the DFlash / DDTREE workers on CPU stand-ins (standins.py)
+# --------------------------------------------------------------------------
+
+WORKER_MODULES = [
+    f"{SPEC}.spec_info",
+    f"{SPEC}.spec_registry",
+    f"{SPEC}.ddtree_algo",
+    f"{SPEC}.ddtree_tree",
+    f"{SPEC}.ddtree_worker",
+    f"{SPEC}.dflash_worker",
+    f"{SPEC}.dflash_info",
+    f"{SPEC}.dflash_utils",
+    f"{SPEC}.eagle_info",
+    f"{SPEC}.eagle_info_v2",
+    f"{SPEC}.eagle_worker",
+]
+
+
+def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, extra_attrs):
+    import sys
+
+    import torch
+
+    from tests.ddtree_integration import standins as st
+
+    record = []
+    if cls_name == "DDTreeWorker" and "triton" not in sys.modules:
+        # eagle_worker.py (EAGLE's Mamba tree commit) applies torch.compile at import;
+        # torch's compiler stack must be imported while triton is genuinely absent
+        # (before the loader stubs it).
+        torch.compile(lambda x: x, dynamic=True)  # imports the compiler stack; compiles nothing
+
+    _, loader = _install(root, WORKER_MODULES)
+    fakes = st.kernel_fakes(record)
+    allocator = st.Allocator()
+    fakes["alloc_token_slots"] = lambda tree_cache, n, *a, **k: allocator.alloc(int(n))
+    loader.set_fakes(fakes)
+    mod = loader.load(cls_module)
+    import sys
+
+    for m, loaded in list(sys.modules.items()):
+        if not m.startswith("sglang.") or loader.is_stub(loaded):
+            continue
+        for name, fake in fakes.items():
+            if name in loaded.__dict__ and loader.is_stub(loaded.__dict__[name]):
+                setattr(loaded, name, fake)
+    cls = getattr(mod, cls_name)
+    reqs = [st.Req(p) for p in prompts]
+    req_to_token = torch.full((len(reqs), 256), -1, dtype=torch.int64)
+    batch = st.Batch(reqs, req_to_token, allocator)
+    # the prompt's KV (all tokens but the bonus) is in the cache already
+    for b, r in enumerate(reqs):
+        n = len(r.tokens()) - 1
+        req_to_token[b, :n] = allocator.alloc(n)
+    batch_ref = [batch]
+    drafter = st.OracleDrafter(batch_ref, block, truth_rank, seed)
+    drafter.token_to_kv_pool_allocator = allocator
+    drafter.req_to_token_pool = batch.req_to_token_pool
+    draft_kv = st.DraftKV()
+    drafter.token_to_kv_pool = draft_kv.pool
+    target = st.ToyTarget()
+    mamba = st.MambaBackend()
+    embed = torch.nn.Embedding(st.VOCAB, 4)
+    lm_head = SimpleNamespace(
+        weight=torch.eye(st.VOCAB),
+        shard_indices=SimpleNamespace(num_org_elements=st.VOCAB, num_org_elements_padded=st.VOCAB,
+                                      num_added_elements=0, org_vocab_start_index=0,
+                                      added_vocab_start_index=st.VOCAB),
+    )
+    model = SimpleNamespace(get_input_embeddings=lambda: embed, lm_head=lm_head)
+    model_runner = SimpleNamespace(model=model, attn_backend=mamba, device="cpu",
+                                   model_config=SimpleNamespace(vocab_size=st.VOCAB))
+    target_worker = SimpleNamespace(model_runner=model_runner,
+                                    forward_batch_generation=target.forward_batch_generation)
+    w = object.__new__(cls)
+    attrs = dict(
+        server_args=SimpleNamespace(mamba_track_interval=256), target_worker=target_worker,
+        model_runner=model_runner, draft_model_runner=drafter, draft_model=draft_kv.model, page_size=1,
+        block_size=block, device="cpu", draft_window_size=None, use_compact_draft_cache=False,
+        _mask_token_id=st.VOCAB - 1, _block_pos_offsets=torch.arange(block, dtype=torch.int64),
+        _draft_block_ids_buf=None, _draft_block_positions_buf=None, _draft_block_tokens_buf=None,
+        _draft_block_end_buf=None, _draft_seq_lens_cpu_buf=None, _draft_block_spec_info=None,
+        _use_fused_kv_materialize=False, _fused_kv_helper=None, tp_rank=0,
+        _warned_sampling_fallback=False, _logged_first_verify=True,
+        _draft_greedy_gathered_max_buf=None, _draft_greedy_gathered_ids_buf=None, _draft_greedy_gather_cap=0,
+        _draft_greedy_best_rank_buf=None, _draft_greedy_rank_index_buf=None,
+        _draft_greedy_selected_ids_buf=None, _draft_greedy_index_cap=0,
+    )
+    attrs.update(extra_attrs)
+    for k, v in attrs.items():
+        object.__setattr__(w, k, v)
+    dflash_info = loader.load(f"{SPEC}.dflash_info")
+    draft_input = dflash_info.DFlashDraftInput(
+        bonus_tokens=torch.tensor([r.tokens()[-1] for r in reqs], dtype=torch.int64),
+        target_hidden=torch.zeros((0, 3)),
+        ctx_lens=torch.zeros(len(reqs), dtype=torch.int32),
+        draft_seq_lens=batch.seq_lens.to(torch.int32),
+    )
+    batch.spec_info = draft_input
+    env = SimpleNamespace(record=record, allocator=allocator, batch=batch, reqs=reqs, req_to_token=req_to_token,
+                          draft_kv=draft_kv, target=target, mamba=mamba, loader=loader, mod=mod)
+    return w, env
+
+
+def _t(x):
+    return {"dtype": str(x.dtype), "shape": list(x.shape), "values": x.tolist()}
+
+
+def dflash_chain_step(root: str, prompts, block=5, seed=0) -> dict:
+    """DFlashWorker._prepare_for_speculative_decoding on the stand-ins: the chain
+    verify input it builds (same inputs on any tree -> same result)."""
+    w, env = _worker_setup(root, f"{SPEC}.dflash_worker", "DFlashWorker", prompts, block, [0, 1], seed, {})
+    w._prepare_for_speculative_decoding(env.batch, env.batch.spec_info)
+    vi = env.batch.spec_info
+    return {"draft_token": _t(vi.draft_token), "positions": _t(vi.positions),
+            "has_run_draft_block": hasattr(type(w), "_run_draft_block")}
+
+
+def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_rank=(0, 1, 0, 2), seed=0) -> dict:
+    """DDTREE decode steps (draft, tree, verify, commit) through the worker's real
+    forward_batch_generation on the stand-ins; returns what each step fed the
+    kernels and what it committed."""
+    import torch
+
+    w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed,
+                           dict(budget=budget, num_verify_tokens=budget + 1, num_draft_positions=block - 1))
+    out = []
+    for _ in range(steps):
+        batch = env.batch
+        seq_before = batch.seq_lens.tolist()
+        outputs_before = [list(r.output_ids) for r in env.reqs]
+        n_freed = len(env.allocator.freed)
+        n_slots = len(env.draft_kv.slots)
+        w.forward_batch_generation(batch)
+        call = env.target.calls[-1]
+        vi = call["spec_info"]
+        k = env.record[-1]
+        out.append({
+            "verify_input": {
+                "mro": [c.__name__ for c in type(vi).__mro__],
+                "spec_input_type": int(vi.spec_input_type),
+                "draft_token": _t(vi.draft_token), "positions": _t(vi.positions),
+                "retrieve_index": _t(vi.retrieve_index), "retrieve_next_token": _t(vi.retrieve_next_token),
+                "retrieve_next_sibling": _t(vi.retrieve_next_sibling),
+                "custom_mask": _t(vi.custom_mask),
+                "spec_steps": vi.spec_steps, "topk": vi.topk, "draft_token_num": vi.draft_token_num,
+                "seq_lens_sum": vi.seq_lens_sum,
+            },
+            "kernel": {"accept_index": _t(k["accept_index"]), "accept_token_num": _t(k["accept_token_num"]),
+                       "predicts": _t(k["predicts"])},
+            "verify_slots": call["out_cache_loc"].tolist(),
+            "seq_before": seq_before,
+            "seq_after": batch.seq_lens.tolist(),
+            "seq_lens_cpu_after": batch.seq_lens_cpu.tolist(),
+            "seq_lens_sum_after": batch.seq_lens_sum,
+            "outputs_before": outputs_before,
+            "outputs_after": [list(r.output_ids) for r in env.reqs],
+            "freed": env.allocator.freed[n_freed:],
+            "req_to_token": env.req_to_token[:, :64].tolist(),
+            "mamba_commit": env.mamba.commits[-1],
+            "draft_kv": {str(s): v for s, v in list(env.draft_kv.slots.items())[n_slots:]},
+            "spec_info_after": type(batch.spec_info).__name__,
+            "bonus_after": batch.spec_info.bonus_tokens.tolist(),
+        })
+    return {"steps": out, "prompts": prompts}
+
+
+def ddtree_decode_configs(root: str, prompts, configs) -> list:
+    """ddtree_decode_steps for several configurations in one interpreter."""
+    out = []
+    for cfg in configs:
+        try:
+            out.append({"ok": True, "value": ddtree_decode_steps(root, prompts, **cfg)})
+        except Exception as e:  # noqa: BLE001
+            import traceback
+
+            out.append({"ok": False, "type": type(e).__name__, "message": str(e),
+                        "traceback": traceback.format_exc()[-3000:]})
     return out
