@@ -1,17 +1,14 @@
 """Memory sizing for DDTREE through the regression harness (tools/regress.py).
 
-Scenario ddtree-h200-budget-31 runs the tree's real sizing code (the mixin era's
-_resolve_memory_pool_config -> handle_max_mamba_cache at the pin) with the
+Scenario ddtree-h200-budget-31 runs the tree's real sizing code with the
 tree's own DDTREE rules applied to the server arguments.  The speculative
-intermediate SSM-state reservation is read from the harness's figures:
-
-    reservation = rest_before_mamba - rest_after_mamba - max_mamba_cache_size * per_req
-
-and checked against the same scenario run as DFLASH (block 16): DDTREE must
-reserve for budget + 1 = 32 draft tokens per request, i.e. exactly 32/16 of
-DFLASH's reservation (the ratio holds for any sizing rule linear in the draft
-tokens, so it keeps holding when the memory topic's reservation patches land),
-and at least per_req * running requests * 32 bytes.
+intermediate SSM-state reservation is taken from the memory ledger the tree
+writes (the memory-ledger patch: ``reservations.speculative_intermediate_states``)
+or, for a tree without it, from the harness's figures
+(rest_before_mamba - rest_after_mamba - max_mamba_cache_size * per_req), and
+checked against the same scenario run as DFLASH (block 16): DDTREE must
+reserve for budget + 1 = 32 draft tokens per slot, exactly 32/16 of DFLASH's
+reservation, and at least per_req * running requests * 32 bytes.
 """
 
 import dataclasses
@@ -26,6 +23,11 @@ NAME = "ddtree-h200-budget-31"
 
 
 def _reservation_bytes(report) -> float:
+    ledger = report.get("ledger") or {}
+    spec = (ledger.get("reservations") or {}).get("speculative_intermediate_states")
+    if spec is not None:
+        assert spec["draft_tokens"] == report["figures"]["speculative_num_draft_tokens"], spec
+        return float(spec["bytes"])
     f = report["figures"]
     slots = f["max_mamba_cache_size"] * f["mamba_cache_per_req_bytes"]
     return (f["rest_before_mamba_gib"] - f["rest_after_mamba_gib"]) * GIB - slots
