@@ -6,6 +6,7 @@ git configuration (so a user's own git config never changes the output).
 
 Each REV is written as patches/<name>.patch, the name taken from the
 commit's subject unless given as REV=NAME. Add the names to patches/series.
+(`python tools/stack.py refresh` regenerates all of patches/ from a tree.)
 """
 import os
 import sys
@@ -13,16 +14,10 @@ import sys
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import argparse  # noqa: E402
-import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from tools.sglo import cli, gitcmd  # noqa: E402
+from tools.sglo import cli, gitcmd, stack  # noqa: E402
 from tools.sglo.errors import UsageError  # noqa: E402
-
-
-def slug(subject):
-    s = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")
-    return "-".join(s.split("-")[:6]) or "patch"
 
 
 def main(argv):
@@ -39,8 +34,8 @@ def main(argv):
         if p.returncode:
             raise UsageError(f"{args.tree}: no commit {rev!r}", hint="give a commit of the built tree")
         commit = p.stdout.strip()
-        name = name or slug(gitcmd.out(args.tree, "log", "-1", "--format=%s", commit)) + ".patch"
-        text = gitcmd.run(args.tree, "format-patch", "-1", "--stdout", "--no-signature", commit).stdout
+        name = name or stack.slug(gitcmd.out(args.tree, "log", "-1", "--format=%s", commit)) + ".patch"
+        text = stack.format_patch(args.tree, commit)
         Path(args.to, name).write_text(text)
         out.append({"commit": commit, "file": str(Path(args.to, name))})
     cli.emit({"exported": out}, args.json, "\n".join(f"{o['commit'][:12]} -> {o['file']}" for o in out))

@@ -336,7 +336,7 @@ def refresh(root, tree, write=True):
         text = format_patch(tree, c)
         old = stack.patches[i] if i < len(stack.patches) and stack.patches[i].subject == subject else \
             by_subject.get(subject)
-        name = old.name if old else _slug(subject) + ".patch"
+        name = old.name if old else slug(subject) + ".patch"
         names.append(name)
         if old is None:
             changes.append({"patch": name, "change": "added", "commit": c})
@@ -358,7 +358,7 @@ def refresh(root, tree, write=True):
     return {"changes": changes, "series_changed": order_changed, "patches": names}
 
 
-def _slug(subject):
+def slug(subject):
     s = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")
     return "-".join(s.split("-")[:6]) or "patch"
 
@@ -446,7 +446,7 @@ def export(root, lock, topic, onto, out_dir, cache=None, progress=None, run_test
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         for i, r in enumerate(report["patches"], 1):
-            f = out_dir / f"{i:04d}-{_slug(r['subject'])}.patch"
+            f = out_dir / f"{i:04d}-{slug(r['subject'])}.patch"
             text = strip_trailers(r["text"])
             text = text.replace("Subject: [PATCH] ", f"Subject: [PATCH {i}/{len(mine)}] ", 1) \
                 if len(mine) > 1 else text
