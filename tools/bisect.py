@@ -119,7 +119,10 @@ def setup(args, progress):
         test = B.Test(root=ROOT, **header["test"])
         s = dict(fixed=header["fixed"], runs=header["runs"], jobs=args.jobs if args.jobs > 1 else header["jobs"])
         known = B.known_from(results, {p.id for p in rng.extra_old + rng.points})
-        return rng, test, header, B.Log(path), known, results, verdict, s
+        log = B.Log(path)
+        if args.resume and log.repair():
+            progress(f"{path}: dropped a torn last line (the run was stopped mid-write)")
+        return rng, test, header, log, known, results, verdict, s
     test = B.Test(scenario=args.scenario, command=args.command, root=ROOT, timeout=args.timeout)
     test.check()
     stack = stack_for(args.root, args.with_stack)

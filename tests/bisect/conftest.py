@@ -11,8 +11,12 @@ def repo():
 
 
 @pytest.fixture(scope="session")
-def trees(tmp_path_factory):
-    return tmp_path_factory.mktemp("bisect-trees")
+def trees():
+    """Step trees, kept in the cache like the release downloads (each is
+    verified against its record on every use; test_bisect_cache.py
+    checks a damaged one is rebuilt)."""
+    from tools.sglo import source
+    return source.cache_dir() / "bisect-trees-tests"
 
 
 @pytest.fixture(scope="session")

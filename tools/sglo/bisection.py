@@ -343,6 +343,16 @@ class Log:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.append({"type": "start", "schema": LOG_SCHEMA, "tool_version": TOOL_VERSION, **header})
 
+    def repair(self):
+        """Cut a torn last line (a crash mid-write) before appending again."""
+        data = self.path.read_bytes()
+        cut = data.rfind(b"\n") + 1
+        if cut < len(data):
+            with open(self.path, "r+b") as f:
+                f.truncate(cut)
+            return True
+        return False
+
     def append(self, record):
         with self._lock, open(self.path, "a") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")

@@ -1,0 +1,86 @@
+"""Commit level, on a local git repository whose commits are consecutive
+real release trees (tools.bench_bisect.release_history): the release
+answers at commit granularity, the patch stack at every step (a patch
+already upstream is dropped, a stack that does not apply is a skip),
+--jobs 2, and a good ref off the first-parent line (merge base)."""
+from tests.bisect.support import branchy_history, bisect, bound, results
+
+
+def run(tmp_path, trees, repo, *args):
+    log = tmp_path / "log.jsonl"
+    rc, data, err = bisect("--repo", str(repo), *args, "--log", str(log), "--tree-cache", str(trees), "--json")
+    return rc, data, err, log
+
+
+def label(point):
+    return point["label"]
+
+
+def test_zero_requests_fixed_at_the_0_5_13_commit(tmp_path, trees, repo):
+    rc, data, err, log = run(tmp_path, trees, repo, "--bad", "v0.5.11", "--good", "v0.5.16", "--fixed",
+                             "--scenario", "zero-requests-dflash")
+    assert rc == 0, err
+    assert label(data["first_new"]) == "sglang 0.5.13" and label(data["last_old"]) == "sglang 0.5.12.post1"
+    assert data["executions"] <= bound(9)
+
+
+def test_negative_rest_fixed_at_the_0_5_14_commit(tmp_path, trees, repo):
+    rc, data, err, log = run(tmp_path, trees, repo, "--bad", "v0.5.9", "--good", "v0.5.16", "--fixed",
+                             "--scenario", "negative-rest-tp8")
+    assert rc == 0, err
+    assert label(data["first_new"]) == "sglang 0.5.14" and data["first_new"]["ref"] == ""
+    assert data["executions"] <= bound(12)
+
+
+def test_negative_rest_incident_not_in_range_at_commit_level(tmp_path, trees, repo):
+    rc, data, err, log = run(tmp_path, trees, repo, "--good", "v0.5.9", "--bad", "v0.5.12.post1",
+                             "--scenario", "negative-rest-tp8")
+    assert rc == 4, err
+    assert data["verdict"] == "not-in-range" and data["executions"] == 2
+
+
+def test_with_stack_and_jobs_2_same_answer_skipping_where_the_stack_does_not_apply(tmp_path, trees, repo, stack_root):
+    rc, data, err, log = run(tmp_path, trees, repo, "--bad", "v0.5.11", "--good", "v0.5.16", "--fixed",
+                             "--scenario", "zero-requests-dflash", "--with-stack", "--root", str(stack_root),
+                             "--jobs", "2")
+    assert rc == 0, err
+    assert label(data["first_new"]) == "sglang 0.5.13"
+    by = {s["label"]: s for s in data["steps"]}
+    # 0.5.14 changed set_kv_buffer's signature: the note patch does not apply -> skip, never bad
+    assert by["sglang 0.5.14"]["result"] == "skip"
+    rec = next(r for r in results(log) if r["raw"] == "skip")
+    assert "kv-pool-loc-note.patch" in rec["summary"] and "does not apply" in rec["summary"]
+    # the backport is upstream from 0.5.13 on: dropped there, and said so
+    assert by["sglang 0.5.13"]["dropped"] == ["tbo-skip-preparer-when-off.patch"]
+    assert by["sglang 0.5.16"]["dropped"] == ["tbo-skip-preparer-when-off.patch"]
+    assert "dropped" not in by["sglang 0.5.11"]
+    assert "dropped (already upstream here, applies in reverse): tbo-skip-preparer-when-off.patch" in err
+    # two points at once: endpoints in one round, then rounds of two
+    batches = {}
+    for r in results(log):
+        batches.setdefault(r["batch"], []).append(r["point"])
+    assert all(len(v) <= 2 for v in batches.values()) and len(batches[1]) == 2
+
+
+def test_with_stack_skip_at_the_answer_is_inconclusive(tmp_path, trees, repo, stack_root):
+    """The fix is in 0.5.14, exactly where the stack does not apply: the
+    honest answer is 'between 0.5.13.post1 and 0.5.15, 0.5.14 skipped'."""
+    rc, data, err, log = run(tmp_path, trees, repo, "--bad", "v0.5.9", "--good", "v0.5.16", "--fixed",
+                             "--scenario", "negative-rest-tp8", "--with-stack", "--root", str(stack_root))
+    assert rc == 6, err
+    assert data["verdict"] == "inconclusive"
+    assert label(data["last_old"]) == "sglang 0.5.13.post1" and label(data["first_new"]) == "sglang 0.5.15"
+    assert [s["label"] for s in data["skipped"]] == ["sglang 0.5.14"]
+    assert "kv-pool-loc-note.patch" in data["skipped"][0]["why"]
+
+
+def test_good_ref_off_the_first_parent_line_bisects_from_the_merge_base(tmp_path, trees):
+    """v0.5.12.post1 sits on a release branch off 0.5.12, as upstream's tags do."""
+    repo = branchy_history()
+    rc, data, err, log = run(tmp_path, trees, repo, "--bad", "v0.5.12.post1", "--good", "v0.5.14", "--fixed",
+                             "--scenario", "zero-requests-dflash")
+    assert rc == 0, err
+    assert label(data["first_new"]) == "sglang 0.5.13" and label(data["last_old"]) == "sglang 0.5.12"
+    tested = [s["label"] for s in data["steps"]]
+    assert "sglang 0.5.12.post1" in tested and "sglang 0.5.12" in tested     # the ref and the merge base
+    assert "merge base" in err and "not an ancestor" in err
