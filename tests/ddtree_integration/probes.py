@@ -318,3 +318,77 @@ def ddtree_decode_configs(root: str, prompts, configs) -> list:
             out.append({"ok": False, "type": type(e).__name__, "message": str(e),
                         "traceback": traceback.format_exc()[-3000:]})
     return out
+
+
+def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
+    """The hybrid linear-attention backend's TARGET_VERIFY metadata (the tree
+    path that makes its conv / GDN / Mamba kernels follow each node's parent),
+    for (a) the verify input the model runner's warm-up builds for a
+    DFlash-drafted algorithm and (b) a DDTree verify input."""
+    import torch
+
+    from tests.ddtree_integration import standins as st
+
+    _, loader = _install(root, [
+        "sglang.srt.layers.attention.hybrid_linear_attn_backend",
+        "sglang.srt.layers.attention.mamba.mamba2_metadata",
+    ] + WORKER_MODULES)
+    hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
+    dflash_info = loader.load(f"{SPEC}.dflash_info")
+    N = budget + 1
+    mr = SimpleNamespace(
+        server_args=SimpleNamespace(speculative_eagle_topk=topk), device="cpu",
+        req_to_token_pool=SimpleNamespace(get_mamba_indices=lambda idx: idx.to(torch.int32) + 1),
+    )
+    backend = object.__new__(hyb.MambaAttnBackendBase)
+    hyb.MambaAttnBackendBase.__init__(backend, mr)
+
+    class VerifyMode:
+        def is_decode_or_idle(self):
+            return False
+
+        def is_extend(self, include_draft_extend_v2=False):
+            return True
+
+        def is_draft_extend_v2(self):
+            return False
+
+        def is_target_verify(self):
+            return True
+
+    def metadata(spec_info):
+        fb = SimpleNamespace(batch_size=bs, forward_mode=VerifyMode(), input_ids=torch.zeros(bs * N, dtype=torch.int64),
+                             spec_info=spec_info, req_pool_indices=torch.arange(bs), mamba_track_mask=None)
+        md = backend._forward_metadata(fb)
+        return {
+            "query_start_loc": md.query_start_loc.tolist(),
+            "retrieve_next_token": None if md.retrieve_next_token is None else md.retrieve_next_token.tolist(),
+            "retrieve_next_sibling": None if md.retrieve_next_sibling is None else md.retrieve_next_sibling.tolist(),
+            "retrieve_parent_token": None if md.retrieve_parent_token is None
+            else {"dtype": str(md.retrieve_parent_token.dtype), "shape": list(md.retrieve_parent_token.shape)},
+        }
+
+    out = {"topk": backend.topk}
+    # (a) model_runner._dummy_run's verify input for is_dflash() algorithms
+    warmup = dflash_info.DFlashVerifyInput(draft_token=None, positions=None, draft_token_num=N, custom_mask=None)
+    try:
+        out["warmup"] = {"ok": True, "value": metadata(warmup)}
+    except Exception as e:  # noqa: BLE001
+        out["warmup"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
+    # (b) a DDTree verify input
+    try:
+        worker = loader.load(f"{SPEC}.ddtree_worker")
+        tree_mod = loader.load(f"{SPEC}.ddtree_tree")
+        g = torch.Generator().manual_seed(0)
+        logits = torch.randn((bs, block - 1, st.VOCAB), generator=g)
+        ids, lps = tree_mod.topk_logprobs(logits, budget)
+        tree = tree_mod.build_ddtree(ids, lps, budget)
+        seq = torch.tensor([5, 9][:bs], dtype=torch.int64)
+        vi = worker.make_verify_input(tree, torch.tensor([1, 2][:bs]), seq, seq.clone(), int(seq.sum()), block - 1)
+        md = metadata(vi)
+        md["same_arrays"] = (md["retrieve_next_token"] == vi.retrieve_next_token.tolist()
+                             and md["retrieve_next_sibling"] == vi.retrieve_next_sibling.tolist())
+        out["ddtree"] = {"ok": True, "value": md}
+    except Exception as e:  # noqa: BLE001
+        out["ddtree"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
+    return out
