@@ -257,7 +257,8 @@ def dflash_chain_step(root: str, prompts, block=5, seed=0) -> dict:
             "has_run_draft_block": hasattr(type(w), "_run_draft_block")}
 
 
-def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_rank=(0, 1, 0, 2), seed=0) -> dict:
+def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_rank=(0, 1, 0, 2), seed=0,
+                        sampling=False) -> dict:
     """DDTREE decode steps (draft, tree, verify, commit) through the worker's real
     forward_batch_generation on the stand-ins; returns what each step fed the
     kernels and what it committed."""
@@ -265,6 +266,15 @@ def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_ra
 
     w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed,
                            dict(budget=budget, num_verify_tokens=budget + 1, num_draft_positions=block - 1))
+    if sampling:
+        from tests.ddtree_integration import standins as st
+
+        env.batch.sampling_info = st.Sampled(len(prompts))
+        # eagle_info imports these from sgl_kernel only on CUDA builds (is_cuda())
+        eagle_info = env.loader.load(f"{SPEC}.eagle_info")
+        fakes = st.kernel_fakes(env.record)
+        for name in ("tree_speculative_sampling_target_only", "top_k_renorm_prob", "top_p_renorm_prob"):
+            setattr(eagle_info, name, fakes[name])
     out = []
     for _ in range(steps):
         batch = env.batch
@@ -288,7 +298,9 @@ def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_ra
                 "seq_lens_sum": vi.seq_lens_sum,
             },
             "kernel": {"accept_index": _t(k["accept_index"]), "accept_token_num": _t(k["accept_token_num"]),
-                       "predicts": _t(k["predicts"])},
+                       "predicts": _t(k["predicts"]), "sampling": k.get("sampling", False),
+                       "draft_probs_all_zero": k.get("draft_probs_all_zero"),
+                       "thresholds": [k.get("threshold_single"), k.get("threshold_acc")]},
             "verify_slots": call["out_cache_loc"].tolist(),
             "seq_before": seq_before,
             "seq_after": batch.seq_lens.tolist(),
@@ -392,3 +404,60 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
     except Exception as e:  # noqa: BLE001
         out["ddtree"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
     return out
+
+
+def tp_topk(root: str, tp=3, bs=2, L=3, vocab=50, hidden=8, budget=9, seed=0) -> dict:
+    """DDTreeWorker._draft_topk_logprobs on ``tp`` simulated ranks, each holding a
+    vocabulary shard of the LM head (the last one short), with an all-gather
+    that concatenates the ranks' inputs; compared with the single-rank result
+    over the whole vocabulary."""
+    import torch
+
+    _, loader = _install(root, WORKER_MODULES)
+    shard = -(-vocab // tp)
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn((vocab, hidden), generator=g)
+    Hs = torch.randn((bs, L, hidden), generator=g) * 3
+
+    class Group:
+        def __init__(self, rank, inputs):
+            self.world_size, self.rank, self.inputs, self.calls = tp, rank, inputs, 0
+
+        def all_gather_into_tensor(self, out, inp):
+            key = self.calls
+            self.calls += 1
+            self.inputs.setdefault(key, {})[self.rank] = inp.clone()
+            if len(self.inputs[key]) == tp:
+                out.copy_(torch.cat([self.inputs[key][r] for r in range(tp)]))
+
+    def run(rank, inputs, world):
+        lo, hi = rank * shard, min(vocab, (rank + 1) * shard)
+        w = torch.zeros((shard, hidden))
+        w[: hi - lo] = W[lo:hi]
+        lm_head = SimpleNamespace(weight=w, shard_indices=SimpleNamespace(
+            num_org_elements=hi - lo, num_org_elements_padded=shard, num_added_elements=0,
+            org_vocab_start_index=lo, added_vocab_start_index=vocab))
+        mod = loader.load(f"{SPEC}.ddtree_worker")
+        mod.get_tp_group = lambda: world
+        worker = object.__new__(mod.DDTreeWorker)
+        object.__setattr__(worker, "budget", budget)
+        object.__setattr__(worker, "model_runner", SimpleNamespace(model_config=SimpleNamespace(vocab_size=vocab)))
+        return worker._draft_topk_logprobs(Hs, lm_head)
+
+    inputs = {}
+    # pass 1: every rank contributes its shard's candidates (outputs not used)
+    for r in range(tp):
+        run(r, inputs, Group(r, inputs))
+    # pass 2: every rank gathers all contributions
+    results = []
+    for r in range(tp):
+        grp = Group(r, {k: dict(v) for k, v in inputs.items()})
+        results.append(run(r, grp.inputs, grp))
+    tree_mod = loader.load(f"{SPEC}.ddtree_tree")
+    ref_ids, ref_lps = tree_mod.topk_logprobs(torch.matmul(Hs.reshape(-1, hidden), W.T).view(bs, L, vocab), budget)
+    return {
+        "ranks_identical": all(torch.equal(results[0][0], x[0]) and torch.equal(results[0][1], x[1]) for x in results),
+        "ids_equal": torch.equal(results[0][0], ref_ids),
+        "max_lp_diff": float((results[0][1] - ref_lps).abs().max()),
+        "shapes": [list(results[0][0].shape), str(results[0][0].dtype), str(results[0][1].dtype)],
+    }

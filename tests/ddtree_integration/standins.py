@@ -126,6 +126,18 @@ class Greedy:
         return self.n
 
 
+class Sampled(Greedy):
+    """sampling_info of a batch sampling at temperature 1, no top-k / top-p cut."""
+
+    def __init__(self, n):
+        super().__init__(n)
+        self.is_all_greedy = False
+        self.temperatures = torch.ones((n, 1))
+        self.top_ks = torch.full((n,), VOCAB, dtype=torch.int32)
+        self.top_ps = torch.ones(n)
+        self.need_top_p_sampling = False
+
+
 class Batch:
     """The ScheduleBatch fields a DFlash/DDTREE decode step reads and writes."""
 
@@ -279,7 +291,28 @@ def kernel_fakes(record):
                           predicts=predicts.clone())
         return predicts, accept_index, accept_token_num
 
+    def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                                              retrive_next_token, retrive_next_sibling, uniform_samples,
+                                              uniform_samples_for_final_sampling, target_probs, draft_probs,
+                                              threshold_single, threshold_acc, deterministic=True):
+        kref.check_tree_speculative_sampling_target_only(
+            predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+            retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs, draft_probs,
+            threshold_single, threshold_acc)
+        record.append({"sampling": True, "draft_probs_all_zero": bool((draft_probs == 0).all()),
+                       "threshold_single": threshold_single, "threshold_acc": threshold_acc})
+        # The toy target's distributions are one-hot up to e^-20: the kernel's walk is the
+        # greedy walk over the most probable token (its coins cannot change it).
+        target_predict = target_probs.argmax(-1).to(torch.int64)
+        kref.verify_tree_greedy_reference(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                                          retrive_next_token, retrive_next_sibling, target_predict)
+        record[-1].update(accept_index=accept_index.clone(), accept_token_num=accept_token_num.clone(),
+                          predicts=predicts.clone())
+
     return {
+        "tree_speculative_sampling_target_only": tree_speculative_sampling_target_only,
+        "top_k_renorm_prob": lambda probs, top_ks: probs,  # top_k = VOCAB: no cut
+        "top_p_renorm_prob": lambda probs, top_ps: probs,
         "verify_tree_greedy_func": verify_tree_greedy_func,
         "assign_req_to_token_pool_func": assign_req_to_token_pool_cpu,
         "alloc_token_slots": None,  # set per batch (the batch's allocator)

@@ -132,6 +132,33 @@ def test_ddtree_decode_patched(patched_tree):
     assert differ > 0
 
 
+def test_ddtree_sampling_decode_patched(patched_tree):
+    """Temperature 1: EagleVerifyInput.verify's sampling branch feeds
+    tree_speculative_sampling_target_only (argument checks as compiled) with no
+    draft probabilities (all zero: target-only, lossless) and thresholds 1."""
+    cfg = dict(CONFIGS[1], sampling=True)
+    r = probe(patched_tree, "ddtree_decode_configs", prompts=PROMPTS, configs=[cfg])
+    res = r["value"][0]
+    assert res["ok"], res
+    for s in res["value"]["steps"]:
+        assert s["kernel"]["sampling"] and s["kernel"]["draft_probs_all_zero"]
+        assert s["kernel"]["thresholds"] == [1.0, 1.0]
+    _check_steps(res["value"]["steps"], cfg)
+
+
+def test_tp_topk_merge_patched(patched_tree):
+    """With tensor parallelism every rank builds the same tree: the ranks' top-K and
+    log-sum-exp over their vocabulary shards (the last one short) merge into exactly
+    the single-rank top-K log-probabilities over the whole vocabulary."""
+    for tp in (2, 3):
+        r = probe(patched_tree, "tp_topk", tp=tp)
+        assert r["ok"], r
+        v = r["value"]
+        assert v["ranks_identical"] and v["ids_equal"], v
+        assert v["max_lp_diff"] < 1e-4, v
+        assert v["shapes"] == [[2, 3, 9], "torch.int64", "torch.float32"]
+
+
 def test_ddtree_decode_absent_on_pristine(pristine_tree):
     with pytest.raises(AssertionError, match="failed"):
         check_decode(pristine_tree, CONFIGS[:1])
