@@ -249,7 +249,7 @@ def read_overlay(overlay_dir):
 def load(root, strict=True):
     """Read and validate patches/ and overlay/ under ``root``.  With
     ``strict``, a metadata problem (lint) is a UsageError."""
-    root = Path(root)
+    root = Path(root).resolve()
     names = read_series(root / "patches")
     patches = [parse_patch(root / "patches" / n, i) for i, n in enumerate(names, 1)]
     if strict:
@@ -264,7 +264,6 @@ def load(root, strict=True):
         h.update(b"patch\0" + p.name.encode() + b"\0")
         data = normalized(p.raw)
         h.update(b"%d\0" % len(data) + data)
-    manifest = root / "overlay" / OVERLAY_MANIFEST
     for o in overlay:
         data = o.path.read_bytes()
         h.update(b"overlay\0" + o.rel.encode() + (b"\0x\0" if o.executable else b"\0-\0")
