@@ -461,3 +461,33 @@ def tp_topk(root: str, tp=3, bs=2, L=3, vocab=50, hidden=8, budget=9, seed=0) ->
         "max_lp_diff": float((results[0][1] - ref_lps).abs().max()),
         "shapes": [list(results[0][0].shape), str(results[0][0].dtype), str(results[0][1].dtype)],
     }
+
+
+def worker_init(root: str, block=16, budget=63) -> dict:
+    """DDTreeWorker.__init__ with DFlashWorker.__init__ (which loads the drafter on
+    the GPU through a TpModelWorker) stood in by a recorder of the server
+    arguments it sees: the drafter must be built as DFlash's (N = block, topk 1),
+    the target's arguments restored afterwards (N = budget + 1, topk 2)."""
+    _, loader = _install(root, WORKER_MODULES)
+    mod = loader.load(f"{SPEC}.ddtree_worker")
+    seen = {}
+
+    def dflash_init(self, server_args, **kw):
+        seen.update(num_draft_tokens=server_args.speculative_num_draft_tokens,
+                    topk=server_args.speculative_eagle_topk, kwargs=sorted(kw))
+        self.block_size = int(server_args.speculative_num_draft_tokens)
+        self.tp_rank = 0
+
+    mod.DFlashWorker.__init__ = dflash_init
+    sa = SimpleNamespace(speculative_dflash_block_size=block, speculative_ddtree_budget=budget,
+                         speculative_num_draft_tokens=budget + 1, speculative_eagle_topk=2)
+    w = mod.DDTreeWorker(sa, 0, 0, None, 0, 0, 0, 12345, SimpleNamespace())
+    out = {"seen": seen, "after": [sa.speculative_num_draft_tokens, sa.speculative_eagle_topk],
+           "worker": [w.block_size, w.budget, w.num_verify_tokens, w.num_draft_positions]}
+    sa.speculative_num_draft_tokens = 16  # arguments that skipped finish_ddtree_server_args
+    try:
+        mod.DDTreeWorker(sa, 0, 0, None, 0, 0, 0, 12345, SimpleNamespace())
+        out["unfinished"] = None
+    except RuntimeError as e:
+        out["unfinished"] = str(e)
+    return out

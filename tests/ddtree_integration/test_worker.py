@@ -194,3 +194,17 @@ def test_draft_block_hook_patched(patched_tree):
 def test_draft_block_hook_absent_on_pristine(pristine_tree):
     with pytest.raises(AssertionError, match="no _run_draft_block"):
         check_draft_block_hook(pristine_tree)
+
+
+def test_worker_init_builds_dflash_drafter_patched(patched_tree):
+    """The drafter is built as DFlash's (its block in speculative_num_draft_tokens,
+    topk 1: the draft runner's verify width, attention buffers and warm-up), and
+    the target's arguments are restored (budget + 1, topk 2); arguments that did
+    not go through DDTREE's server rules are refused."""
+    r = probe(patched_tree, "worker_init", block=16, budget=63)
+    assert r["ok"], r
+    v = r["value"]
+    assert v["seen"]["num_draft_tokens"] == 16 and v["seen"]["topk"] == 1
+    assert v["after"] == [64, 2]
+    assert v["worker"] == [16, 63, 64, 15]
+    assert v["unfinished"] and "finish_ddtree_server_args" in v["unfinished"]
