@@ -85,3 +85,31 @@ def test_every_scenario_loads_and_states_its_sources():
 def test_unknown_scenario_is_a_usage_error():
     with pytest.raises(ScenarioError, match="unknown scenario"):
         load_scenario("no-such-scenario")
+
+
+def test_every_machine_readable_remedy_line_is_parsed_in_order():
+    from tools.sglo.harness import parse_remedies
+
+    msg = ("Not enough GPU memory to start: ...\nremedy: --max-running-requests = 3\n"
+           "remedy: --max-mamba-cache-size = 4\nremedy: --mem-fraction-static = 0.73\n")
+    got = [(r.key, r.value, r.relation) for r in parse_remedies(msg)]
+    assert got == [("max_running_requests", 3, "set"), ("max_mamba_cache_size", 4, "set"),
+                   ("mem_fraction_static", 0.73, "set")]
+    # a remedy word inside prose is not the machine-readable line
+    assert parse_remedies("the remedy: --x = 1 is not at the start of a line") == []
+
+
+def test_a_tree_exception_subclass_of_runtimeerror_is_a_refusal():
+    child = _err(type="MemoryBudgetError", mro=["MemoryBudgetError", "RuntimeError", "Exception"])
+    assert classify(child)["outcome"] == "refused"
+    assert classify(_err(type="Oops", mro=["Oops", "Exception"]))["outcome"] == "untestable"
+
+
+def test_judge_needs_every_stated_remedy_to_work():
+    sc = load_scenario("zero-requests-dflash")
+    good = {"parsed": {"x": 1}, "works": True, "why": "ok"}
+    bad = {"parsed": {"x": 2}, "works": False, "why": "re-run broken"}
+    base = {"outcome": "refused", "reason": "r", "error": {"message": "m"}, "remedy": good}
+    assert judge(sc, dict(base, remedies=[good, good]))[0] is True
+    passed, why = judge(sc, dict(base, remedies=[good, bad]))
+    assert passed is False and "re-run broken" in why

@@ -8,7 +8,7 @@ See docs/regress.md.  Public API:
 """
 
 from .layout import NoSource, detect, source_root, version_of
-from .outcome import Remedy, classify, parse_remedy
+from .outcome import Remedy, classify, parse_remedies, parse_remedy
 from .run import run_child, run_scenario
 from .scenario import Scenario, ScenarioError
 from .scenario import load as load_scenario
@@ -16,5 +16,5 @@ from .scenario import names as scenario_names
 
 __all__ = [
     "NoSource", "Remedy", "Scenario", "ScenarioError", "classify", "detect", "load_scenario",
-    "parse_remedy", "run_child", "run_scenario", "scenario_names", "source_root", "version_of",
+    "parse_remedies", "parse_remedy", "run_child", "run_scenario", "scenario_names", "source_root", "version_of",
 ]

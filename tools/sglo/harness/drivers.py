@@ -89,6 +89,7 @@ FALLBACK_DEFAULTS = dict(
     enable_pdmux=False,
     enable_hisparse=False,
     qsa_indexer_dtype=None,
+    prefill_only_disable_kv_cache=False,  # read when the pools are built (allocation.py)
 )
 
 
@@ -459,6 +460,10 @@ def _drive_runner(ctx: Context) -> dict:
         ctx.figures["max_total_num_tokens"] = cfg.max_total_num_tokens
         ctx.figures["max_running_requests"] = cfg.max_running_requests
         ctx.figures["entry"] = "_resolve_memory_pool_config"
+        if ctx.req.get("measure_allocation"):
+            from . import allocation
+
+            ctx.figures["allocation"] = allocation.measure(ctx, r, cfg, mod)
     else:
         import inspect
 

@@ -58,11 +58,19 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
     return result
 
 
-def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = True) -> dict:
-    """The full report: outcome, figures, remedy (verified by a re-run), pass/fail."""
+def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = True,
+                 measure_allocation: bool = False) -> dict:
+    """The full report: outcome, figures, remedy (verified by a re-run), pass/fail.
+
+    measure_allocation: after a completed sizing, build the pools with the
+    tree's own classes on torch's meta device and record the bytes
+    (figures["allocation"], allocation.py; mixin-bytes era)."""
     root = layout_mod.source_root(tree)
     lay = layout_mod.detect(root)
-    child = run_child(root, scenario.to_request())
+    request = scenario.to_request()
+    if measure_allocation:
+        request["measure_allocation"] = True
+    child = run_child(root, request)
     verdict = outcome_mod.classify(child)
     report = {
         "scenario": scenario.name,
@@ -80,7 +88,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
     }
     if verdict["outcome"] == "refused":
         remedies = outcome_mod.parse_remedies(verdict.get("message", ""))
-        checked = [_verify(root, scenario, r) if verify_remedy else
+        checked = [_verify(root, scenario, r, measure_allocation) if verify_remedy else
                    {"parsed": r.to_dict(), "works": None, "why": "not verified"} for r in remedies]
         report["remedy"] = checked[0] if checked else {
             "parsed": None, "works": False, "why": "the message states no flag value"}
@@ -95,7 +103,8 @@ def _public_error(err):
     return {k: err.get(k) for k in ("type", "message", "kind", "origin", "where", "traceback") if k in err}
 
 
-def _verify(root: Path, scenario: Scenario, remedy: outcome_mod.Remedy) -> dict:
+def _verify(root: Path, scenario: Scenario, remedy: outcome_mod.Remedy,
+            measure_allocation: bool = False) -> dict:
     current = scenario.server.get(remedy.key)
     out = {"parsed": remedy.to_dict(), "current": current}
     if remedy.relation == "above" and isinstance(current, (int, float)) and current >= remedy.value:
@@ -105,13 +114,17 @@ def _verify(root: Path, scenario: Scenario, remedy: outcome_mod.Remedy) -> dict:
     if remedy.relation == "below" and isinstance(current, (int, float)) and current <= remedy.value:
         out.update(works=False, why=f"already satisfied: {remedy.key} is {current} <= {remedy.value}")
         return out
-    rerun = run_child(root, scenario.to_request({remedy.key: remedy.value}))
+    request = scenario.to_request({remedy.key: remedy.value})
+    if measure_allocation:
+        request["measure_allocation"] = True
+    rerun = run_child(root, request)
     v = outcome_mod.classify(rerun)
     out.update(
         applied={remedy.key: remedy.value},
         rerun_outcome=v["outcome"],
         rerun_reason=v["reason"],
         rerun_figures=rerun.get("figures", {}),
+        rerun_ledger=rerun.get("ledger"),
         works=v["outcome"] == "ok",
         why=f"re-run with {remedy.flag} {remedy.value}: {v['outcome']} ({v['reason']})",
     )

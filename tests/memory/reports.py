@@ -1,0 +1,54 @@
+"""Harness reports for the memory tests, computed once per tree and scenario.
+
+Reports are cached in a directory shared by the pytest-xdist workers
+(``CACHE_DIR``, set by conftest.py), under the tree's label ("pristine",
+"patched"), so that two workers do not run the same scenarios twice.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from tools.sglo.harness import load_scenario, run_child, run_scenario, source_root
+
+SCENARIOS = ["negative-rest-tp8", "zero-requests-dflash", "dflash-smoke", "dflash-default-48", "healthy-h200-8b"]
+
+CACHE_DIR: Path | None = None
+LABELS: dict = {}  # tree path -> label
+
+
+def _cached(tree: Path, key: str, compute):
+    if CACHE_DIR is None:
+        return compute()
+    from filelock import FileLock
+
+    path = CACHE_DIR / f"{LABELS.get(tree, str(tree).replace('/', '_'))}-{key}.json"
+    with FileLock(str(path) + ".lock"):
+        if path.exists():
+            return json.loads(path.read_text())
+        value = compute()
+        path.write_text(json.dumps(value))
+        return value
+
+
+@lru_cache(maxsize=None)
+def report(tree: Path, name: str) -> dict:
+    """The full report, remedies re-run, pools built on the meta device."""
+    return _cached(tree, name, lambda: run_scenario(tree, load_scenario(name), measure_allocation=True))
+
+
+@lru_cache(maxsize=None)
+def child(tree: Path, name: str, overrides: tuple = ()) -> dict:
+    """One sizing run with flags overridden (no remedy handling)."""
+    key = name + "".join(f"-{k}={v}" for k, v in overrides)
+    return _cached(tree, key, lambda: run_child(source_root(tree), load_scenario(name).to_request(dict(overrides))))
+
+
+def runs(rep: dict) -> list[tuple[dict, dict, dict]]:
+    """(flags applied, ledger, figures) of the run itself and of every remedy re-run."""
+    out = [({}, rep.get("ledger"), rep.get("figures", {}))]
+    for r in rep.get("remedies", []):
+        out.append((r.get("applied", {}), r.get("rerun_ledger"), r.get("rerun_figures", {})))
+    return out

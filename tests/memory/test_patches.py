@@ -1,0 +1,91 @@
+"""One check per patch: each must fail on the pristine pin and pass on the patched tree.
+
+The checks run the regression scenarios through the harness (real upstream
+sizing code, CPU); test_*_fails_on_pristine proves each check can fail.
+"""
+
+import pytest
+
+from tools.sglo.harness import load_scenario, parse_remedies
+
+from . import expected as E
+from .reports import SCENARIOS, report, runs
+
+GIB = E.GIB
+
+
+def check_budget_ledger(tree):
+    """A non-positive budget is refused with the ledger and a remedy that works."""
+    sc = load_scenario("negative-rest-tp8")
+    rep = report(tree, "negative-rest-tp8")
+    assert rep["outcome"] == "refused", rep["reason"]
+    msg = rep["error"]["message"]
+    assert "held outside the model" in msg, msg
+    assert "free after weights (min over ranks)" in msg, msg
+    rem = rep["remedy"]
+    assert rem["parsed"] and rem["parsed"]["flag"] == "--mem-fraction-static", rem
+    # the smallest value (3 decimals) leaving one request at the context length
+    assert rem["parsed"]["value"] == E.smallest_mfs(sc) == 0.78
+    assert rem["works"] and rem["rerun_outcome"] == "ok", rem["why"]
+
+
+def check_mamba_spec_reservation(tree):
+    """Never 0 requests; what the Mamba pools allocate equals what was reserved."""
+    for name in ("zero-requests-dflash", "dflash-smoke", "dflash-default-48"):
+        rep = report(tree, name)
+        assert rep["outcome"] in ("ok", "refused"), (name, rep["reason"])
+        measured = 0
+        for applied, ledger, figures in runs(rep):
+            alloc = figures.get("allocation")
+            if not alloc:
+                continue
+            assert ledger, (name, applied, "no ledger")
+            res = ledger["reservations"]
+            assert alloc["mamba_states_bytes"] == res["mamba_states"]["bytes"], (name, applied, alloc, res)
+            assert alloc["speculative_intermediate_states_bytes"] == res["speculative_intermediate_states"]["bytes"]
+            measured += 1
+        assert measured, f"{name}: no run built its pools"
+
+
+def check_fit_request_count(tree):
+    """The unset speculative default is lowered to the largest count that fits;
+    a user's count that does not fit is refused with the largest that would."""
+    sc = load_scenario("dflash-default-48")
+    rep = report(tree, "dflash-default-48")
+    assert rep["outcome"] == "ok", rep["reason"]
+    best = E.largest_fitting(sc)
+    assert rep["figures"]["max_running_requests"] == best.requests == 4
+    assert not E.fits(sc, E.reserve(sc, best.requests + 1, E.budget_bytes(sc)))
+    sc = load_scenario("zero-requests-dflash")
+    rep = report(tree, "zero-requests-dflash")
+    assert rep["outcome"] == "refused", rep["reason"]
+    first = rep["remedies"][0]["parsed"]
+    assert (first["flag"], first["value"]) == ("--max-running-requests", E.largest_fitting(sc).requests) == (
+        "--max-running-requests", 2)
+
+
+def check_memory_ledger(tree):
+    """The JSON ledger (SGLO_MEMORY_LEDGER) is written for every scenario, and the
+    refusal's machine-readable remedy lines parse to the ledger's remedies."""
+    for name in SCENARIOS:
+        rep = report(tree, name)
+        ledger = rep.get("ledger")
+        assert ledger and ledger["schema"] == 1, (name, "no ledger")
+        assert ledger["outcome"] == rep["outcome"], (name, ledger["outcome"], rep["outcome"])
+        if rep["outcome"] == "refused":
+            parsed = [(r.flag, r.value) for r in parse_remedies(rep["error"]["message"])]
+            assert parsed == [(r["flag"], r["value"]) for r in ledger["remedies"]], name
+
+
+CHECKS = [check_budget_ledger, check_mamba_spec_reservation, check_fit_request_count, check_memory_ledger]
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__[6:])
+def test_passes_on_patched_tree(patched, check):
+    check(patched)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__[6:])
+def test_fails_on_pristine_pin(pristine, check):
+    with pytest.raises(AssertionError):
+        check(pristine)
