@@ -14,6 +14,8 @@ failure caused by a stand-in can be reported by name.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -200,13 +202,68 @@ class TreeFinder(importlib.abc.MetaPathFinder):
 
 
 def install(source_root: Path, real: list[str] | set[str]) -> TreeFinder:
-    """Put the tree behind ``sys.meta_path``; returns the finder (call once per process)."""
+    """Put the tree behind ``sys.meta_path``; returns the finder (once per process,
+    unless ``uninstall`` undoes it first; ``installed`` does both)."""
     for name in list(sys.modules):
         if name == ROOT_PACKAGE or name.startswith(ROOT_PACKAGE + "."):
             del sys.modules[name]
     finder = TreeFinder(source_root, set(real))
     sys.meta_path.insert(0, finder)
     return finder
+
+
+def uninstall(finder: TreeFinder) -> None:
+    """Undo ``install``: remove the finder, every ``sglang`` module, and the
+    named fakes, so that another tree (or device) can be installed in the
+    same process."""
+    if finder in sys.meta_path:
+        sys.meta_path.remove(finder)
+    for name in list(sys.modules):
+        if name == ROOT_PACKAGE or name.startswith(ROOT_PACKAGE + "."):
+            del sys.modules[name]
+    StubRegistry.fakes.clear()
+
+
+@contextlib.contextmanager
+def installed(source_root: Path, real: list[str] | set[str], fakes: dict | None = None):
+    """``install`` for the duration of a ``with`` block (with ``fakes`` set
+    first, so modules see them at import), then ``uninstall``."""
+    finder = install(source_root, real)
+    try:
+        if fakes:
+            set_fakes(fakes)
+        yield finder
+    finally:
+        uninstall(finder)
+
+
+def definitions(source_root: Path, module: str, names: list[str], namespace: dict) -> dict:
+    """Run only the named top-level definitions (functions, assignments) of a
+    tree's module, in file order, with ``namespace`` as their globals; return
+    them by name.  For small helpers whose module cannot be imported here
+    (e.g. ``sglang.srt.utils.common``): upstream's own code, not a restatement.
+    A name the module does not define at top level raises ``KeyError``."""
+    path = Path(source_root).joinpath(*module.split(".")).with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    wanted, body, found = set(names), [], set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined = {node.name}
+        elif isinstance(node, ast.Assign):
+            defined = {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            defined = {node.target.id}
+        else:
+            continue
+        if defined & wanted:
+            body.append(node)
+            found |= defined
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise KeyError(f"{path}: no top-level definition of {', '.join(missing)}")
+    glb = dict(namespace, __name__=module)
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), glb)
+    return {n: glb[n] for n in names}
 
 
 def load(name: str) -> types.ModuleType:
