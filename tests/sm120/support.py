@@ -1,0 +1,167 @@
+"""A simulated GPU for the sm120 patch tests, and the pinned SGLang on it
+(the fixtures that use this are in conftest.py).
+
+No GPU here: each test picks one of three devices and the few ``torch.cuda``
+queries the code under test makes answer for it.  The SM120 device is the
+one the patches are for; H200 (9.0) and B200 (10.0) are the controls, with
+their real figures (nvidia-smi's ``memory.total``, the SM count).
+
+SGLang's own capability helpers (``is_sm120_supported``, ``is_blackwell``,
+``get_device_sm`` ...) live in ``sglang/srt/utils/common.py``, which cannot be
+imported here (orjson, triton, starlette ...).  They are not restated: each
+tree's own definitions are executed (``loader.definitions``) against the
+simulated ``torch.cuda`` and handed to the modules under test, which are
+loaded from the tree the harness's targeted way (``loader.installed``; every
+other ``sglang`` module is an inert stand-in).
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+from functools import lru_cache, partial
+from typing import List, Optional, Tuple
+
+import pytest
+import torch
+
+from tools.sglo.harness import loader
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    name: str                   # torch.cuda.get_device_name()
+    capability: tuple           # torch.cuda.get_device_capability()
+    total_mib: int              # nvidia-smi memory.total (what SGLang's get_device_memory_capacity
+                                # reads; torch's total_memory is lower, e.g. 143,155 MiB on an H200)
+    sm_count: int               # multi_processor_count
+    link: str                   # how the GPUs of one host are connected
+    peer_access: bool           # torch.cuda.can_device_access_peer between two of them
+
+    def properties(self):
+        major, minor = self.capability
+        return types.SimpleNamespace(name=self.name, major=major, minor=minor,
+                                     multi_processor_count=self.sm_count)
+
+
+DEVICES = {
+    "rtx-pro-6000": Device("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", (12, 0), 97_887, 188,
+                           "PCIe", False),
+    "h200": Device("NVIDIA H200", (9, 0), 143_771, 132, "NVLink", True),
+    "b200": Device("NVIDIA B200", (10, 0), 183_359, 148, "NVLink", True),
+}
+SM120 = "rtx-pro-6000"
+CONTROLS = ("h200", "b200")
+
+# torch.version.cuda on the simulated machine (chosen: the pin's torch 2.11.0
+# with the CUDA 13 stack its release requires, cuda-python>=13.0; every
+# capability helper involved only asks for >= 12.3 or >= 12.8).
+TORCH_CUDA = "13.0"
+
+# Upstream helpers taken from each tree's own source (run in the file's order).
+COMMON_HELPERS = [
+    "is_hip", "is_cuda", "is_musa", "_check_cuda_device_version", "is_ampere_with_cuda_12_3",
+    "is_hopper_with_cuda_12_3", "is_blackwell_supported", "is_blackwell", "is_sm120_supported",
+    "is_sm100_supported", "is_sm90_supported", "get_device_sm", "get_device_capability",
+    "get_device_name", "get_quantization_config",
+]
+MODEL_CONFIG_HELPERS = ["_hf_arch", "_hf_attr", "is_deepseek_nsa", "get_nsa_index_topk"]
+
+
+def simulate(monkeypatch, dev: Device) -> None:
+    """The torch.cuda queries the code under test makes, answered for ``dev``
+    (one GPU of the host, index 0)."""
+    cuda = torch.cuda
+    monkeypatch.setattr(torch.version, "cuda", TORCH_CUDA)
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(cuda, "set_device", lambda device=None: None)
+    monkeypatch.setattr(cuda, "get_device_capability", lambda device=None: dev.capability)
+    monkeypatch.setattr(cuda, "get_device_name", lambda device=None: dev.name)
+    monkeypatch.setattr(cuda, "get_device_properties", lambda device=None: dev.properties())
+    monkeypatch.setattr(cuda, "can_device_access_peer", lambda device, peer: dev.peer_access)
+
+
+def tree_helpers(root) -> dict:
+    """The tree's own capability helpers, fresh (their lru_caches start empty)."""
+    ns = {"torch": torch, "lru_cache": lru_cache, "partial": partial, "List": List,
+          "Tuple": Tuple, "Optional": Optional, "PretrainedConfig": object}  # (annotations)
+    out = loader.definitions(root, "sglang.srt.utils.common", COMMON_HELPERS, ns)
+    out.update(loader.definitions(root, "sglang.srt.configs.model_config", MODEL_CONFIG_HELPERS, ns))
+    # FlashInfer is a pinned dependency of the release (flashinfer_python
+    # 0.6.11.post1); its presence is what is_flashinfer_available() checks.
+    out["is_flashinfer_available"] = lambda: True
+    return out
+
+
+def pristine_fails(raises, reason):
+    """Run the test on both trees; on the pristine pin it must fail (strict
+    xfail) with ``raises``: the bug reproduced. On the patched tree it must pass."""
+    return pytest.mark.parametrize("sglang_tree", [
+        pytest.param("pristine", marks=pytest.mark.xfail(strict=True, raises=raises, reason=reason)),
+        "patched",
+    ], indirect=True)
+
+
+def both_trees(pristine_tree, patched_tree):
+    return {"pristine": pristine_tree, "patched": patched_tree}
+
+
+def outcome(fn):
+    """fn()'s result, or the exception it raised (as a value, for comparing trees)."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - the outcome is the subject of the test
+        return e
+
+
+def describe(value):
+    """Comparable form of an outcome: exceptions by type and message."""
+    if isinstance(value, BaseException):
+        return (type(value).__name__, str(value))
+    return value
+
+
+# ---- ServerArgs without __post_init__ -------------------------------------
+
+def bare_server_args(sa_mod, architecture: str, hf_fields: dict | None = None, **flags):
+    """A ServerArgs with its dataclass defaults and ``flags``, without running
+    __post_init__ (which wants a model on disk and a GPU). Its model config is
+    a namespace with ``architectures=[architecture]`` and ``hf_fields``."""
+    cls = sa_mod.ServerArgs
+    obj = object.__new__(cls)
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            setattr(obj, f.name, f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            setattr(obj, f.name, f.default_factory())
+    obj.model_path = "/models/simulated"
+    # __post_init__ sets this from --quantization (True only for "unquant")
+    obj._quantization_explicitly_unset = False
+    for k, v in flags.items():
+        setattr(obj, k, v)
+    hf = types.SimpleNamespace(architectures=[architecture], **(hf_fields or {}))
+    obj.get_model_config = lambda: types.SimpleNamespace(hf_config=hf)
+    return obj
+
+
+SERVER_ARGS_MODULES = ["sglang.srt.server_args", "sglang.srt.arg_groups.hisparse_hook"]
+SERVER_ARGS_FAKES = {
+    # linear-attention registry lookup: none of the architectures used here
+    # (Olmo2, DeepSeek V3.2, Qwen3 MoE) is a hybrid linear-attention model
+    "get_linear_attn_spec_by_arch": lambda arch: None,
+}
+
+
+def model_adjustments(on_device, tree, device_key, architecture, hf_fields=None, **flags):
+    """ServerArgs._handle_model_specific_adjustments() of ``tree`` on the device:
+    the resulting fields of interest, or the exception it raised."""
+    with on_device(tree, device_key, SERVER_ARGS_MODULES, **SERVER_ARGS_FAKES) as load:
+        sa = load("sglang.srt.server_args")
+        args = bare_server_args(sa, architecture, hf_fields, **flags)
+        result = outcome(args._handle_model_specific_adjustments)
+        if isinstance(result, Exception):
+            return result
+        return {k: getattr(args, k) for k in (
+            "attention_backend", "kv_cache_dtype", "nsa_prefill_backend", "nsa_decode_backend",
+            "enable_flashinfer_allreduce_fusion", "page_size")}

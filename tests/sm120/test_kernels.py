@@ -1,0 +1,104 @@
+"""patches/sm120-kernel-tables.patch: DeepGEMM's enablement and the PD
+multiplexing green-context table on compute capability 12.x."""
+import logging
+import sys
+import types
+
+import pytest
+import torch
+
+from .support import DEVICES, SM120, both_trees, describe, outcome, pristine_fails
+
+CONFIGURER = "sglang.srt.layers.deep_gemm_wrapper.configurer"
+PDMUX = "sglang.srt.multiplex.pdmux_context"
+
+
+def deep_gemm_flags(on_device, tree, device_key, monkeypatch):
+    """The configurer's module-level decisions at import. deep_gemm imports, as
+    on any install of the pin (its wheel requires sgl-deep-gemm==0.1.0)."""
+    monkeypatch.setitem(sys.modules, "deep_gemm", types.ModuleType("deep_gemm"))
+    with on_device(tree, device_key, [CONFIGURER]) as load:
+        c = load(CONFIGURER)
+        return dict(enable=c.ENABLE_JIT_DEEPGEMM, blackwell=c.DEEPGEMM_BLACKWELL,
+                    ue8m0=c.DEEPGEMM_SCALE_UE8M0, tma_aligned_scales=c.DEEPGEMM_NEED_TMA_ALIGNED_SCALES)
+
+
+OFF = dict(enable=False, blackwell=False, ue8m0=False, tma_aligned_scales=True)
+
+
+@pristine_fails(AssertionError, "the pin enables DeepGEMM for any SM >= 90 and picks the SM100 UE8M0 "
+                                "scale format through is_blackwell_supported() on SM12x")
+def test_deep_gemm_is_off_on_sm120(sglang_tree, on_device, monkeypatch):
+    monkeypatch.delenv("SGLANG_ENABLE_JIT_DEEPGEMM", raising=False)
+    assert deep_gemm_flags(on_device, sglang_tree, SM120, monkeypatch) == OFF
+
+
+@pristine_fails(AssertionError, "the pin follows SGLANG_ENABLE_JIT_DEEPGEMM=1 onto SM12x")
+def test_deep_gemm_forced_on_sm120_stays_off_and_says_why(sglang_tree, on_device, monkeypatch, caplog):
+    monkeypatch.setenv("SGLANG_ENABLE_JIT_DEEPGEMM", "1")
+    caplog.set_level(logging.WARNING)
+    assert deep_gemm_flags(on_device, sglang_tree, SM120, monkeypatch) == OFF
+    assert any("no kernels for SM120" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("device_key,expected", [
+    ("h200", dict(enable=True, blackwell=False, ue8m0=False, tma_aligned_scales=True)),
+    ("b200", dict(enable=True, blackwell=True, ue8m0=True, tma_aligned_scales=False)),
+])
+def test_deep_gemm_controls_unchanged(device_key, expected, pristine_tree, patched_tree, on_device, monkeypatch):
+    monkeypatch.delenv("SGLANG_ENABLE_JIT_DEEPGEMM", raising=False)
+    got = {n: deep_gemm_flags(on_device, t, device_key, monkeypatch)
+           for n, t in both_trees(pristine_tree, patched_tree).items()}
+    assert got == {"pristine": expected, "patched": expected}
+
+
+# ---- PD multiplexing ----------------------------------------------------------
+
+def pdmux_stream_groups(on_device, tree, device_key, monkeypatch):
+    """initialize_stream_groups(gpu 0, default PDMuxConfig) as --enable-pdmux runs
+    it at start-up; sgl_kernel.spatial reports the device's SMs and hands out
+    placeholder green-context streams. Returns SM_COUNTS or the exception."""
+    dev = DEVICES[device_key]
+    spatial = types.SimpleNamespace(get_sm_available=lambda gpu_id: dev.sm_count,
+                                    create_greenctx_stream_by_value=lambda p, d, gpu_id: (object(), object()))
+    monkeypatch.setitem(sys.modules, "sgl_kernel", types.SimpleNamespace(spatial=spatial))
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: object())
+    with on_device(tree, device_key, [PDMUX]) as load:
+        mod = load(PDMUX)
+        return describe(outcome(lambda: (mod.initialize_stream_groups(0, mod.PDMuxConfig()),
+                                         list(mod.SM_COUNTS))[1]))
+
+
+# SM_COUNTS (prefill SMs, decode SMs) for the default 8 groups: normal
+# prefill, 6 green-context splits (prefill a multiple of 8, decode >= 16 SMs),
+# normal decode. Worked out by hand from divide_sm for each device's SM count.
+SPLITS = {
+    188: [(188, 0), (136, 52), (128, 60), (120, 68), (112, 76), (104, 84), (96, 92), (0, 188)],
+    148: [(148, 0), (120, 28), (112, 36), (104, 44), (96, 52), (88, 60), (80, 68), (0, 148)],
+    132: [(132, 0), (112, 20), (104, 28), (96, 36), (88, 44), (80, 52), (72, 60), (0, 132)],
+}
+
+
+@pristine_fails(AssertionError, "the pin's get_arch_constraints knows majors 6-9: "
+                                "ValueError: Unsupported compute capability: 12.0")
+def test_pdmux_on_sm120(sglang_tree, on_device, monkeypatch):
+    assert pdmux_stream_groups(on_device, sglang_tree, SM120, monkeypatch) == SPLITS[188]
+
+
+@pristine_fails(AssertionError, "ValueError: Unsupported compute capability: 10.0 on the pin too "
+                                "(the one place where 10.0 changes, on purpose)")
+def test_pdmux_on_b200(sglang_tree, on_device, monkeypatch):
+    assert pdmux_stream_groups(on_device, sglang_tree, "b200", monkeypatch) == SPLITS[148]
+
+
+def test_pdmux_on_h200_unchanged(pristine_tree, patched_tree, on_device, monkeypatch):
+    got = {n: pdmux_stream_groups(on_device, t, "h200", monkeypatch)
+           for n, t in both_trees(pristine_tree, patched_tree).items()}
+    assert got == {"pristine": SPLITS[132], "patched": SPLITS[132]}
+
+
+def test_pdmux_still_refuses_unknown_majors(patched_tree, on_device):
+    with on_device(patched_tree, SM120, [PDMUX]) as load:
+        mod = load(PDMUX)
+        with pytest.raises(ValueError, match=r"Unsupported compute capability: 13\.0 .*6\.x to 12\.x"):
+            mod.get_arch_constraints((13, 0))
