@@ -165,6 +165,9 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
     from tests.ddtree_integration import standins as st
 
     record = []
+    module_file = Path(root).joinpath(*cls_module.split(".")).with_suffix(".py")
+    if not module_file.is_file():
+        raise ModuleNotFoundError(f"{cls_module}: no {module_file} in this tree")
     if cls_name == "DDTreeWorker" and "triton" not in sys.modules:
         # eagle_worker.py (EAGLE's Mamba tree commit) applies torch.compile at import;
         # torch's compiler stack must be imported while triton is genuinely absent
@@ -491,3 +494,7 @@ def worker_init(root: str, block=16, budget=63) -> dict:
     except RuntimeError as e:
         out["unfinished"] = str(e)
     return out
+
+
+def tp_topk_many(root: str, tps) -> list:
+    return [tp_topk(root, tp=tp) for tp in tps]

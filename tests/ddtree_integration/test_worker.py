@@ -150,10 +150,9 @@ def test_tp_topk_merge_patched(patched_tree):
     """With tensor parallelism every rank builds the same tree: the ranks' top-K and
     log-sum-exp over their vocabulary shards (the last one short) merge into exactly
     the single-rank top-K log-probabilities over the whole vocabulary."""
-    for tp in (2, 3):
-        r = probe(patched_tree, "tp_topk", tp=tp)
-        assert r["ok"], r
-        v = r["value"]
+    r = probe(patched_tree, "tp_topk_many", tps=[2, 3])
+    assert r["ok"], r
+    for v in r["value"]:
         assert v["ranks_identical"] and v["ids_equal"], v
         assert v["max_lp_diff"] < 1e-4, v
         assert v["shapes"] == [[2, 3, 9], "torch.int64", "torch.float32"]
