@@ -128,3 +128,36 @@ def make_stack_root(dest, repo):
     (dest / "patches" / "series").write_text("tbo-skip-preparer-when-off.patch\nkv-pool-loc-note.patch\n")
     shutil.rmtree(scratch)
     return dest
+
+
+def merge_history(cache=None):
+    """Main: 0.5.11, 0.5.12, then a merge of a side branch (0.5.12 ->
+    0.5.12.post1) whose tree is 0.5.13, then 0.5.14: real trees, a real
+    merge shape for --all-parents."""
+    from tools.sglo import source
+    root = source.cache_dir(cache) / "release-history"
+    target = root / "merge-0.5.11-0.5.14"
+    if (target / "READY").exists():
+        return target / "repo"
+    tmp = root / f".merge-{id(target)}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    repo = tmp / "repo"
+    gitcmd.init(repo, bare=True)
+    c11 = commit_release(repo, "0.5.11", None, 0)
+    c12 = commit_release(repo, "0.5.12", c11, 1)
+    side = commit_release(repo, "0.5.12.post1", c12, 2)
+    c13 = commit_release(repo, "0.5.13", c12, 3)
+    tree13 = gitcmd.out(repo, "rev-parse", f"{c13}^{{tree}}")
+    merge = gitcmd.out(repo, "commit-tree", tree13, "-p", c12, "-p", side, "-m", "Merge the 0.5.12 release branch",
+                       env={"GIT_AUTHOR_DATE": "2026-01-01T00:00:04+00:00",
+                            "GIT_COMMITTER_DATE": "2026-01-01T00:00:04+00:00"})
+    gitcmd.run(repo, "tag", "-f", "v0.5.13", merge)
+    c14 = commit_release(repo, "0.5.14", merge, 5)
+    gitcmd.run(repo, "update-ref", "refs/heads/main", c14)
+    gitcmd.run(repo, "symbolic-ref", "HEAD", "refs/heads/main")
+    (tmp / "READY").write_text("ok\n")
+    try:
+        tmp.rename(target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target / "repo"

@@ -84,3 +84,23 @@ def test_good_ref_off_the_first_parent_line_bisects_from_the_merge_base(tmp_path
     tested = [s["label"] for s in data["steps"]]
     assert "sglang 0.5.12.post1" in tested and "sglang 0.5.12" in tested     # the ref and the merge base
     assert "merge base" in err and "not an ancestor" in err
+
+
+def test_all_parents_takes_the_merged_branch_first_parent_does_not(tmp_path, trees):
+    import json
+    from tests.bisect.scripts import version_test
+    from tests.bisect.support import merge_history
+    repo = merge_history()
+    labels = {}
+    for mode in ([], ["--all-parents"]):
+        log = tmp_path / f"log{len(mode)}.jsonl"
+        cmd = version_test(tmp_path / "t.py", tmp_path / "calls", first_bad="0.5.13")
+        rc, data, err = bisect("--repo", str(repo), "--good", "v0.5.11", "--bad", "v0.5.14", *mode, "--log", str(log),
+                               "--tree-cache", str(trees), "--json", "--", *cmd)
+        assert rc == 0, err
+        assert data["first_new"]["label"] == "Merge the 0.5.12 release branch"
+        start = json.loads(log.read_text().splitlines()[0])
+        labels[bool(mode)] = [p["label"] for p in start["range"]["points"]]
+    assert labels[False] == ["sglang 0.5.11", "sglang 0.5.12", "Merge the 0.5.12 release branch", "sglang 0.5.14"]
+    assert labels[True] == ["sglang 0.5.11", "sglang 0.5.12", "sglang 0.5.12.post1", "Merge the 0.5.12 release branch",
+                            "sglang 0.5.14"]
