@@ -22,13 +22,9 @@ from tools.sglo.errors import FAILED, OK, UsageError  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(f"apply.py: {message}", hint="see python tools/apply.py --help")
-
 
 def parse(argv):
-    ap = Parser(prog="python tools/apply.py", description=__doc__.split("\n\n")[0],
+    ap = cli.Parser(prog="python tools/apply.py", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="apply in a scratch tree and report; build nothing")

@@ -41,20 +41,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERSION = re.compile(r"^\d+(\.\d+)+((a|b|rc)\d+)?(\.post\d+)?$")
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(f"stack.py: {message}", hint="see python tools/stack.py --help")
-
 
 def parse(argv):
-    ap = Parser(prog="python tools/stack.py", description=__doc__.split("\n\n")[0],
+    ap = cli.Parser(prog="python tools/stack.py", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true")
     common.add_argument("-q", "--quiet", action="store_true")
     common.add_argument("--cache", metavar="DIR")
     common.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
-    sub = ap.add_subparsers(dest="verb", required=True, parser_class=Parser)
+    sub = ap.add_subparsers(dest="verb", required=True, parser_class=cli.Parser)
     r = sub.add_parser("rebase", parents=[common])
     r.add_argument("--onto", required=True, metavar="VERSION|COMMIT")
     r.add_argument("--repo", metavar="URL_OR_PATH")

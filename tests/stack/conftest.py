@@ -1,27 +1,3 @@
-"""Fixtures for tools/stack.py tests (helpers shared with the apply tests)."""
-import pytest
-
-from tests.apply.support import ROOT, PatchMaker, Project
-from tools.sglo import lock as lockmod, source
-
-
-@pytest.fixture(scope="session")
-def lock():
-    return lockmod.load(ROOT / "upstream.lock")
-
-
-@pytest.fixture(scope="session")
-def base_tree(lock, tmp_path_factory):
-    d = tmp_path_factory.mktemp("base") / "tree"
-    source.base_from_artifact(lock, d)
-    return d
-
-
-@pytest.fixture
-def patches(base_tree, tmp_path):
-    return PatchMaker(base_tree, tmp_path / "scratch")
-
-
-@pytest.fixture
-def project(tmp_path):
-    return Project(tmp_path / "proj", (ROOT / "upstream.lock").read_text())
+"""The stack tests use the apply tests' fixtures (the pinned base tree, the
+patch maker, scratch projects)."""
+from tests.apply.conftest import base_tree, lock, patches, project  # noqa: F401

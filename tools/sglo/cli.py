@@ -1,10 +1,11 @@
 """What the command-line scripts share: progress lines, --json output,
 and turning errors into exit codes."""
+import argparse
 import json
 import sys
 import time
 
-from .errors import OK, OverlayError, USAGE
+from .errors import OverlayError, UsageError
 
 
 class Progress:
@@ -51,3 +52,10 @@ def table(rows, headers):
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join([fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
                      + [fmt.format(*map(str, r)) for r in rows])
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are UsageError (exit 2, with a hint)."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message}", hint=f"see {self.prog} --help")
