@@ -39,6 +39,7 @@ REFUSALS = {
     "topk": (BASE + ["--speculative-eagle-topk", "4"], ["--speculative-eagle-topk 4"]),
     "budget": (BASE + ["--speculative-ddtree-budget", "0"], ["--speculative-ddtree-budget must be >= 1"]),
     "budget-below-block": (BASE + ["--speculative-ddtree-budget", "7"], ["--speculative-ddtree-budget 7", "at least 15"]),
+    "gdn-flashinfer": (BASE + ["--linear-attn-decode-backend", "flashinfer"], ["--linear-attn-decode-backend flashinfer", "tree mode"]),
     "hidden-states": (BASE + ["--enable-return-hidden-states"], ["--enable-return-hidden-states"]),
 }
 

@@ -125,6 +125,18 @@ def validate_ddtree_server_args(args: "ServerArgs") -> None:
             "Start with --attention-backend flashinfer (or triton).",
         )
     for flag, value in (
+        ("--linear-attn-backend", args.linear_attn_backend),
+        ("--linear-attn-decode-backend", args.linear_attn_decode_backend),
+        ("--linear-attn-prefill-backend", args.linear_attn_prefill_backend),
+    ):
+        if value == "flashinfer":
+            _refuse(
+                f"{flag} flashinfer",
+                "FlashInfer's GDN verify kernel has no tree mode (it refuses retrieve_parent_token), "
+                "and choosing it for decode or prefill makes it the verify kernel",
+                f"Drop {flag} (the default, triton, verifies trees).",
+            )
+    for flag, value in (
         ("--speculative-accept-threshold-single", args.speculative_accept_threshold_single),
         ("--speculative-accept-threshold-acc", args.speculative_accept_threshold_acc),
     ):
