@@ -154,7 +154,7 @@ def text(rec, rng, header, log_path):
         lines.append(f"  {s['phase']:<9} {p.short():<12} {p.label[:50]:<50} {s['result']:<5} -> {s['term']}"
                      + (f"  (dropped: {', '.join(s['dropped'])})" if s.get("dropped") else ""))
     if rec["verdict"] in ("first-bad", "first-fixed") and rng.kind == "releases":
-        lines.append("narrow it to commits: " + commit_command(rec, header))
+        lines.append("narrow it to commits: " + rec.get("commit_command", commit_command(rec, header)))
     lines.append(f"log: {log_path}")
     return "\n".join(lines)
 
@@ -215,6 +215,8 @@ def main(argv):
         return INTERRUPTED
     _, results, _ = B.Log.read(log.path)
     rec = B.finish(v, rng, s["fixed"], results)
+    if rec["verdict"] in ("first-bad", "first-fixed") and rng.kind == "releases":
+        rec["commit_command"] = commit_command(rec, header)
     log.append({"type": "verdict", **rec})
     cli.emit({"status": "done", "log": str(log.path), **rec}, args.json, text(rec, rng, header, log.path))
     return EXIT[rec["verdict"]]

@@ -19,8 +19,9 @@ def test_zero_requests_fixed_in_0_5_13(tmp_path):
     assert data["first_new"]["id"] == "0.5.13" and data["last_old"]["id"] == "0.5.12.post1"
     # 9 releases: 0.5.11, 0.5.12, 0.5.12.post1, 0.5.13, 0.5.13.post1, 0.5.14, 0.5.15, 0.5.15.post1, 0.5.16
     assert data["executions"] == len(results(log)) <= bound(9)
-    # the offer to go on at commit level, for the range found
-    assert "narrow it to commits" not in data  # text only; JSON carries the points
+    # the offer to go on at commit level, for the range found (release tags are vVERSION upstream)
+    assert data["commit_command"].endswith(
+        "--good v0.5.13 --bad v0.5.12.post1 --fixed --scenario zero-requests-dflash")
     rc2, _, _ = bisect("--replay", str(log))
     assert rc2 == 0
     # one progress line per step, with outcome and seconds

@@ -49,6 +49,7 @@ def test_jobs_k_rounds_are_within_log_k_plus_1(n, jobs):
 
 def test_cuts_split_evenly():
     assert cuts(7, 1) == [3]
+    assert cuts(10, 1) == [4] and cuts(2, 1) == [1] and cuts(1, 1) == [0]
     assert cuts(7, 2) == [2, 4]
     assert cuts(2, 5) == [0, 1]
     for m in range(1, 40):

@@ -167,6 +167,12 @@ def cuts(m, k):
     """Positions in a list of ``m`` untested candidates to test at once so
     that the m+1 places the answer can be in fall into k+1 near-equal parts."""
     k = min(k, m)
+    if k == 1:
+        # binary: the m+1 places split ceil(m/2) (answer at or below the
+        # pick) against floor(m/2)+1 (above it), never picking the first
+        # candidate when there are two or more -- the same point git bisect
+        # picks on a linear range, so neither needs more runs than the other.
+        return [max(math.ceil(m / 2) - 1, 1 if m >= 2 else 0)]
     picks = []
     for i in range(1, k + 1):
         j = min(m - 1, max(0, int(i * (m + 1) / (k + 1) + 0.5) - 1))
