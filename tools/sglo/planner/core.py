@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..harness import layout as layout_mod
+from ..harness import outcome as outcome_mod
 from ..harness.outcome import classify
 from ..harness.run import run_child
 from . import gpus as gpus_mod
@@ -45,8 +46,9 @@ class Memory:
 @dataclass
 class Tree:
     root: Path
-    label: str  # release version, or the path
+    label: str  # release version, or what the tree was built from, or the path
     era: str
+    warning: str | None = None  # e.g. the default tree is older than the patch series
 
 
 @dataclass
@@ -108,7 +110,35 @@ def resolve_tree(tree: str | None, release: str | None, default: Path) -> Tree:
         era = layout_mod.detect(root).era
     except layout_mod.NoSource as e:
         raise UsageError(str(e), hint="pass --tree with an SGLang checkout, build/sglang or an unpacked wheel") from None
-    return Tree(root, layout_mod.version_of(root) or str(path), era)
+    return Tree(root, _label(path, root), era, _staleness(path) if not tree else None)
+
+
+def _label(path: Path, root: Path) -> str:
+    """A release's version, or for a tree tools/apply.py built: what it was built from."""
+    from .. import builder
+
+    man = builder.read_manifest(path)
+    if man:
+        lock = man.get("lock") or {}
+        return (f"{lock.get('version')} + {len(man.get('patches') or [])} patches "
+                f"(patched tree {path}, stack {str(man.get('stack_digest'))[:12]})")
+    return layout_mod.version_of(root) or str(path)
+
+
+def _staleness(path: Path) -> str | None:
+    """The default tree against the repository's current series: a warning, or None."""
+    from .. import builder, series
+
+    man = builder.read_manifest(path)
+    try:
+        digest = series.load(Path(__file__).resolve().parents[3]).digest
+    except Exception:  # noqa: BLE001 - a series being edited: no verdict on staleness
+        return None
+    if man and man.get("stack_digest") != digest:
+        return (f"{path} was built from another patch stack than patches/series now holds "
+                f"(stack {str(man.get('stack_digest'))[:12]} vs {digest[:12]}); rebuild it with "
+                f"`python tools/apply.py` to plan the current patches")
+    return None
 
 
 def parse_flags(tree: Tree, argv: list[str]) -> tuple[dict, list[str]]:
@@ -424,13 +454,31 @@ def suggest(dep: Deployment, base: Sizing, knobs=KNOBS) -> tuple[list[Suggestion
     return found, tried
 
 
+def tree_remedies(dep: Deployment, base: Sizing) -> list[dict]:
+    """The remedies the tree's own refusal message states ("Raise --mem-fraction-static
+    above 0.770", the memory patches' "remedy: --flag = value"), each re-run."""
+    if base.outcome != "refused" or not base.error:
+        return []
+    parse = getattr(outcome_mod, "parse_remedies", None)
+    remedies = parse(base.error.get("message", "")) if parse else [
+        r for r in [outcome_mod.parse_remedy(base.error.get("message", ""))] if r]
+    out = []
+    for r in remedies:
+        s = size(dep, {r.key: r.value})
+        out.append({"flag": r.flag, "value": r.value, "field": r.key, "argv": [r.flag, str(r.value)],
+                    "stated_as": r.source, "verdict": s.verdict, "why": s.why, "ledger": s.ledger,
+                    "works": RANK[s.verdict] > RANK[base.verdict]})
+    return out
+
+
 # ------------------------------------------------------------------ the whole plan
 
 
 def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KNOBS) -> dict:
     base = size(dep)
     out = {
-        "tree": {"root": str(dep.tree.root), "release": dep.tree.label, "layout": dep.tree.era},
+        "tree": {"root": str(dep.tree.root), "release": dep.tree.label, "layout": dep.tree.era,
+                 "warning": dep.tree.warning},
         "model": {"config": str(dep.model.path), "architecture": dep.model.architecture,
                   "weights_bytes": dep.model.weights_bytes, "weights_source": dep.model.weights_source},
         "draft": ({k: v for k, v in dep.draft.items() if k != "hf_config"} if dep.draft else None),
@@ -449,6 +497,8 @@ def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KN
     }
     if with_sensitivity and base.verdict != UNKNOWN:
         out["sensitivity"] = sensitivity(dep, base)
+    if base.outcome == "refused":
+        out["tree_remedies"] = tree_remedies(dep, base)
     if with_suggestions:
         found, tried = suggest(dep, base, knobs)
         out["suggestions"] = [s.to_dict() for s in found]

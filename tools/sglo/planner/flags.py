@@ -160,8 +160,26 @@ def parse_in_child(root_s: str, argv: list[str]) -> dict:
                 hints.append(f"{tok.split('=')[0]}: " + (f"did you mean {', '.join(close)}?" if close
                                                         else "no similar flag"))
         return {"ok": False, "kind": "flag", "error": msg, "hints": hints, "known_flags": len(options)}
+    note = None
+    try:
+        # The release's own from_cli_args (argparse dests -> ServerArgs fields, e.g.
+        # --tp-size's tensor_parallel_size -> tp_size), with __post_init__ (GPU
+        # detection, model loading) not run.
+        import dataclasses
+
+        cls = sa.ServerArgs
+        cls.__post_init__ = lambda self, *a, **k: None
+
+        def as_fields(ns: dict) -> dict:
+            obj = cls.from_cli_args(argparse.Namespace(**ns))
+            return {f.name: getattr(obj, f.name, None) for f in dataclasses.fields(cls)}
+
+        base, given = as_fields(base), as_fields(given)
+    except Exception as e:  # noqa: BLE001
+        note = f"ServerArgs.from_cli_args did not run ({type(e).__name__}: {e}); argparse names used"
     explicit = {k: v for k, v in given.items() if k != "model_path" and base.get(k) != v}
-    return {"ok": True, "fields": explicit, "dropped": dropped, "known_flags": len(options)}
+    return {"ok": True, "fields": explicit, "dropped": dropped, "known_flags": len(options),
+            "note": note}
 
 
 def main() -> int:

@@ -57,6 +57,8 @@ def text(report: dict) -> str:
              + (f", drafter {r['draft']['path']}" if r.get("draft") else "")
              + (f", GPU {r['gpu']['name']}" if r.get("gpu") else "") + f", TP {r['tp']}",
              "flags: " + (" ".join(r["flags"]) or "(none)"), ""]
+    if r["tree"].get("warning"):
+        lines[1:1] = [f"WARNING: {r['tree']['warning']}"]
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in r["assumptions"]]
     lines.append("")
@@ -74,6 +76,13 @@ def text(report: dict) -> str:
                      f"+{sens['step_gib']} GiB -> {d('free_memory_plus')} tokens, "
                      f"-{sens['step_gib']} GiB -> {d('free_memory_minus')}; weights "
                      f"+{sens['step_gib']} GiB -> {d('weights_plus')}, -{sens['step_gib']} GiB -> {d('weights_minus')}")
+    if r.get("tree_remedies"):
+        lines.append("")
+        lines.append("the tree's own remedies, each re-run through the same sizing code:")
+        rows = [[" ".join(t["argv"]), "works" if t["works"] else "does not work", t["verdict"],
+                 _fmt(t["ledger"].get("kv_tokens")), _fmt(t["ledger"].get("running_requests"))]
+                for t in r["tree_remedies"]]
+        lines.append(table(rows, ["stated remedy", "re-run", "verdict", "KV tokens", "requests"]))
     if "suggestions" in r:
         lines.append("")
         if r["suggestions"]:

@@ -1,0 +1,63 @@
+"""Bad input: a clear message that says what is known, exit 2."""
+
+import pytest
+
+from tools.sglo.errors import UsageError
+from tools.sglo.planner import core, deployment
+
+from .helpers import DFLASH, LLAMA8B, PIN, QWEN36, UNKNOWN_ARCH, cli
+
+
+def test_architecture_unknown_to_the_release():
+    code, out, err = cli(UNKNOWN_ARCH, "--gpu", "H200", "--release", PIN, "--", "--mem-fraction-static", "0.9")
+    assert code == 2
+    assert "architecture 'FrobnicatorForCausalLM' is not one SGLang 0.5.12.post1 knows" in err
+    assert "architectures registered in" in err and "closest:" in err
+
+
+def test_architecture_the_release_does_not_have_yet():
+    """Qwen3.6 (qwen3_5) arrived after v0.5.8: that release's registry lacks the class."""
+    code, out, err = cli(QWEN36, "--draft", DFLASH, "--gpu", "RTX PRO 6000 Blackwell", "--release", "0.5.8",
+                         "--", "--mem-fraction-static", "0.8")
+    assert code == 2
+    assert "'Qwen3_5ForConditionalGeneration' is not one SGLang 0.5.8 knows" in err
+
+
+def test_flag_the_release_does_not_have():
+    code, out, err = cli(LLAMA8B, "--gpu", "H200", "--release", "0.5.9", "--",
+                         "--mem-fraction-static", "0.9", "--speculative-dflash-block-size", "16")
+    assert code == 2
+    assert "SGLang 0.5.9 rejects the server flags: unrecognized arguments: --speculative-dflash-block-size" in err
+    assert "declares 341 flags" in err
+
+
+def test_flag_value_the_release_does_not_accept():
+    code, out, err = cli(LLAMA8B, "--gpu", "H200", "--release", "0.5.9", "--",
+                         "--mem-fraction-static", "0.9", "--speculative-algorithm", "DFLASH")
+    assert code == 2
+    assert "invalid choice: 'DFLASH'" in err and "EAGLE" in err
+
+
+def test_gpu_not_in_the_table():
+    code, out, err = cli(LLAMA8B, "--gpu", "H300", "--release", PIN, "--", "--mem-fraction-static", "0.9")
+    assert code == 2
+    assert "GPU 'H300' is not in the planner's table" in err
+    for name in ("RTX 5090", "RTX PRO 6000 Blackwell", "L40S", "A100 80GB", "H100 80GB", "H200", "B200"):
+        assert name in err
+
+
+def test_missing_default_tree_says_how_to_build_it(tmp_path):
+    with pytest.raises(UsageError) as e:
+        core.resolve_tree(None, None, tmp_path / "build" / "sglang")
+    assert "no patched SGLang tree" in e.value.message and "python tools/apply.py" in e.value.hint
+
+
+def test_no_mem_fraction_static():
+    with pytest.raises(UsageError) as e:
+        deployment(model=LLAMA8B, gpu="H200", argv=[], release=PIN)
+    assert "--mem-fraction-static" in e.value.message
+
+
+def test_bad_free_memory_figures():
+    code, out, err = cli(LLAMA8B, "--free-gib", "lots", "--release", PIN, "--", "--mem-fraction-static", "0.9")
+    assert code == 2 and "--free-gib 'lots'" in err

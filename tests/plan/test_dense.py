@@ -1,0 +1,53 @@
+"""A dense model on an H200 and an RTX 5090: the plan's numbers are the harness's
+numbers for the same figures (one code path: both are harness runs of the same tree)."""
+
+import dataclasses
+
+import pytest
+
+from tools.sglo.harness import load_scenario, run_scenario
+from tools.sglo.planner import core, deployment
+
+from .helpers import LLAMA8B, LLAMA8B_NOINDEX, PIN
+
+
+def _scenario_with(dep):
+    """The healthy-h200-8b scenario (a Llama-3.1-8B-shaped model) with the plan's figures."""
+    sc = load_scenario("healthy-h200-8b")
+    m = dep.memory
+    gpu = dict(sc.gpu, pre_load_free_gib=m.pre_free_gib, post_load_free_gib=m.post_free_gib,
+               weights_gib=m.weights_gib)
+    server = dict(sc.server, mem_fraction_static=dep.fields["mem_fraction_static"])
+    return dataclasses.replace(sc, gpu=gpu, server=server)
+
+
+def test_h200_with_the_scenarios_figures_gives_the_scenarios_numbers():
+    """The scenario file's figures as --free-gib: the harness matrix's 918,523 / 3,587."""
+    dep = deployment(model=LLAMA8B, argv=["--mem-fraction-static", "0.911"], release=PIN,
+                     free_gib=[139.5, 124.54])
+    s = core.size(dep)
+    rep = run_scenario(dep.tree.root, load_scenario("healthy-h200-8b"))
+    assert (s.ledger["kv_tokens"], s.ledger["running_requests"]) == (918523, 3587)
+    assert (rep["figures"]["max_total_num_tokens"], rep["figures"]["max_running_requests"]) == (918523, 3587)
+    assert s.verdict == core.STARTS
+
+
+@pytest.mark.parametrize("gpu,mfs", [("H200", "0.911"), ("RTX 5090", "0.85")])
+def test_estimated_plan_equals_the_harness_on_the_same_figures(gpu, mfs):
+    dep = deployment(model=LLAMA8B, gpu=gpu, argv=["--mem-fraction-static", mfs], release=PIN)
+    s = core.size(dep)
+    rep = run_scenario(dep.tree.root, _scenario_with(dep))
+    assert rep["outcome"] == s.outcome == "ok"
+    assert s.ledger["kv_tokens"] == rep["figures"]["max_total_num_tokens"] > 0
+    assert s.ledger["running_requests"] == rep["figures"]["max_running_requests"] > 0
+    assert s.ledger["cell_size_bytes_per_token"] == 131072  # 32 layers x 8 KV heads x 128 x K+V x bf16
+
+
+def test_weights_from_the_parameter_count_match_the_published_index():
+    """Without an index file, the weights come from the config's parameter count and
+    dtype (said which); for Llama-3.1-8B that is the published total_size exactly."""
+    with_index = deployment(model=LLAMA8B, gpu="H200", argv=["--mem-fraction-static", "0.9"], release=PIN)
+    from_count = deployment(model=LLAMA8B_NOINDEX, gpu="H200", argv=["--mem-fraction-static", "0.9"], release=PIN)
+    assert with_index.model.weights_bytes == from_count.model.weights_bytes == 16060522496
+    assert "model.safetensors.index.json" in with_index.model.weights_source
+    assert "parameter count 8,030,261,248" in from_count.model.weights_source

@@ -1,0 +1,82 @@
+"""The incident (Qwen3.6-27B + z-lab DFlash drafter, one RTX PRO 6000, TP1) planned
+with the logged free-memory figures, on the real release trees."""
+
+import pytest
+
+from tools.sglo.planner import core, deployment, plan
+
+from .helpers import (DFLASH, LOGGED_FREE, LOGGED_SLOTS, LOGGED_TOKENS, PIN, QWEN36, SMOKE_FLAGS, ZERO_FLAGS,
+                      cli_json, recheck, recheck_all)
+
+
+def kw(flags, release=PIN, **extra):
+    return dict(model=QWEN36, draft=DFLASH, argv=flags, release=release, free_gib=LOGGED_FREE, **extra)
+
+
+def test_smoke_flags_plan_to_the_logged_figures_at_the_pin():
+    """The known-good smoke service's flags give the logged 11,893 KV tokens and the
+    logged Mamba line's 24 slots (and 4 requests: 11.25 GiB = (4 + 1) x 16 draft tokens)."""
+    args = kw(SMOKE_FLAGS)
+    report = plan(deployment(**args), with_sensitivity=False, knobs=("context-length",))
+    led = report["ledger"]
+    assert (led["kv_tokens"], led["mamba_slots"], led["running_requests"]) == (LOGGED_TOKENS, LOGGED_SLOTS, 4)
+    assert led["cell_size_bytes_per_token"] == 86016  # bf16 target cell scaled by (16 + 5) / 16 layers
+    assert led["mamba_state_per_slot_bytes"] == 153944064
+    assert led["speculative_num_draft_tokens"] == 16  # from the drafter's config.json block_size
+    # It starts, but the pool is shorter than the 32,768-token context: degraded, said in words.
+    assert report["verdict"] == core.DEGRADED
+    assert "shorter than the context length 32,768" in report["why"][0]
+    assert led["max_request_tokens"] == LOGGED_TOKENS - 1
+    # The smallest context length that makes it start outright, verified by the test too.
+    (sug,) = report["suggestions"]
+    assert sug["flag"] == "--context-length" and sug["verdict"] == core.STARTS
+    assert sug["value"] <= LOGGED_TOKENS
+    assert recheck_all(args, report) == 1
+
+
+def test_zero_request_flags_will_not_start_at_the_pin_with_verified_suggestions():
+    args = kw(ZERO_FLAGS)
+    report = plan(deployment(**args), with_sensitivity=False,
+                  knobs=("mem-fraction-static", "max-running-requests", "kv-cache-dtype"))
+    led = report["ledger"]
+    assert report["verdict"] == core.WONT
+    assert (led["kv_tokens"], led["mamba_slots"], led["running_requests"]) == (LOGGED_TOKENS, 2, 0)
+    assert "0 running requests" in report["why"][0]
+    flags = {s["flag"]: s for s in report["suggestions"]}
+    # fp8 KV is already set, so only the other two knobs are searched; both fix it
+    assert set(flags) == {"--mem-fraction-static", "--max-running-requests"}
+    assert 0.647166 < flags["--mem-fraction-static"]["value"] <= 0.95
+    assert 1 <= flags["--max-running-requests"]["value"] < 4
+    assert recheck_all(args, report) == 2
+    # "Smallest": one grid step less does not start (a further run, not a formula).
+    m = flags["--mem-fraction-static"]["value"]
+    below = core.size(deployment(**kw(ZERO_FLAGS + ["--mem-fraction-static", str(round(m - 0.005, 3))])))
+    assert below.verdict != core.STARTS
+    r = flags["--max-running-requests"]["value"]
+    above = core.size(deployment(**kw(ZERO_FLAGS + ["--max-running-requests", str(r + 1)])))
+    assert above.verdict != core.STARTS
+
+
+def test_compare_releases_pin_will_not_start_0_5_13_starts():
+    """--releases: the same deployment on the pin and on v0.5.13 (whose sizing rework,
+    dea85c30f4, gives the request the Mamba slots it needs)."""
+    code, out, err = cli_json(QWEN36, "--draft", DFLASH, "--free-gib", "94.24,43.19",
+                              "--releases", f"{PIN},0.5.13", "--", *ZERO_FLAGS)
+    assert code == 1, err
+    pin, new = out["releases"]
+    assert (pin["tree"]["release"], new["tree"]["release"]) == (PIN, "0.5.13")
+    assert pin["verdict"] == core.WONT and pin["ledger"]["running_requests"] == 0
+    # v0.5.13 starts: 1 running request (so, precisely, "starts degraded": 1 of the 4 asked).
+    assert new["outcome"] == "ok"
+    assert (new["ledger"]["kv_tokens"], new["ledger"]["mamba_slots"], new["ledger"]["running_requests"]) == \
+        (169388, 6, 1)
+    assert new["verdict"] == core.DEGRADED and "fewer than the 4 asked" in new["why"][0]
+
+
+@pytest.mark.parametrize("release", [PIN, "0.5.13"])
+def test_the_releases_own_dflash_rules_set_the_draft_tokens(release):
+    """No --speculative-dflash-block-size: the release's own rule reads block_size from the
+    drafter's config.json (16), through get_config(--speculative-draft-model-path)."""
+    s = core.size(deployment(**kw(SMOKE_FLAGS, release=release)))
+    assert s.figures["speculative_num_draft_tokens"] == 16
+    assert s.ledger["kv_tokens"] == LOGGED_TOKENS
