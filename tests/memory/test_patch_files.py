@@ -1,0 +1,46 @@
+"""The memory and debug patch files: headers, trailers, bodies, paths."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PATCHES = {
+    "budget-ledger.patch": ("memory", "Pending", ["0c065671c9", "dea85c30f4"]),
+    "mamba-spec-reservation.patch": ("memory", "Pending", ["dea85c30f4"]),
+    "fit-request-count.patch": ("memory", "Pending", ["0c065671c9"]),
+    "memory-ledger.patch": ("debug", "Inappropriate [debug instrumentation]", []),
+}
+
+
+def _series_block(topic):
+    lines, inside = [], False
+    for line in (ROOT / "patches" / "series").read_text().splitlines():
+        if line.startswith("# -- Topic:"):
+            inside = line.startswith(f"# -- Topic: {topic} ")
+        elif inside and line.strip() and not line.startswith("#"):
+            lines.append(line.strip())
+    return lines
+
+
+@pytest.mark.parametrize("name", PATCHES)
+def test_patch_file(name):
+    topic, status, commits = PATCHES[name]
+    text = (ROOT / "patches" / name).read_text()
+    assert name in _series_block(topic), f"{name} is not under the {topic} block of patches/series"
+    head, _, diff = text.partition("\n---\n")
+    assert re.search(r"^Subject: \[PATCH\] \S", head, re.M)
+    assert f"\nUpstream-Status: {status}\n" in head + "\n"
+    assert f"\nTopic: {topic}\n" in head + "\n"
+    body = head.split("\n\n", 1)[1]
+    assert "Drop this patch when" in body, "the body says when the patch can be dropped"
+    for c in commits:
+        assert c in body, f"the body names the overlapping upstream commit {c}"
+    paths = re.findall(r"^diff --git a/(\S+) b/", diff, re.M)
+    assert paths and all(p.startswith("python/") for p in paths), paths
+
+
+def test_memory_patches_in_the_order_they_build_on():
+    assert _series_block("memory") == ["budget-ledger.patch", "mamba-spec-reservation.patch",
+                                       "fit-request-count.patch"]
