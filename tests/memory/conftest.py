@@ -6,7 +6,7 @@ import pytest
 
 from tools.sglo.harness import source_root
 
-from . import reports
+from tests.memory import reports
 
 
 @pytest.fixture(scope="session", autouse=True)

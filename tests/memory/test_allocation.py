@@ -11,8 +11,8 @@ import pytest
 
 from tools.sglo.harness import load_scenario
 
-from . import expected as E
-from .reports import SCENARIOS, report, runs
+from tests.memory import expected as E
+from tests.memory.reports import SCENARIOS, report, runs
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

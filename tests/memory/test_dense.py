@@ -3,7 +3,7 @@ size to the same token and request counts on the pin and on the patched tree."""
 
 import pytest
 
-from .reports import child, report
+from tests.memory.reports import child, report
 
 
 def test_healthy_h200_identical(pristine, patched):

@@ -5,8 +5,8 @@ import pytest
 
 from tools.sglo.harness import load_scenario, run_child, source_root
 
-from . import expected as E
-from .reports import SCENARIOS, report, runs
+from tests.memory import expected as E
+from tests.memory.reports import SCENARIOS, report, runs
 
 GIB = E.GIB
 

@@ -8,8 +8,8 @@ import pytest
 
 from tools.sglo.harness import load_scenario, parse_remedies
 
-from . import expected as E
-from .reports import SCENARIOS, report, runs
+from tests.memory import expected as E
+from tests.memory.reports import SCENARIOS, report, runs
 
 GIB = E.GIB
 

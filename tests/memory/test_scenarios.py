@@ -2,7 +2,7 @@
 
 import pytest
 
-from .reports import SCENARIOS, report
+from tests.memory.reports import SCENARIOS, report
 
 
 @pytest.mark.parametrize("name", ["negative-rest-tp8", "zero-requests-dflash", "dflash-default-48"])
