@@ -152,6 +152,49 @@ def run_ours(repo, scenario, fixed, old, new, tmp, jobs=1):
             "seconds": round(secs, 1), **({"rounds": rounds} if rounds else {})}
 
 
+SWEEP_TEST = """#!/bin/sh
+# a cheap test: the tree's release version; bad from a given release on
+v=$(sed -n "s/^__version__ = version = '\\(.*\\)'$/\\1/p" "$1/python/sglang/_version.py")
+echo "$v" >> "{counter}"
+case " {bad} " in *" $v "*) exit 1 ;; esac
+exit 0
+"""
+
+
+def sweep(repo, versions, tmp):
+    """For every possible first-bad release in ``versions``: executions of
+    git bisect run and of bisect.py (same repo, same cheap command)."""
+    rows = []
+    for i in range(1, len(versions)):
+        counts = {}
+        for who in ("git", "ours"):
+            counter = tmp / f"sweep-{who}-{i}"
+            script = counter.with_suffix(".sh")
+            script.write_text(SWEEP_TEST.format(counter=counter, bad=" ".join(versions[i:])))
+            if who == "git":
+                wt = tmp / f"sweep-wt-{i}"
+                subprocess.run(["git", "clone", "-q", str(repo), str(wt)], check=True)
+                g = ["git", "-C", str(wt)]
+                subprocess.run(g + ["bisect", "start", "--first-parent", f"v{versions[-1]}", f"v{versions[0]}"],
+                               check=True, capture_output=True)
+                p = subprocess.run(g + ["bisect", "run", "sh", str(script), str(wt)], capture_output=True, text=True)
+                found = re.search(r"^([0-9a-f]{40}) is the first bad commit", p.stdout, re.M)
+                answer = subprocess.run(g + ["describe", "--tags", "--exact-match", found.group(1)],
+                                        capture_output=True, text=True).stdout.strip().lstrip("v") if found else None
+                shutil.rmtree(wt)
+            else:
+                p = subprocess.run([sys.executable, str(ROOT / "tools" / "bisect.py"), "--repo", str(repo),
+                                    "--good", f"v{versions[0]}", "--bad", f"v{versions[-1]}", "--log",
+                                    str(tmp / f"sweep-{i}.jsonl"), "--tree-cache", str(tmp / "trees"), "--json", "-q",
+                                    "--", "sh", str(script), "{tree}"], capture_output=True, text=True)
+                rec = json.loads(p.stdout)
+                answer = rec["first_new"]["label"].split()[-1] if rec["verdict"] == "first-bad" else rec["verdict"]
+            counts[who] = (_count(counter), answer)
+        rows.append({"first_bad": versions[i], "git": counts["git"][0], "ours": counts["ours"][0],
+                     "git_answer": counts["git"][1], "ours_answer": counts["ours"][1]})
+    return rows
+
+
 def _results(log):
     out = []
     for line in log.read_text().splitlines():
@@ -165,7 +208,22 @@ def main(argv):
     ap = argparse.ArgumentParser(prog="python tools/bench_bisect.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--case", action="append", choices=sorted(CASES), help="run only this case (repeatable)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--sweep", metavar="OLD..NEW",
+                    help="instead: every possible first-bad release in OLD..NEW, with a cheap test")
     args = ap.parse_args(argv)
+    if args.sweep:
+        versions = releases_between(*args.sweep.split(".."))
+        with tempfile.TemporaryDirectory(prefix="sglo-bench-bisect-") as t:
+            rows = sweep(release_history(versions), versions, Path(t))
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            print("| first bad | git bisect run | bisect.py (of which 2 endpoints) |")
+            print("|---|---|---|")
+            for r in rows:
+                print(f"| {r['first_bad']} | {r['git']} → {r['git_answer']} | {r['ours']} → {r['ours_answer']} |")
+            print(f"| total | {sum(r['git'] for r in rows)} | {sum(r['ours'] for r in rows)} |")
+        return 0
     rows = []
     for name in args.case or list(CASES):
         scenario, fixed, old, new, expected = CASES[name]
