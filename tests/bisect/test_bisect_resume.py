@@ -96,6 +96,11 @@ def test_an_aborting_test_stops_the_bisection(tmp_path):
     assert rc == 1
     assert "the test aborted at 0.5.11 (exit 200)" in err and f"--resume {log}" in err
     assert [r["raw"] for r in results(log)] == ["abort"]
+    # fixed test, same command: the aborted point runs again, nothing else is lost
+    version_test(tmp_path / "t.py", tmp_path / "c", first_bad="0.5.14")
+    rc, data, err = bisect("--resume", str(log), "--json")
+    assert rc == 0, err
+    assert data["first_new"]["id"] == "0.5.14" and calls(tmp_path / "c")[:2] == ["0.5.11", "0.5.11"]
 
 
 def test_skip_exit_code_is_a_skip_never_bad(tmp_path):
