@@ -72,3 +72,21 @@ def test_exit_codes_are_documented():
     for code in ("1", "2", "3", "8", "130"):
         assert code in table
     assert str(cli.UNFINISHED) == "8" and str(cli.INTERRUPTED) == "130"
+
+
+def test_the_script_never_shadows_the_stdlib_bisect_module():
+    """Run as a script, tools/ is sys.path[0]; the preamble (the first
+    line) replaces it before anything is imported, so `bisect` (and
+    `random`, which imports it) stay the standard library's."""
+    import subprocess
+    import sys
+    code = (f"import sys; sys.path[0] = {str(ROOT / 'tools')!r}; __file__ = {str(ROOT / 'tools' / 'bisect.py')!r}\n"
+            f"exec(open(__file__).readline())\n"
+            "import bisect, random, sysconfig\n"
+            "assert bisect.__file__.startswith(sysconfig.get_paths()['stdlib']), bisect.__file__\n"
+            "assert bisect.bisect_left([1, 2, 3], 2) == 1 and 0 <= random.random() < 1\n"
+            "import tools.bisect as cli; assert cli.EXIT['flaky'] == 7\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert p.returncode == 0, p.stderr
+    first = (ROOT / "tools" / "bisect.py").read_text().splitlines()[0]
+    assert first.startswith("import os, sys; sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))")
