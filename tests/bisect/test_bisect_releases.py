@@ -67,3 +67,14 @@ def test_untestable_old_end_is_inconclusive(tmp_path):
     assert rc == 6, err
     assert data["verdict"] == "inconclusive" and data["endpoint"]["id"] == "0.5.10.post1"
     assert "DFLASH" in " ".join(data["words"])
+
+
+def test_with_stack_at_release_level(tmp_path, stack_root, trees):
+    """Release artifacts laid out as python/sglang with the stack on top:
+    the backport is dropped at 0.5.13, where upstream has it."""
+    rc, data, err, log = run(tmp_path, "--releases", "0.5.12..0.5.13", "--scenario", "zero-requests-dflash", "--fixed",
+                             "--with-stack", "--root", str(stack_root), "--tree-cache", str(trees))
+    assert rc == 0, err
+    assert data["first_new"]["id"] == "0.5.13"
+    by = {s["point"]: s for s in data["steps"]}
+    assert by["0.5.13"]["dropped"] == ["tbo-skip-preparer-when-off.patch"] and "dropped" not in by["0.5.12"]
