@@ -156,7 +156,7 @@ def parse_flags(tree: Tree, argv: list[str]) -> tuple[dict, list[str]]:
     err = res.get("error") or res.get("error", {})
     raise UsageError(f"cannot parse flags with SGLang {tree.label}'s own ServerArgs: {err}",
                      hint="the planner parses flags for releases whose server_args.py loads with stand-ins "
-                          "(v0.5.5-v0.5.18, patched trees of the pin); plan another release with --release")
+                          "(v0.5.5-v0.5.19, patched trees of the pin); plan another release with --release")
 
 
 def memory_for(mi: model_mod.ModelInput, gpu: gpus_mod.Gpu | None, tp: int, free_gib: list[float] | None,
@@ -214,12 +214,14 @@ def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None =
     figures = child.get("figures", {}) or {}
     m = memory or dep.memory
     ctx = dep.context_len(overrides)
-    verdict, why = judge(c["outcome"], c["reason"], figures, ctx, child.get("error"))
+    explicit = (overrides.get("max_running_requests") or dep.fields.get("max_running_requests")) is not None
+    verdict, why = judge(c["outcome"], c["reason"], figures, ctx, child.get("error"), explicit)
     return Sizing(overrides, c["outcome"], c["reason"], figures, child.get("error"), verdict, why,
                   ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static"))))
 
 
-def judge(outcome: str, reason: str, f: dict, context_len: int, error: dict | None) -> tuple[str, list[str]]:
+def judge(outcome: str, reason: str, f: dict, context_len: int, error: dict | None,
+          requests_given: bool = True) -> tuple[str, list[str]]:
     if outcome == "untestable":
         return UNKNOWN, [f"the harness could not drive this tree for these inputs: {reason}"]
     if outcome == "refused":
@@ -242,8 +244,9 @@ def judge(outcome: str, reason: str, f: dict, context_len: int, error: dict | No
     asked = f.get("max_running_requests_flag")
     reqs = f.get("max_running_requests")
     if asked is not None and reqs is not None and reqs < asked:
-        why.append(f"{reqs} running requests, fewer than the {asked} asked for"
-                   + (" (the speculative-decoding default)" if f.get("speculative_num_draft_tokens") else ""))
+        why.append(f"{reqs} running request{'s' if reqs != 1 else ''}, fewer than the {asked} "
+                   + ("asked for with --max-running-requests" if requests_given
+                      else "the release's own rules set (--max-running-requests was not given)"))
     tokens = f.get("max_total_num_tokens")
     if tokens is not None and tokens < context_len:
         why.append(f"the KV pool holds {tokens:,} tokens, shorter than the context length {context_len:,}: "
