@@ -152,11 +152,21 @@ class GPU:
             "parse_qsa_profile": lambda *a, **k: None,
             # v0.5.20+: resolved flags are read through resolving_view(server_args)
             "resolving_view": lambda args, *a, **k: args,
+            "resolved_view": lambda args, *a, **k: args,
+            # v0.5.19+: release rules declare their results (arg_groups.overrides) instead
+            # of writing the fields; the views above are the args themselves, so write them
+            "declare_resolution": declare_resolution,
             # attention backends are not chosen on a CPU: (target, draft) both default
             "attention_backends_of": lambda *a, **k: (None, None),
             # context-parallel layer split is off: every rank owns all its layers
             "get_glm_dsa_layer_split_effective_num_layers": lambda runner, num_layers: num_layers,
         }
+
+
+def declare_resolution(args, source, **fields) -> None:
+    """In place of arg_groups.overrides.declare_resolution (v0.5.19+)."""
+    for k, v in fields.items():
+        object.__setattr__(args, k, v)
 
 
 def install_transformers_standin() -> bool:
