@@ -46,6 +46,8 @@ TREE_MODE_TOPK = 2
 # Target attention backends whose TARGET_VERIFY honours a per-request bool custom
 # mask in FULL_MASK layout (EagleVerifyInput.generate_attn_arg_prefill).
 SUPPORTED_ATTENTION_BACKENDS = ("flashinfer", "triton")
+# Above this many verify tokens the hybrid tree conv kernel's JIT compile takes minutes.
+HYBRID_TREE_COMPILE_WARN_TOKENS = 64
 
 
 class DDTreeSpecAlgo(CustomSpecAlgo):
@@ -195,6 +197,15 @@ def finish_ddtree_server_args(args: "ServerArgs") -> None:
     args.speculative_num_draft_tokens = budget + 1
     args.speculative_num_steps = 1
     args.speculative_eagle_topk = TREE_MODE_TOPK
+    if budget + 1 > HYBRID_TREE_COMPILE_WARN_TOKENS:
+        logger.warning(
+            "DDTREE: %d verify tokens per request. On hybrid linear-attention models the tree-mode "
+            "conv kernel (causal_conv1d_update) unrolls over the verify tokens; its Triton compile "
+            "took 9 s at 32 tokens and 166 s at 128 on an H200 (docs/ddtree.md), so the first "
+            "verify stalls until it is cached. Budgets up to %d avoid that.",
+            budget + 1,
+            HYBRID_TREE_COMPILE_WARN_TOKENS - 1,
+        )
     logger.info(
         "DDTREE: drafter block %d (%d draft positions), tree budget %d, %d verify tokens "
         "per request (speculative_num_draft_tokens).",
