@@ -238,7 +238,8 @@ def judge(outcome: str, reason: str, f: dict, context_len: int, error: dict | No
         if slots is not None and slots <= 0:
             why.append(f"the Mamba state pool gets {slots} slots")
         if not why:
-            why.append(reason)
+            why.append(reason + " (the tree's own assertion: the server dies at start-up; if the assertion "
+                       "is about an input, the harness may not supply it yet: docs/regress.md, 'Open points')")
         return WONT, why
     why = []
     asked = f.get("max_running_requests_flag")
