@@ -131,13 +131,13 @@ def run_git(repo, scenario, fixed, old, new, tmp):
             "seconds": round(secs, 1)}
 
 
-def run_ours(repo, scenario, fixed, old, new, tmp, jobs=1):
+def run_ours(repo, scenario, fixed, old, new, tmp, jobs=1, trees=None):
     script, counter = _wrapper(tmp, scenario, invert=None)
     refs = ["--good", f"v{new}", "--bad", f"v{old}", "--fixed"] if fixed else ["--good", f"v{old}", "--bad", f"v{new}"]
     log = tmp / f"ours-{jobs}.jsonl"
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, str(ROOT / "tools" / "bisect.py"), "--repo", str(repo), *refs,
-                        "--jobs", str(jobs), "--log", str(log), "--tree-cache", str(tmp / "trees"), "--json", "-q",
+                        "--jobs", str(jobs), "--log", str(log), "--tree-cache", str(trees or tmp / "trees"), "--json", "-q",
                         "--", "sh", str(script), "{tree}"], capture_output=True, text=True)
     secs = time.monotonic() - t0
     try:
@@ -161,9 +161,12 @@ exit 0
 """
 
 
-def sweep(repo, versions, tmp):
+def sweep(repo, versions, tmp, trees=None):
     """For every possible first-bad release in ``versions``: executions of
     git bisect run and of bisect.py (same repo, same cheap command)."""
+    wt = tmp / "sweep-wt"
+    subprocess.run(["git", "clone", "-q", str(repo), str(wt)], check=True)
+    g = ["git", "-C", str(wt)]
     rows = []
     for i in range(1, len(versions)):
         counts = {}
@@ -172,26 +175,24 @@ def sweep(repo, versions, tmp):
             script = counter.with_suffix(".sh")
             script.write_text(SWEEP_TEST.format(counter=counter, bad=" ".join(versions[i:])))
             if who == "git":
-                wt = tmp / f"sweep-wt-{i}"
-                subprocess.run(["git", "clone", "-q", str(repo), str(wt)], check=True)
-                g = ["git", "-C", str(wt)]
                 subprocess.run(g + ["bisect", "start", "--first-parent", f"v{versions[-1]}", f"v{versions[0]}"],
                                check=True, capture_output=True)
                 p = subprocess.run(g + ["bisect", "run", "sh", str(script), str(wt)], capture_output=True, text=True)
                 found = re.search(r"^([0-9a-f]{40}) is the first bad commit", p.stdout, re.M)
                 answer = subprocess.run(g + ["describe", "--tags", "--exact-match", found.group(1)],
                                         capture_output=True, text=True).stdout.strip().lstrip("v") if found else None
-                shutil.rmtree(wt)
+                subprocess.run(g + ["bisect", "reset"], check=True, capture_output=True)
             else:
                 p = subprocess.run([sys.executable, str(ROOT / "tools" / "bisect.py"), "--repo", str(repo),
                                     "--good", f"v{versions[0]}", "--bad", f"v{versions[-1]}", "--log",
-                                    str(tmp / f"sweep-{i}.jsonl"), "--tree-cache", str(tmp / "trees"), "--json", "-q",
-                                    "--", "sh", str(script), "{tree}"], capture_output=True, text=True)
+                                    str(tmp / f"sweep-{i}.jsonl"), "--tree-cache", str(trees or tmp / "trees"),
+                                    "--json", "-q", "--", "sh", str(script), "{tree}"], capture_output=True, text=True)
                 rec = json.loads(p.stdout)
                 answer = rec["first_new"]["label"].split()[-1] if rec["verdict"] == "first-bad" else rec["verdict"]
             counts[who] = (_count(counter), answer)
         rows.append({"first_bad": versions[i], "git": counts["git"][0], "ours": counts["ours"][0],
                      "git_answer": counts["git"][1], "ours_answer": counts["ours"][1]})
+    shutil.rmtree(wt)
     return rows
 
 

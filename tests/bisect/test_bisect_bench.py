@@ -8,12 +8,12 @@ from tools.bench_bisect import CASES, release_history, run_git, run_ours, sweep
 from tests.bisect.support import HISTORY
 
 
-def test_no_more_runs_than_git_bisect_run_wherever_the_change_is(tmp_path):
+def test_no_more_runs_than_git_bisect_run_wherever_the_change_is(tmp_path, trees):
     """Every possible first-bad commit of 0.5.12..0.5.15 (6 real release
     commits), a cheap test by the tree's version: the same answer as git,
     and exactly git's runs plus the two endpoint checks."""
     versions = HISTORY[HISTORY.index("0.5.12"):HISTORY.index("0.5.15") + 1]
-    rows = sweep(release_history(HISTORY), versions, tmp_path)
+    rows = sweep(release_history(HISTORY), versions, tmp_path, trees)
     assert [r["first_bad"] for r in rows] == versions[1:]
     for r in rows:
         assert r["git_answer"] == r["ours_answer"] == r["first_bad"]
@@ -21,11 +21,11 @@ def test_no_more_runs_than_git_bisect_run_wherever_the_change_is(tmp_path):
         assert r["ours"] <= math.ceil(math.log2(len(versions))) + 2
 
 
-def test_the_incident_git_bisect_run_blames_a_release_bisect_py_does_not(tmp_path):
+def test_the_incident_git_bisect_run_blames_a_release_bisect_py_does_not(tmp_path, trees):
     scenario, fixed, old, new, expected = CASES["negative-rest-incident"]
     repo = release_history(HISTORY)
     git = run_git(repo, scenario, fixed, old, new, tmp_path)
-    ours = run_ours(repo, scenario, fixed, old, new, tmp_path)
+    ours = run_ours(repo, scenario, fixed, old, new, tmp_path, trees=trees)
     assert ours["answer"] == "not-in-range" and ours["executions"] == 2
     # git trusts the 'good' endpoint it was given and names the first commit after it
     assert git["answer"] == "0.5.10"

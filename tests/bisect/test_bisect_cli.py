@@ -66,7 +66,7 @@ def test_bad_input_exits_2_before_any_step(name, tmp_path, repo):
 def test_exit_codes_are_documented():
     from tools import bisect as cli
     doc = (ROOT / "docs" / "bisect.md").read_text()
-    table = dict(re.findall(r"^\| (\d+) \| `?([a-z-]+)", doc, re.M))
+    table = dict(re.findall(r"^\| (\d+) \| [`(]?([a-z -]+)", doc, re.M))
     for verdict, code in cli.EXIT.items():
         assert table.get(str(code)) in (verdict, "first-bad"), (verdict, code, table)
     for code in ("1", "2", "3", "8", "130"):
