@@ -11,6 +11,8 @@ and triton), run on the device with its triton:
 * ``fused_sigmoid_gating_delta_rule_update`` (fla/fused_sigmoid_gating_recurrent.py),
   the GDN target-verify kernel, with ``retrieve_parent_token``: one
   intermediate SSM state per node, each started from its parent's;
+* ``selective_state_update`` (mamba/ops/mamba_ssm.py), the Mamba2 target-verify
+  kernel, with ``retrieve_parent_token`` (when mamba_ssm.py is in DIR);
 * ``fused_mamba_state_scatter_with_mask`` (mamba/mamba_state_scatter_triton.py):
   the commit of the last accepted node's state into the request's slot.
 
@@ -60,6 +62,7 @@ def run(kdir: Path, budgets, bs: int, L: int, vocab: int, seed: int, tree_only: 
     gdn = _load(kdir / "fused_sigmoid_gating_recurrent.py", "ddt_gdn")
     scatter = _load(kdir / "mamba_state_scatter_triton.py", "ddt_scatter")
     ddt = _load(kdir / "ddtree_tree.py", "ddt_tree")
+    ssm = _load(kdir / "mamba_ssm.py", "ddt_mamba_ssm") if (kdir / "mamba_ssm.py").is_file() else None
     dev = "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -182,6 +185,42 @@ def run(kdir: Path, budgets, bs: int, L: int, vocab: int, seed: int, tree_only: 
                 gdn_by_depth[n - 1] = max(gdn_by_depth.get(n - 1, 0.0), e)
                 gdn_state_err = max(gdn_state_err, e)
         rec.update(gdn_out_max_err=gdn_out_err, gdn_state_max_err=gdn_state_err, gdn_state_err_by_depth=gdn_by_depth)
+
+        # ---- Mamba2 selective_state_update, target verify, tree mode (mamba.py's call)
+        if ssm is not None:
+            nh, hd, ds, ng = 4, 16, 16, 2
+            st0 = torch.randn((slots, nh, hd, ds), generator=g).to(dev) * 0.1
+            xm = torch.randn((bs, N, nh, hd), generator=g).to(dev)
+            dtm = torch.randn((bs, N, nh, hd), generator=g).to(dev)
+            Am = -torch.rand((nh, hd, ds), generator=g).to(dev)
+            Bm = torch.randn((bs, N, ng, ds), generator=g).to(dev)
+            Cm = torch.randn((bs, N, ng, ds), generator=g).to(dev)
+            Dm = torch.randn((nh, hd), generator=g).to(dev)
+            dtb = torch.randn((nh, hd), generator=g).to(dev)
+            outm = torch.empty_like(xm)
+            interm = torch.zeros((slots, N, nh, hd, ds), device=dev)
+            ssm.selective_state_update(st0.clone(), xm, dtm, Am, Bm, Cm, Dm, z=None, dt_bias=dtb, dt_softplus=True,
+                                       state_batch_indices=idx, out=outm, disable_state_update=True,
+                                       intermediate_states_buffer=interm, cache_steps=N,
+                                       retrieve_parent_token=rpt, intermediate_state_indices=ii)
+            m_out = m_state = 0.0
+            for b in range(bs):
+                for kk in range(N):
+                    if not valid[b][kk]:
+                        continue
+                    path = _path(parents[b], kk)
+                    n = len(path)
+                    sel = lambda t: t[b : b + 1, path].contiguous()  # noqa: E731
+                    o2 = torch.empty((1, n, nh, hd), device=dev)
+                    i2 = torch.zeros((slots, N, nh, hd, ds), device=dev)
+                    ssm.selective_state_update(st0.clone(), sel(xm), sel(dtm), Am, sel(Bm), sel(Cm), Dm, z=None,
+                                               dt_bias=dtb, dt_softplus=True, state_batch_indices=idx[b : b + 1],
+                                               out=o2, disable_state_update=True, intermediate_states_buffer=i2,
+                                               cache_steps=N, retrieve_parent_token=None,
+                                               intermediate_state_indices=ii[b : b + 1])
+                    m_out = max(m_out, float((o2[0, -1] - outm[b, kk]).abs().max()))
+                    m_state = max(m_state, float((i2[b, n - 1] - interm[b, kk]).abs().max()))
+            rec.update(mamba2_out_max_err=m_out, mamba2_state_max_err=m_state)
 
         # ---- commit of the last accepted node (one per request: the deepest real node)
         last = torch.tensor([max(j for j in range(N) if valid[b][j]) for b in range(bs)], dtype=torch.int64, device=dev)
