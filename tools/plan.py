@@ -98,14 +98,24 @@ def main(argv):
         if args.tree or args.release:
             raise UsageError("--releases compares published releases; drop --tree/--release",
                              hint="python tools/plan.py MODEL --gpu NAME --releases 0.5.12.post1,0.5.13 -- FLAGS")
-        reports = []
-        for rel in [r.strip() for r in args.releases.split(",") if r.strip()]:
+        reports, errors = [], []
+        releases = [r.strip() for r in args.releases.split(",") if r.strip()]
+        for rel in releases:
             progress(f"release {rel}: fetching, parsing flags with its ServerArgs, sizing")
-            dep = deployment(release=rel, **common)
-            reports.append(plan(dep, with_suggestions=False, with_sensitivity=False))
+            try:
+                dep = deployment(release=rel, **common)
+            except UsageError as e:  # this release rejects the inputs: its column says why
+                errors.append(e)
+                reports.append({"tree": {"release": rel}, "verdict": "rejected", "why": [e.message],
+                                "ledger": {}, "exit": e.code})
+                continue
+            report = plan(dep, with_suggestions=False, with_sensitivity=False)
+            report["exit"] = exit_code(report["verdict"])
+            reports.append(report)
+        if len(errors) == len(releases) and len({e.message.replace(r, "") for e, r in zip(errors, releases)}) == 1:
+            raise errors[0]  # the same bad input for every release: one error
         cli.emit({"releases": reports}, args.json, compare_text(reports))
-        codes = {exit_code(r["verdict"]) for r in reports}
-        return max(codes)
+        return max(r["exit"] for r in reports)
     progress("resolving the tree, model and flags")
     dep = deployment(tree=args.tree, release=args.release, **common)
     progress(f"sizing on {dep.tree.label} ({dep.tree.era} layout); suggestions and sensitivity re-run it")

@@ -61,3 +61,30 @@ def test_no_mem_fraction_static():
 def test_bad_free_memory_figures():
     code, out, err = cli(LLAMA8B, "--free-gib", "lots", "--release", PIN, "--", "--mem-fraction-static", "0.9")
     assert code == 2 and "--free-gib 'lots'" in err
+
+
+def test_json_error_for_machines():
+    import json
+
+    code, out, err = cli(LLAMA8B, "--gpu", "H300", "--release", PIN, "--json", "--", "--mem-fraction-static", "0.9")
+    assert code == 2
+    data = json.loads(out)
+    assert data["status"] == "error" and data["exit_code"] == 2 and "H300" in data["error"]
+    assert "known GPUs" in data["hint"]
+
+
+def test_default_tree_older_than_the_series_is_flagged(tmp_path):
+    """A tree tools/apply.py built from another stack than patches/series now holds."""
+    import json
+
+    from tools.sglo import builder, series
+    from tools.sglo.planner.core import ROOT_OF_REPO, _label, _staleness
+
+    (tmp_path / builder.MANIFEST).write_text(json.dumps(
+        {"tool": "sgl-overlay", "stack_digest": "0" * 64, "lock": {"version": PIN}, "patches": ["a.patch"]}))
+    assert _label(tmp_path, tmp_path).startswith(f"{PIN} + 1 patches (patched tree")
+    warning = _staleness(tmp_path)
+    assert warning and "python tools/apply.py" in warning
+    current = series.load(ROOT_OF_REPO).digest
+    (tmp_path / builder.MANIFEST).write_text(json.dumps({"tool": "sgl-overlay", "stack_digest": current}))
+    assert _staleness(tmp_path) is None

@@ -58,12 +58,13 @@ def test_zero_request_flags_will_not_start_at_the_pin_with_verified_suggestions(
 
 
 def test_compare_releases_pin_will_not_start_0_5_13_starts():
-    """--releases: the same deployment on the pin and on v0.5.13 (whose sizing rework,
-    dea85c30f4, gives the request the Mamba slots it needs)."""
+    """--releases: the same deployment on v0.5.9 (no DFLASH yet), the pin and v0.5.13
+    (whose sizing rework, dea85c30f4, gives the request the Mamba slots it needs)."""
     code, out, err = cli_json(QWEN36, "--draft", DFLASH, "--free-gib", "94.24,43.19",
-                              "--releases", f"{PIN},0.5.13", "--", *ZERO_FLAGS)
-    assert code == 1, err
-    pin, new = out["releases"]
+                              "--releases", f"0.5.9,{PIN},0.5.13", "--", *ZERO_FLAGS)
+    assert code == 2, err  # one release rejects the flags: bad input for that release
+    old, pin, new = out["releases"]
+    assert old["verdict"] == "rejected" and "invalid choice: 'DFLASH'" in old["why"][0]
     assert (pin["tree"]["release"], new["tree"]["release"]) == (PIN, "0.5.13")
     assert pin["verdict"] == core.WONT and pin["ledger"]["running_requests"] == 0
     # v0.5.13 starts: 1 running request (so, precisely, "starts degraded": 1 of the 4 asked).

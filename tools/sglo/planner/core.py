@@ -24,6 +24,7 @@ from . import gpus as gpus_mod
 from . import model as model_mod
 
 GIB = 1 << 30
+ROOT_OF_REPO = Path(__file__).resolve().parents[3]
 STARTS, DEGRADED, WONT, UNKNOWN = "starts", "starts degraded", "will not start", "cannot tell"
 RANK = {WONT: 0, UNKNOWN: -1, DEGRADED: 1, STARTS: 2}
 
@@ -131,7 +132,7 @@ def _staleness(path: Path) -> str | None:
 
     man = builder.read_manifest(path)
     try:
-        digest = series.load(Path(__file__).resolve().parents[3]).digest
+        digest = series.load(ROOT_OF_REPO).digest
     except Exception:  # noqa: BLE001 - a series being edited: no verdict on staleness
         return None
     if man and man.get("stack_digest") != digest:
