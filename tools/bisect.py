@@ -75,10 +75,13 @@ def parse(argv):
 def validate(args):
     """Bad input, before anything is fetched or run."""
     if args.resume or args.replay:
-        extra = [o for o in ("releases", "repo", "good", "bad", "scenario", "log") if getattr(args, o)]
-        if extra or args.command or (args.resume and args.replay):
-            raise UsageError(f"--{'resume' if args.resume else 'replay'} takes its range and test from the log; "
-                             f"drop {'--' + extra[0] if extra else '--replay/--resume' if args.resume and args.replay else 'the command'}",
+        mode = "--resume" if args.resume else "--replay"
+        given = [f"--{o.replace('_', '-')}" for o in ("releases", "repo", "good", "bad", "all_parents", "scenario",
+                                                      "fixed", "with_stack", "timeout", "log") if getattr(args, o)]
+        given += (["--runs"] if args.runs != 1 else []) + (["the command after --"] if args.command else [])
+        given += ["--replay"] if args.resume and args.replay else []
+        if given:
+            raise UsageError(f"{mode} takes the range, the test and their options from the log; drop {given[0]}",
                              hint="only --jobs, --json, -q and the cache options go with it")
         return
     if bool(args.releases) == bool(args.repo):

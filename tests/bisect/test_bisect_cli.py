@@ -34,7 +34,8 @@ def cases(repo, tmp):
         "scenario and command": (["--releases", "0.5.9..0.5.10", *SCEN, "--", *cmd], "not both"),
         "runs zero": (["--releases", "0.5.9..0.5.10", *SCEN, "--runs", "0"], "--runs must be at least 1"),
         "resume with a range": (["--resume", str(tmp / "x.jsonl"), "--releases", "0.5.9..0.5.10"],
-                                "takes its range and test from the log"),
+                                "takes the range, the test and their options from the log; drop --releases"),
+        "resume with --fixed": (["--resume", str(tmp / "x.jsonl"), "--fixed"], "drop --fixed"),
         "replay missing log": (["--replay", str(tmp / "missing.jsonl")], "cannot read it"),
         "unknown option": (["--releases", "0.5.9..0.5.10", "--frobnicate"], "unrecognized arguments"),
     }
@@ -42,7 +43,7 @@ def cases(repo, tmp):
 
 NAMES = ["unknown release", "not a version", "no range form", "empty range", "same release", "unknown ref", "same ref",
          "backwards", "repo without refs", "two ranges", "no test", "unknown scenario", "command cannot start",
-         "command ignores the tree", "scenario and command", "runs zero", "resume with a range",
+         "command ignores the tree", "scenario and command", "runs zero", "resume with a range", "resume with --fixed",
          "replay missing log", "unknown option"]
 
 
