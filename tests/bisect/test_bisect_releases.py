@@ -25,8 +25,12 @@ def test_zero_requests_fixed_in_0_5_13(tmp_path):
     rc2, _, _ = bisect("--replay", str(log))
     assert rc2 == 0
     # one progress line per step, with outcome and seconds
-    steps = [l for l in err.splitlines() if "step " in l or "endpoint " in l]
-    assert len(steps) == data["executions"] and all(l.rstrip().endswith("]") or "s" in l for l in steps)
+    import re
+    steps = [l for l in err.splitlines() if re.search(r"\] (step \d+ of ~\d+:|endpoint \((old|new)\)) ", l)]
+    assert len(steps) == data["executions"]
+    for line, s in zip(steps, data["steps"]):
+        assert re.search(rf" {re.escape(s['point'])} \(sglang {re.escape(s['point'])}\): {s['result']} -> {s['term']}, "
+                         r"\d+\.\ds \[", line), line
 
 
 def test_negative_rest_fixed_in_0_5_14(tmp_path):

@@ -2,7 +2,6 @@
 step repeated; --replay; a flipping test is flaky; an aborting test stops;
 --runs N runs each point N times."""
 import json
-import signal
 
 import pytest
 
