@@ -2,6 +2,7 @@
 repository of real releases, and a small real patch stack made against
 the pinned release's files."""
 import json
+import os
 import math
 import shutil
 import subprocess
@@ -52,7 +53,7 @@ def branchy_history(cache=None):
     target = root / "branchy-0.5.11-0.5.14"
     if (target / "READY").exists():
         return target / "repo"
-    tmp = root / f".branchy-{id(target)}"
+    tmp = root / f".branchy-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     repo = tmp / "repo"
     gitcmd.init(repo, bare=True)
@@ -139,7 +140,7 @@ def merge_history(cache=None):
     target = root / "merge-0.5.11-0.5.14"
     if (target / "READY").exists():
         return target / "repo"
-    tmp = root / f".merge-{id(target)}"
+    tmp = root / f".merge-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     repo = tmp / "repo"
     gitcmd.init(repo, bare=True)
