@@ -32,6 +32,9 @@ def test_smoke_flags_plan_to_the_logged_figures_at_the_pin():
     assert sug["flag"] == "--context-length" and sug["verdict"] == core.STARTS
     assert sug["value"] <= LOGGED_TOKENS
     assert recheck_all(args, report) == 1
+    # smallest change: 1,024 tokens more of context does not start outright (a run)
+    more = core.size(deployment(**kw(SMOKE_FLAGS + ["--context-length", str(sug["value"] + 1024)])))
+    assert more.verdict != core.STARTS
 
 
 def test_zero_request_flags_will_not_start_at_the_pin_with_verified_suggestions():

@@ -351,21 +351,43 @@ def _fixes(s: Sizing, target: int) -> bool:
     return RANK[s.verdict] >= target
 
 
-def _bisect(dep, field_name, lo, hi, target, make, better_high: bool):
+def _bisect(dep, field_name, lo, hi, target, make, better_high: bool, hint: int | None = None):
     """The smallest change of one flag that fixes the plan, on a grid of indices.
 
     ``better_high``: raising the value helps, so find the lowest passing index in
     (lo, hi]; otherwise lowering helps, so find the highest passing index in [lo, hi).
     ``make(i)`` maps an index to the flag's value.  Every probe is a sizing run;
     the far end is probed first, so a flag that cannot help costs one run.
+    ``hint``: an index to probe first with its neighbour toward the current value
+    (a guess from the base run's figures; only runs decide).
     Returns ((value, sizing) or None, runs)."""
-    far = hi if better_high else lo
-    good_s = size(dep, {field_name: make(far)})
-    runs = 1
-    if not _fixes(good_s, target):
-        return None, runs
-    good = far
-    a, b = (lo, hi) if better_high else (lo, hi)
+    runs = 0
+    a, b = lo, hi
+    good = good_s = None
+    if hint is not None and lo < hint < hi:
+        near = hint - 1 if better_high else hint + 1
+        s_hint = size(dep, {field_name: make(hint)})
+        runs += 1
+        if _fixes(s_hint, target):
+            good, good_s = hint, s_hint
+            a, b = (lo, hint) if better_high else (hint, hi)
+            if lo < near < hi:
+                s_near = size(dep, {field_name: make(near)})
+                runs += 1
+                if _fixes(s_near, target):
+                    good, good_s = near, s_near
+                    a, b = (lo, near) if better_high else (near, hi)
+                else:
+                    return (make(good), good_s), runs
+        else:
+            a, b = (hint, hi) if better_high else (lo, hint)
+    if good is None:
+        far = b if better_high else a
+        good_s = size(dep, {field_name: make(far)})
+        runs += 1
+        if not _fixes(good_s, target):
+            return None, runs
+        good = far
     while b - a > 1:
         mid = (a + b) // 2
         s = size(dep, {field_name: make(mid)})
@@ -409,8 +431,10 @@ def suggest(dep: Deployment, base: Sizing, knobs=KNOBS) -> tuple[list[Suggestion
     ctx = dep.context_len()
     if "context-length" in knobs and ctx > 1024:
         grid = ctx // 1024 if ctx % 1024 == 0 else ctx // 1024 + 1
+        tokens = f.get("max_total_num_tokens")
+        hint = tokens // 1024 if isinstance(tokens, int) and tokens > 0 else None
         jobs["context-length"] = ("context_length", lambda: _bisect(
-            dep, "context_length", 1, grid, target, lambda i: min(i * 1024, ctx - 1), False), "")
+            dep, "context_length", 1, grid, target, lambda i: min(i * 1024, ctx - 1), False, hint), "")
     kv = str(dep.fields.get("kv_cache_dtype") or "auto")
     if "kv-cache-dtype" in knobs and not kv.startswith("fp8"):
         def kv_job():
