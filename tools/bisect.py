@@ -22,6 +22,7 @@ log, 130 interrupted (resume with --resume LOG).  docs/bisect.md.
 """
 import argparse  # noqa: E402
 import shlex  # noqa: E402
+import signal  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -204,6 +205,9 @@ def main(argv):
     tree_root = header.get("tree_cache") or args.tree_cache or str(source.cache_dir(cache) / "bisect-trees")
     trees = B.Trees(rng, lockmod.load(Path(header["stack_root"]) / "upstream.lock"), stack, cache,
                     B.TreeCache(tree_root, (header.get("tree_cache_mb") or args.tree_cache_mb) << 20), progress)
+    def stop(signum, frame):               # kill PID: the same clean stop as Ctrl-C
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
     run = B.Bisection(rng, test, trees, log, known, fixed=s["fixed"], runs=s["runs"], jobs=s["jobs"],
                       progress=progress, batch=max((r.get("batch", 0) for r in results), default=0))
     try:

@@ -2,6 +2,7 @@
 step repeated; --replay; a flipping test is flaky; an aborting test stops;
 --runs N runs each point N times."""
 import json
+import signal
 
 import pytest
 
@@ -11,14 +12,14 @@ from tests.bisect.support import bisect, results
 RANGE = ["--releases", "0.5.11..0.5.16"]          # 9 real releases, cached
 
 
-@pytest.mark.parametrize("sig", ["signal.SIGINT", "signal.SIGKILL"])
+@pytest.mark.parametrize("sig", ["signal.SIGINT", "signal.SIGTERM", "signal.SIGKILL"])
 def test_interrupted_run_resumes_without_repeating_a_step(tmp_path, sig):
     log, seen = tmp_path / "log.jsonl", tmp_path / "calls"
     cmd = version_test(tmp_path / "t.py", seen, first_bad="0.5.13.post1", interrupt_at=3, signal=sig)
     rc, _, err = bisect(*RANGE, "--log", str(log), "--", *cmd)
     first = calls(seen)
     kept = [r["point"] for r in results(log)]
-    if sig == "signal.SIGINT":
+    if sig != "signal.SIGKILL":
         assert rc == 130, err
         assert f"continue with:\n  python tools/bisect.py --resume {log}" in err
     else:
@@ -110,3 +111,32 @@ def test_skip_exit_code_is_a_skip_never_bad(tmp_path):
     assert data["verdict"] == "inconclusive"
     assert data["last_old"]["id"] == "0.5.13" and data["first_new"]["id"] == "0.5.15"
     assert [s["id"] for s in data["skipped"]] == ["0.5.13.post1", "0.5.14"]
+
+
+def test_ctrl_c_stops_the_running_tests_at_once(tmp_path):
+    """With --jobs 2, two tests run; Ctrl-C ends both (their process
+    groups), records nothing for them, and exits 130 within seconds."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from tests.bisect.support import BISECT
+    pids = tmp_path / "pids"
+    script = tmp_path / "slow.sh"
+    script.write_text(f'echo $$ >> "{pids}"\nsleep 60\n')
+    log = tmp_path / "log.jsonl"
+    p = subprocess.Popen([sys.executable, str(BISECT), *RANGE, "--jobs", "2", "--log", str(log), "--",
+                          "sh", str(script), "{tree}"], stderr=subprocess.PIPE, text=True)
+    for _ in range(300):
+        if pids.exists() and len(pids.read_text().split()) == 2:
+            break
+        time.sleep(0.1)
+    started = [int(x) for x in pids.read_text().split()]
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    err = p.communicate(timeout=30)[1]
+    assert p.returncode == 130 and time.monotonic() - t0 < 15, err
+    assert results(log) == []
+    for pid in started:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
