@@ -408,10 +408,13 @@ KNOBS = ("mem-fraction-static", "max-running-requests", "context-length", "kv-ca
 
 
 def suggest(dep: Deployment, base: Sizing, knobs=KNOBS) -> tuple[list[Suggestion], list[dict]]:
-    """The smallest change of each knob that fixes the plan, each verified by a run."""
+    """The smallest change of each knob that fixes the plan, each verified by a run.
+
+    The target is "starts"; for a plan that will not start, a knob that cannot get
+    there is searched again for the smallest change that makes it start at all
+    (degraded; the verdict column says so)."""
     if base.verdict in (STARTS, UNKNOWN):
         return [], []
-    target = RANK[STARTS]
     f = base.figures
     jobs = {}
     mfs = dep.fields.get("mem_fraction_static")
@@ -421,23 +424,23 @@ def suggest(dep: Deployment, base: Sizing, knobs=KNOBS) -> tuple[list[Suggestion
         lo = int(mfs * 200)
         hi = 190
         if hi > lo:
-            jobs["mem-fraction-static"] = ("mem_fraction_static", lambda: _bisect(
+            jobs["mem-fraction-static"] = ("mem_fraction_static", lambda target: _bisect(
                 dep, "mem_fraction_static", lo, hi, target, lambda i: round(i / 200, 3), True),
                 "less headroom for activations and CUDA graphs")
     asked = f.get("max_running_requests_flag")
     if "max-running-requests" in knobs and isinstance(asked, int) and asked > 1:
-        jobs["max-running-requests"] = ("max_running_requests", lambda: _bisect(
+        jobs["max-running-requests"] = ("max_running_requests", lambda target: _bisect(
             dep, "max_running_requests", 1, asked, target, lambda i: i, False), "")
     ctx = dep.context_len()
     if "context-length" in knobs and ctx > 1024:
         grid = ctx // 1024 if ctx % 1024 == 0 else ctx // 1024 + 1
         tokens = f.get("max_total_num_tokens")
         hint = tokens // 1024 if isinstance(tokens, int) and tokens > 0 else None
-        jobs["context-length"] = ("context_length", lambda: _bisect(
+        jobs["context-length"] = ("context_length", lambda target: _bisect(
             dep, "context_length", 1, grid, target, lambda i: min(i * 1024, ctx - 1), False, hint), "")
     kv = str(dep.fields.get("kv_cache_dtype") or "auto")
     if "kv-cache-dtype" in knobs and not kv.startswith("fp8"):
-        def kv_job():
+        def kv_job(target):
             s = size(dep, {"kv_cache_dtype": "fp8_e4m3"})
             return ((("fp8_e4m3", s) if _fixes(s, target) else None), 1)
         jobs["kv-cache-dtype"] = ("kv_cache_dtype", kv_job, "halves the KV cell; quality depends on the model")
@@ -445,7 +448,7 @@ def suggest(dep: Deployment, base: Sizing, knobs=KNOBS) -> tuple[list[Suggestion
         reqs = asked if isinstance(asked, int) and asked > 0 else 1
         cur = dep.fields.get("max_mamba_cache_size")
 
-        def mamba_job():
+        def mamba_job(target):
             cands = sorted({reqs * k for k in (1, 2, 4, 6)} - {cur},
                            key=lambda v: (abs(v - cur) if isinstance(cur, int) else v))
             runs = 0
@@ -463,11 +466,12 @@ def suggest(dep: Deployment, base: Sizing, knobs=KNOBS) -> tuple[list[Suggestion
         fld = "speculative_dflash_block_size" if str(spec).upper() == "DFLASH" else "speculative_num_draft_tokens"
         note = ("a DFlash drafter is trained for its block size; a smaller verify window may cost acceptance"
                 if fld == "speculative_dflash_block_size" else "fewer draft tokens verified per step")
-        jobs["speculative-budget"] = (fld, lambda: _bisect(dep, fld, 1, ntok, target, lambda i: i, False), note)
+        jobs["speculative-budget"] = (fld, lambda target: _bisect(dep, fld, 1, ntok, target, lambda i: i, False),
+                                      note)
     found: list[Suggestion] = []
     tried: list[dict] = []
     with cf.ThreadPoolExecutor(max(1, len(jobs))) as ex:
-        futs = {k: ex.submit(fn) for k, (fld, fn, note) in jobs.items()}
+        futs = {k: ex.submit(_staged, fn, base.verdict) for k, (fld, fn, note) in jobs.items()}
         for k, fut in futs.items():
             fld, _, note = jobs[k]
             res, runs = fut.result()
@@ -498,6 +502,15 @@ def tree_remedies(dep: Deployment, base: Sizing) -> list[dict]:
                     "stated_as": r.source, "verdict": s.verdict, "why": s.why, "ledger": s.ledger,
                     "works": RANK[s.verdict] > RANK[base.verdict]})
     return out
+
+
+def _staged(fn, base_verdict: str):
+    """Search for "starts"; for a plan that will not start, then for "starts degraded"."""
+    res, runs = fn(RANK[STARTS])
+    if res is None and base_verdict == WONT:
+        res, more = fn(RANK[DEGRADED])
+        runs += more
+    return res, runs
 
 
 # ------------------------------------------------------------------ the whole plan
