@@ -43,7 +43,6 @@ PINNED_CONFIG = (
     "format.coverLetter=false",
     "format.useAutoBase=false",
     "format.thread=false",
-    "format.headers=",
     "format.from=",
     "format.signOff=false",
     "format.suffix=.patch",
