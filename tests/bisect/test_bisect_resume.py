@@ -140,3 +140,14 @@ def test_ctrl_c_stops_the_running_tests_at_once(tmp_path):
     for pid in started:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_run_past_timeout_is_untestable_not_bad(tmp_path):
+    script = tmp_path / "slow.sh"
+    script.write_text("sleep 30\n")
+    rc, data, err = bisect("--releases", "0.5.13..0.5.14", "--timeout", "1", "--log", str(tmp_path / "l.jsonl"),
+                           "--json", "--", "sh", str(script), "{tree}")
+    assert rc == 6, err
+    assert data["verdict"] == "inconclusive" and data["endpoint"]["id"] == "0.5.13"
+    assert [s["result"] for s in data["steps"]] == ["skip", "skip"]
+    assert "timed out after 1.0 s" in data["words"][1]
