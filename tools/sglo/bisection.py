@@ -714,14 +714,7 @@ class Trees:
         gitcmd.run(repo, "reset", "--quiet", "--hard", point.id)
 
     def _base_from_release(self, point, repo):
-        rel = source.release_tree(point.id, self.cache, self.say)
-        gitcmd.init(repo)
-        shutil.copytree(rel / source.PACKAGE, repo / self.lock.subdir,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        gitcmd.run(repo, "add", "-A")
-        date = f"{self.lock.date}T00:00:00+00:00"
-        gitcmd.run(repo, "commit", "--quiet", "--no-verify", "-m", f"upstream: sglang {point.id} (release artifact)",
-                   env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+        source.base_from_release(point.id, repo, self.lock.subdir, self.lock.symlinks, self.cache, self.say)
 
     def _apply_stack(self, repo):
         """(dropped patch names, None) or ([...], why the step is skipped)."""
