@@ -34,10 +34,6 @@ EXIT = {"first-bad": 0, "first-fixed": 0, "not-in-range": 4, "cannot-reproduce":
 UNFINISHED, INTERRUPTED = 8, 130
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(f"bisect.py: {message}", hint="see python tools/bisect.py --help")
-
 
 def parse(argv):
     command = []
@@ -45,7 +41,7 @@ def parse(argv):
         at = argv.index("--")
         argv, command = argv[:at], argv[at + 1:]
     doc = __doc__.strip()
-    ap = Parser(prog="python tools/bisect.py", description=doc.split("\n\n")[0],
+    ap = cli.Parser(prog="python tools/bisect.py", description=doc.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc.split("\n\n", 1)[1])
     what = ap.add_argument_group("range")
     what.add_argument("--releases", metavar="OLD..NEW", help="published releases, both ends included")

@@ -27,10 +27,6 @@ from tools.sglo.errors import UsageError  # noqa: E402
 from tools.sglo.planner import core, deployment, exit_code, gpus, plan  # noqa: E402
 from tools.sglo.planner.render import compare_text, text  # noqa: E402
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(f"plan.py: {message}", hint="see python tools/plan.py --help")
-
 
 def parse(argv):
     if "--" in argv:
@@ -38,7 +34,7 @@ def parse(argv):
         ours, sglang = argv[:i], argv[i + 1:]
     else:
         ours, sglang = argv, []
-    ap = Parser(prog="python tools/plan.py", description=__doc__.split("\n\n")[0] if __doc__ else None,
+    ap = cli.Parser(prog="python tools/plan.py", description=__doc__.split("\n\n")[0] if __doc__ else None,
                 formatter_class=argparse.RawDescriptionHelpFormatter,
                 epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None)
     ap.add_argument("model", nargs="?", help="model directory or its config.json")

@@ -93,7 +93,7 @@ def release_range(spec, progress=None):
 
 def _git_repo(repo, cache, progress):
     """The cached bare clone of ``repo``, with its branches and tags fetched now."""
-    bare, key = source._bare_clone(repo, cache, progress)
+    bare, key = source.bare_clone(repo, cache, progress)
     p = gitcmd.run(bare, "fetch", "--quiet", "--tags", "--force", key, "+refs/heads/*:refs/heads/*", check=False)
     if p.returncode != 0 and progress:
         progress(f"could not refresh {repo} ({p.stderr.strip().splitlines()[-1:]}); using the cached clone")
@@ -667,7 +667,7 @@ class Trees:
         self.say = progress or (lambda m: None)
         self.bare = None
         if rng.kind == "commits":
-            self.bare, _ = source._bare_clone(rng.repo, cache, None)
+            self.bare, _ = source.bare_clone(rng.repo, cache, None)
 
     def get(self, point):
         """(tree path, notes) or raise StepSkip; the caller releases the key."""

@@ -318,7 +318,7 @@ def base_from_release(version, repo_dir, subdir="python/sglang", symlinks=None, 
             "tree_normalized": tree}
 
 
-def _bare_clone(url, cache, progress):
+def bare_clone(url, cache, progress):
     say = _quiet(progress)
     local = Path(url).expanduser()
     key = str(local.resolve()) if local.exists() else url
@@ -343,7 +343,7 @@ def base_from_git(lock, repo_dir, url, cache=None, progress=None, commit=None):
     branch ``upstream``; its python/sglang tree must equal the lock's."""
     say = _quiet(progress)
     commit = commit or lock.commit
-    bare, key = _bare_clone(url, cache, progress)
+    bare, key = bare_clone(url, cache, progress)
     has = gitcmd.run(bare, "cat-file", "-e", f"{commit}^{{commit}}", check=False).returncode == 0
     if not has:
         say(f"fetching {commit[:12]} from {url}")

@@ -93,7 +93,7 @@ def _new_base(lock, onto, repo_dir, cache, progress):
         return source.base_from_release(onto.version, repo_dir, lock.subdir, lock.symlinks, cache, progress)
     if not onto.repo:
         raise UsageError("--onto COMMIT needs --repo URL_OR_PATH", hint="or give a release version")
-    bare, key = source._bare_clone(onto.repo, cache, progress)
+    bare, key = source.bare_clone(onto.repo, cache, progress)
     r = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{onto.commit}^{{commit}}", check=False)
     if r.returncode:
         gitcmd.run(bare, "fetch", "--quiet", "--tags", key, "+refs/heads/*:refs/heads/*", check=False)
@@ -123,7 +123,7 @@ def _upstream_patch_ids(onto, lock, cache):
     target (only where --repo gives the history)."""
     if not onto.repo:
         return {}
-    bare, _ = source._bare_clone(onto.repo, cache, None)
+    bare, _ = source.bare_clone(onto.repo, cache, None)
     target = onto.commit or f"v{onto.version}"
     if gitcmd.run(bare, "cat-file", "-e", lock.commit, check=False).returncode:
         return {}
@@ -200,7 +200,7 @@ def new_lock(lock, onto, cache=None, progress=None):
     if not onto.version:
         raise UsageError("--write needs --onto VERSION (a release)", hint="locks pin released versions")
     repo = onto.repo or lock.repo
-    bare, key = source._bare_clone(repo, cache, progress)
+    bare, key = source.bare_clone(repo, cache, progress)
     tag = f"v{onto.version}"
     c = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{tag}^{{commit}}", check=False)
     if c.returncode:
