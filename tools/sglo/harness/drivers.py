@@ -33,6 +33,20 @@ def _ns(**kw):
     return types.SimpleNamespace(**kw)
 
 
+class _Group:
+    """A settings group such as v0.5.17+'s ``get_exec().mamba``: the names
+    given here, else the server-args view's (called where the view has a
+    method, e.g. ``enable_mamba_extra_buffer()``), so a missing input is
+    still named by the view."""
+
+    def __init__(self, base, **own):
+        self.__dict__.update(own, _base=base)
+
+    def __getattr__(self, name):
+        value = getattr(self._base, name)
+        return value() if callable(value) else value
+
+
 class Untestable(Exception):
     """The harness cannot drive this tree for this scenario (exit 125)."""
 
@@ -247,8 +261,8 @@ class Context:
             launch_world_size=self.gpu.world.world_size, world_group=self.gpu.world, tp_size=tp,
             enable_unified_memory=False, mm_feature_transport=None, prefill_max_requests=None,
             # v0.5.22+: get_exec().graph.cuda_graph_config.prefill.* (no prefill graph capture)
-            mamba=_ns(enable_linear_replayssm=False, enable_linear_replayssm_spec=False,
-                      linear_replayssm_cache_len=0),  # v0.5.17+: get_exec().mamba.*
+            mamba=_Group(sa, enable_linear_replayssm=False, enable_linear_replayssm_spec=False,
+                         linear_replayssm_cache_len=0),  # v0.5.17+: get_exec().mamba.*
             graph=_ns(cuda_graph_config=_ns(prefill=_ns(full_prefill_max_req=None, backend=None))),
         ).items():
             if getattr(sa, k, None) is None:
@@ -529,7 +543,8 @@ def _drive_configurator(ctx: Context) -> dict:
     read (``get_schedule()``, ``get_memory()`` ...) all return the server-args
     view, whose fields carry the same names.
     """
-    for extra in ("sglang.srt.mem_cache.draft_kv_budget", "sglang.srt.configs.hybrid_arch"):
+    for extra in ("sglang.srt.mem_cache.draft_kv_budget", "sglang.srt.configs.hybrid_arch",
+                  "sglang.srt.mem_cache.layout.fused_draft"):  # HOST_KINDS registry (v0.5.23)
         if ctx.exists(extra):
             loader.add_real(ctx.finder, extra)
     kmod = ctx.load(ctx.layout.entry)
