@@ -45,24 +45,21 @@ def history():
     return release_history(HISTORY)
 
 
-def branchy_history(cache=None):
-    """Main: 0.5.11, 0.5.12, 0.5.13, 0.5.14; a release branch from 0.5.12
-    holding 0.5.12.post1 (tag v0.5.12.post1 is not an ancestor of main)."""
+def _cached_history(cache, name, build):
+    """A bare repo of real release trees, built once into the cache by
+    ``build(repo)`` (which returns the commit for main) and shared by the
+    xdist workers: built aside, marked READY, then renamed into place."""
     from tools.sglo import source
     root = source.cache_dir(cache) / "release-history"
-    target = root / "branchy-0.5.11-0.5.14"
+    target = root / name
     if (target / "READY").exists():
         return target / "repo"
-    tmp = root / f".branchy-{os.getpid()}"
+    tmp = root / f".{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     repo = tmp / "repo"
     gitcmd.init(repo, bare=True)
-    c11 = commit_release(repo, "0.5.11", None, 0)
-    c12 = commit_release(repo, "0.5.12", c11, 1)
-    commit_release(repo, "0.5.12.post1", c12, 2)
-    c13 = commit_release(repo, "0.5.13", c12, 3)
-    c14 = commit_release(repo, "0.5.14", c13, 4)
-    gitcmd.run(repo, "update-ref", "refs/heads/main", c14)
+    head = build(repo)
+    gitcmd.run(repo, "update-ref", "refs/heads/main", head)
     gitcmd.run(repo, "symbolic-ref", "HEAD", "refs/heads/main")
     (tmp / "READY").write_text("ok\n")
     try:
@@ -70,6 +67,18 @@ def branchy_history(cache=None):
     except OSError:                      # another worker made it first
         shutil.rmtree(tmp, ignore_errors=True)
     return target / "repo"
+
+
+def branchy_history(cache=None):
+    """Main: 0.5.11, 0.5.12, 0.5.13, 0.5.14; a release branch from 0.5.12
+    holding 0.5.12.post1 (tag v0.5.12.post1 is not an ancestor of main)."""
+    def build(repo):
+        c11 = commit_release(repo, "0.5.11", None, 0)
+        c12 = commit_release(repo, "0.5.12", c11, 1)
+        commit_release(repo, "0.5.12.post1", c12, 2)
+        c13 = commit_release(repo, "0.5.13", c12, 3)
+        return commit_release(repo, "0.5.14", c13, 4)
+    return _cached_history(cache, "branchy-0.5.11-0.5.14", build)
 
 
 # A real upstream fix, backported: upstream's own hunk from v0.5.13
@@ -135,11 +144,19 @@ def merge_history(cache=None):
     """Main: 0.5.11, 0.5.12, then a merge of a side branch (0.5.12 ->
     0.5.12.post1) whose tree is 0.5.13, then 0.5.14: real trees, a real
     merge shape for --all-parents."""
-    from tools.sglo import source
-    root = source.cache_dir(cache) / "release-history"
-    target = root / "merge-0.5.11-0.5.14"
-    if (target / "READY").exists():
-        return target / "repo"
+    def build(repo):
+        c11 = commit_release(repo, "0.5.11", None, 0)
+        c12 = commit_release(repo, "0.5.12", c11, 1)
+        side = commit_release(repo, "0.5.12.post1", c12, 2)
+        c13 = commit_release(repo, "0.5.13", c12, 3)
+        tree13 = gitcmd.out(repo, "rev-parse", f"{c13}^{{tree}}")
+        merge = gitcmd.out(repo, "commit-tree", tree13, "-p", c12, "-p", side, "-m",
+                           "Merge the 0.5.12 release branch",
+                           env={"GIT_AUTHOR_DATE": "2026-01-01T00:00:04+00:00",
+                                "GIT_COMMITTER_DATE": "2026-01-01T00:00:04+00:00"})
+        gitcmd.run(repo, "tag", "-f", "v0.5.13", merge)
+        return commit_release(repo, "0.5.14", merge, 5)
+    return _cached_history(cache, "merge-0.5.11-0.5.14", build)
     tmp = root / f".merge-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     repo = tmp / "repo"
