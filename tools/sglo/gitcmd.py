@@ -117,20 +117,9 @@ def out(cwd, *args, **kw):
     return run(cwd, *args, **kw).stdout.strip()
 
 
-def repo(path):
-    """A gitpython Repo for read-only queries (closed by the caller).
-    Imported here, not at the top: the warm no-op path stays fast."""
-    import git
-    return git.Repo(path)
-
-
 def init(path, bare=False):
     args = ["init", "-q", "--initial-branch=upstream"] + (["--bare"] if bare else []) + [str(path)]
     run(None, *args)
-
-
-def version():
-    return out(None, "--version")
 
 
 def popen(cwd, *args, env=None):
