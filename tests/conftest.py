@@ -5,12 +5,28 @@ holding ``sglang/``.  ``patched_tree``: this repository's whole stack built
 by tools/apply.py into a temporary directory (holding ``python/sglang``), or
 the tree given with ``--tree``.  Every patch's test runs against both: it
 must fail on the first and pass on the second.
+
+The tests never touch the user's cache (~/.cache/sgl-overlay): every tool
+they run, in this process and in the ones it starts, uses
+$SGL_OVERLAY_TEST_CACHE, or build/test-cache in this checkout.  Filled
+once by an online run, that cache lets `pytest -m "not network"` run with
+no package index at all (docs/testing.md).
 """
+import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+TEST_CACHE_ENV = "SGL_OVERLAY_TEST_CACHE"
+
+
+def pytest_configure(config):
+    from sgl_overlay import source
+
+    cache = Path(os.environ.get(TEST_CACHE_ENV) or ROOT / "build" / "test-cache").resolve()
+    cache.mkdir(parents=True, exist_ok=True)
+    os.environ[source.CACHE_ENV] = str(cache)
 
 
 def pytest_addoption(parser):
@@ -26,14 +42,14 @@ def pytest_addoption(parser):
 
 @pytest.fixture(scope="session")
 def pinned_lock():
-    from tools.sglo import lock
+    from sgl_overlay import lock
 
     return lock.load(ROOT / "upstream.lock")
 
 
 @pytest.fixture(scope="session")
 def pristine_tree(pinned_lock):
-    from tools.sglo import source
+    from sgl_overlay import source
 
     return source.release_tree(pinned_lock.version)
 
@@ -43,7 +59,7 @@ def patched_tree(request, pinned_lock, tmp_path_factory):
     given = request.config.getoption("--tree")
     if given:
         return Path(given).resolve()
-    from tools.sglo import builder, series
+    from sgl_overlay import builder, series
 
     dest = tmp_path_factory.mktemp("patched") / "sglang"
     builder.build(pinned_lock, series.load(ROOT), dest)

@@ -2,7 +2,7 @@
 import pytest
 
 from tests.apply.support import ROOT, PatchMaker, Project
-from tools.sglo import lock as lockmod, source
+from sgl_overlay import lock as lockmod, source
 
 
 @pytest.fixture(scope="session")

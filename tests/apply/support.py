@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.sglo import gitcmd
+from sgl_overlay import gitcmd
 
 ROOT = Path(__file__).resolve().parents[2]
 APPLY = ROOT / "tools" / "apply.py"

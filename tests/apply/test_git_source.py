@@ -3,7 +3,7 @@ python/sglang tree id checked exactly against the lock."""
 import re
 
 from tests.apply.support import MIXIN
-from tools.sglo import gitcmd
+from sgl_overlay import gitcmd
 
 
 def local_upstream(base_tree, tmp_path):

@@ -5,7 +5,7 @@ import zipfile
 import pytest
 
 from tests.apply.support import MIXIN
-from tools.sglo import errors, source
+from sgl_overlay import errors, source
 
 
 def drop_line(text, pattern):

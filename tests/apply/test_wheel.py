@@ -79,5 +79,5 @@ def test_patched_wheel_installs_with_the_patched_files(project, patches, lock, t
 
 
 def _pinned(lock):
-    from tools.sglo import source
+    from sgl_overlay import source
     return source.fetch_pinned_artifact(lock)

@@ -15,7 +15,7 @@ def trees():
     """Step trees, kept in the cache like the release downloads (each is
     verified against its record on every use; test_bisect_cache.py
     checks a damaged one is rebuilt)."""
-    from tools.sglo import source
+    from sgl_overlay import source
     return source.cache_dir() / "bisect-trees-tests"
 
 

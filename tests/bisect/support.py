@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.bench_bisect import commit_release, release_history
-from tools.sglo import gitcmd
+from sgl_overlay.release_history import commit_release, release_history
+from sgl_overlay import gitcmd
 
 ROOT = Path(__file__).resolve().parents[2]
 BISECT = ROOT / "tools" / "bisect.py"
@@ -49,7 +49,7 @@ def _cached_history(cache, name, build):
     """A bare repo of real release trees, built once into the cache by
     ``build(repo)`` (which returns the commit for main) and shared by the
     xdist workers: built aside, marked READY, then renamed into place."""
-    from tools.sglo import source
+    from sgl_overlay import source
     root = source.cache_dir(cache) / "release-history"
     target = root / name
     if (target / "READY").exists():
@@ -157,25 +157,3 @@ def merge_history(cache=None):
         gitcmd.run(repo, "tag", "-f", "v0.5.13", merge)
         return commit_release(repo, "0.5.14", merge, 5)
     return _cached_history(cache, "merge-0.5.11-0.5.14", build)
-    tmp = root / f".merge-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    repo = tmp / "repo"
-    gitcmd.init(repo, bare=True)
-    c11 = commit_release(repo, "0.5.11", None, 0)
-    c12 = commit_release(repo, "0.5.12", c11, 1)
-    side = commit_release(repo, "0.5.12.post1", c12, 2)
-    c13 = commit_release(repo, "0.5.13", c12, 3)
-    tree13 = gitcmd.out(repo, "rev-parse", f"{c13}^{{tree}}")
-    merge = gitcmd.out(repo, "commit-tree", tree13, "-p", c12, "-p", side, "-m", "Merge the 0.5.12 release branch",
-                       env={"GIT_AUTHOR_DATE": "2026-01-01T00:00:04+00:00",
-                            "GIT_COMMITTER_DATE": "2026-01-01T00:00:04+00:00"})
-    gitcmd.run(repo, "tag", "-f", "v0.5.13", merge)
-    c14 = commit_release(repo, "0.5.14", merge, 5)
-    gitcmd.run(repo, "update-ref", "refs/heads/main", c14)
-    gitcmd.run(repo, "symbolic-ref", "HEAD", "refs/heads/main")
-    (tmp / "READY").write_text("ok\n")
-    try:
-        tmp.rename(target)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target / "repo"

@@ -1,10 +1,11 @@
 """Side by side with `git bisect run`, same repository, same command
-(tools/bench_bisect.py): no more bisection runs than git needs, the two
+(tools/bench/bisect.py): no more bisection runs than git needs, the two
 endpoint checks on top (git trusts the endpoints you give it), and the
 issue's ceiling of ceil(log2 N) + 2 executions."""
 import math
 
-from tools.bench_bisect import CASES, release_history, run_git, run_ours, sweep
+from sgl_overlay.bisect_vs_git import CASES, run_git, run_ours, sweep
+from sgl_overlay.release_history import release_history
 from tests.bisect.support import HISTORY
 
 

@@ -65,7 +65,7 @@ def test_bad_input_exits_2_before_any_step(name, tmp_path, repo):
 
 
 def test_exit_codes_are_documented():
-    from tools import bisect as cli
+    from sgl_overlay.commands import bisect as cli
     doc = (ROOT / "docs" / "bisect.md").read_text()
     table = dict(re.findall(r"^\| (\d+) \| [`(]?([a-z -]+)", doc, re.M))
     for verdict, code in cli.EXIT.items():
@@ -75,19 +75,21 @@ def test_exit_codes_are_documented():
     assert str(cli.UNFINISHED) == "8" and str(cli.INTERRUPTED) == "130"
 
 
-def test_the_script_never_shadows_the_stdlib_bisect_module():
-    """Run as a script, tools/ is sys.path[0]; the preamble (the first
-    line) replaces it before anything is imported, so `bisect` (and
-    `random`, which imports it) stay the standard library's."""
+def test_the_script_never_shadows_the_stdlib_bisect_module(tmp_path):
+    """Run as a script, tools/ would be sys.path[0] and tools/bisect.py would
+    be imported in place of the standard library's bisect (random imports
+    it).  The shim re-executes with -P, so tools/ is never on sys.path: the
+    command runs, imports random, and `import bisect` there is the
+    standard library's."""
     import subprocess
     import sys
-    code = (f"import sys; sys.path[0] = {str(ROOT / 'tools')!r}; __file__ = {str(ROOT / 'tools' / 'bisect.py')!r}\n"
-            f"exec(open(__file__).readline())\n"
-            "import bisect, random, sysconfig\n"
-            "assert bisect.__file__.startswith(sysconfig.get_paths()['stdlib']), bisect.__file__\n"
-            "assert bisect.bisect_left([1, 2, 3], 2) == 1 and 0 <= random.random() < 1\n"
-            "import tools.bisect as cli; assert cli.EXIT['flaky'] == 7\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
-    assert p.returncode == 0, p.stderr
-    first = (ROOT / "tools" / "bisect.py").read_text().splitlines()[0]
-    assert first.startswith("import os, sys; sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))")
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "bisect.py"), "--help"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0 and "--releases" in p.stdout, p.stderr
+
+
+def test_no_tool_or_test_changes_sys_path():
+    changes = re.compile(r"sys\.path(\[[^]]*\]\s*=|\.(insert|append|extend|remove|pop)\()")
+    offenders = [str(f.relative_to(ROOT)) for d in ("tools", "tests") for f in (ROOT / d).rglob("*.py")
+                 if changes.search(f.read_text())]
+    assert offenders == [], offenders

@@ -13,8 +13,6 @@ torch.set_num_threads(1)
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PATH = os.path.join(_ROOT, "overlay", "python", "sglang", "srt", "speculative", "ddtree_tree.py")
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
 
 
 def load_ddtree():

@@ -3,7 +3,7 @@ from the last accepted node."""
 
 import torch
 
-from helpers import random_logprobs, walk_oracle
+from .helpers import random_logprobs, walk_oracle
 
 
 def trees_and_preds(dd, seed, R=8, L=5, V=4, B=20, hit=0.7):

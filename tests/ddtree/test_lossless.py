@@ -13,7 +13,7 @@ import itertools
 import pytest
 import torch
 
-from tools.ddtree_toymodel import ToyLM
+from tests.ddtree.toymodel import ToyLM
 
 
 def spec_decode_greedy(dd, model, prompts, n_new, L, B, p_ok, g, check_commit=True):

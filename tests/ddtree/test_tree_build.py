@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from helpers import best_closed_value, random_logprobs, topb_prefixes, tree_rank_tuples, tree_token_paths
-from tools.ddtree_baseline import heap_tree_from_logprobs
+from .helpers import best_closed_value, random_logprobs, topb_prefixes, tree_rank_tuples, tree_token_paths
+from tests.ddtree.baseline import heap_tree_from_logprobs
 
 
 def n_prefixes(L, K):

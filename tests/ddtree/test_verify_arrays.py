@@ -2,7 +2,7 @@
 
 import torch
 
-from helpers import random_logprobs
+from .helpers import random_logprobs
 
 
 def make_trees(dd, seed, R=5, L=5, V=6, B=17):

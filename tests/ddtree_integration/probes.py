@@ -25,8 +25,8 @@ def _install(root: str, real: list[str]):
     import importlib.util
     import sys
 
-    from tools.sglo.harness import loader
-    from tools.sglo.harness.standins import install_transformers_standin
+    from sgl_overlay.harness import loader
+    from sgl_overlay.harness.standins import install_transformers_standin
 
     install_transformers_standin()
     if "triton" not in sys.modules and importlib.util.find_spec("triton") is None:

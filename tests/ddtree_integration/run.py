@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.sglo.harness.layout import source_root
-from tools.sglo.harness.run import run_child
+from sgl_overlay.harness.layout import source_root
+from sgl_overlay.harness.run import run_child
 
 
 def probe(tree: Path, name: str, timeout: float = 180.0, **args) -> dict:

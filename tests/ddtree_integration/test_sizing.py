@@ -15,8 +15,8 @@ import dataclasses
 
 import pytest
 
-from tools.sglo.harness import scenario as scenario_mod
-from tools.sglo.harness.run import run_scenario
+from sgl_overlay.harness import scenario as scenario_mod
+from sgl_overlay.harness.run import run_scenario
 
 GIB = 1 << 30
 NAME = "ddtree-h200-budget-31"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.sglo.harness import source_root
+from sgl_overlay.harness import source_root
 
 from tests.memory import reports
 

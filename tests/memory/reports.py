@@ -11,7 +11,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from tools.sglo.harness import load_scenario, run_child, run_scenario, source_root
+from sgl_overlay.harness import load_scenario, run_child, run_scenario, source_root
 
 SCENARIOS = ["negative-rest-tp8", "zero-requests-dflash", "dflash-smoke", "dflash-default-48", "healthy-h200-8b"]
 

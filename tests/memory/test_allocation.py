@@ -9,7 +9,7 @@ tokens); the request-to-token table and index maps are not part of the budget.
 
 import pytest
 
-from tools.sglo.harness import load_scenario
+from sgl_overlay.harness import load_scenario
 
 from tests.memory import expected as E
 from tests.memory.reports import SCENARIOS, report, runs

@@ -3,7 +3,7 @@ files alone (expected.py), for every scenario and every remedy re-run."""
 
 import pytest
 
-from tools.sglo.harness import load_scenario, run_child, source_root
+from sgl_overlay.harness import load_scenario, run_child, source_root
 
 from tests.memory import expected as E
 from tests.memory.reports import SCENARIOS, report, runs

@@ -6,7 +6,7 @@ sizing code, CPU); test_*_fails_on_pristine proves each check can fail.
 
 import pytest
 
-from tools.sglo.harness import load_scenario, parse_remedies
+from sgl_overlay.harness import load_scenario, parse_remedies
 
 from tests.memory import expected as E
 from tests.memory.reports import SCENARIOS, report, runs

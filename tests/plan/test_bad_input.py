@@ -2,8 +2,8 @@
 
 import pytest
 
-from tools.sglo.errors import UsageError
-from tools.sglo.planner import core, deployment
+from sgl_overlay.errors import UsageError
+from sgl_overlay.planner import core, deployment
 
 from .helpers import DFLASH, LLAMA8B, PIN, QWEN36, UNKNOWN_ARCH, cli
 
@@ -77,8 +77,8 @@ def test_default_tree_older_than_the_series_is_flagged(tmp_path):
     """A tree tools/apply.py built from another stack than patches/series now holds."""
     import json
 
-    from tools.sglo import builder, series
-    from tools.sglo.planner.core import ROOT_OF_REPO, _label, _staleness
+    from sgl_overlay import builder, series
+    from sgl_overlay.planner.core import ROOT_OF_REPO, _label, _staleness
 
     (tmp_path / builder.MANIFEST).write_text(json.dumps(
         {"tool": "sgl-overlay", "stack_digest": "0" * 64, "lock": {"version": PIN}, "patches": ["a.patch"]}))

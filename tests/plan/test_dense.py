@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from tools.sglo.harness import load_scenario, run_scenario
-from tools.sglo.planner import core, deployment
+from sgl_overlay.harness import load_scenario, run_scenario
+from sgl_overlay.planner import core, deployment
 
 from .helpers import LLAMA8B, LLAMA8B_NOINDEX, PIN
 

@@ -2,7 +2,7 @@
 The plan states its assumptions and its sensitivity; how far it lands from the
 logged figures is measured here (and reported in docs/plan.md)."""
 
-from tools.sglo.planner import core, deployment, gpus, plan
+from sgl_overlay.planner import core, deployment, gpus, plan
 
 from .helpers import DFLASH, LOGGED_FREE, LOGGED_TOKENS, PIN, QWEN36, SMOKE_FLAGS, cli
 

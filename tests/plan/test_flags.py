@@ -2,8 +2,8 @@
 
 import pytest
 
-from tools.sglo.errors import UsageError
-from tools.sglo.planner import core, gpus
+from sgl_overlay.errors import UsageError
+from sgl_overlay.planner import core, gpus
 
 from .helpers import PIN
 

@@ -3,7 +3,7 @@ with the logged free-memory figures, on the real release trees."""
 
 import pytest
 
-from tools.sglo.planner import core, deployment, plan
+from sgl_overlay.planner import core, deployment, plan
 
 from .helpers import (DFLASH, LOGGED_FREE, LOGGED_SLOTS, LOGGED_TOKENS, PIN, QWEN36, SMOKE_FLAGS, ZERO_FLAGS,
                       cli_json, recheck, recheck_all)

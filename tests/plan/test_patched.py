@@ -1,7 +1,7 @@
 """The patched tree (this repository's stack, built by tools/apply.py into a temporary
 directory by the shared ``patched_tree`` fixture, or the tree given with --tree)."""
 
-from tools.sglo.planner import core, deployment, plan
+from sgl_overlay.planner import core, deployment, plan
 
 from .helpers import DFLASH, LOGGED_FREE, QWEN36, ZERO_FLAGS, recheck_all
 

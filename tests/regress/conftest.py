@@ -24,9 +24,9 @@ _trees: dict = {}
 def release_tree():
     """Callable: version -> cached, verified directory holding sglang/ (downloaded once)."""
     try:
-        from tools.sglo.source import release_tree as fetch
+        from sgl_overlay.source import release_tree as fetch
     except ImportError as e:  # the source module is another lane's work
-        pytest.skip(f"tools.sglo.source.release_tree is not available ({e})")
+        pytest.skip(f"sgl_overlay.source.release_tree is not available ({e})")
 
     def get(version: str):
         if version not in _trees:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.sglo.harness import load_scenario, run_scenario
+from sgl_overlay.harness import load_scenario, run_scenario
 
 from .conftest import ALL_RELEASES, CI_RELEASES, all_releases_requested
 

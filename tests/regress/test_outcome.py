@@ -2,8 +2,8 @@
 
 import pytest
 
-from tools.sglo.harness import ScenarioError, classify, load_scenario, parse_remedy, scenario_names
-from tools.sglo.harness.run import judge
+from sgl_overlay.harness import ScenarioError, classify, load_scenario, parse_remedy, scenario_names
+from sgl_overlay.harness.run import judge
 
 
 def test_parses_upstream_mem_fraction_remedy():
@@ -88,7 +88,7 @@ def test_unknown_scenario_is_a_usage_error():
 
 
 def test_every_machine_readable_remedy_line_is_parsed_in_order():
-    from tools.sglo.harness import parse_remedies
+    from sgl_overlay.harness import parse_remedies
 
     msg = ("Not enough GPU memory to start: ...\nremedy: --max-running-requests = 3\n"
            "remedy: --max-mamba-cache-size = 4\nremedy: --mem-fraction-static = 0.73\n")

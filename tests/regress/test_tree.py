@@ -10,7 +10,7 @@ to drive the tree it is meant to check.
 
 import pytest
 
-from tools.sglo.harness import load_scenario, run_scenario, scenario_names, source_root
+from sgl_overlay.harness import load_scenario, run_scenario, scenario_names, source_root
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from tools.sglo.harness import loader
-from tools.sglo.harness.layout import source_root
+from sgl_overlay.harness import loader
+from sgl_overlay.harness.layout import source_root
 
 from .support import DEVICES, simulate, tree_helpers
 

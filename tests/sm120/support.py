@@ -24,7 +24,7 @@ from typing import List, Optional, Tuple
 import pytest
 import torch
 
-from tools.sglo.harness import loader
+from sgl_overlay.harness import loader
 
 
 

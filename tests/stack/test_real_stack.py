@@ -11,7 +11,7 @@ classifications follow from what upstream did (research/upstream.md):
 import pytest
 
 from tests.apply.support import ROOT
-from tools.sglo import lock as lockmod, series, stack
+from sgl_overlay import lock as lockmod, series, stack
 
 LATER = ["0.5.13", "0.5.14", "0.5.16", "0.5.23"]
 

@@ -7,7 +7,7 @@ import zipfile
 import pytest
 
 from tests.apply.support import MIXIN, POOL, ROOT
-from tools.sglo import gitcmd, source, stack
+from sgl_overlay import gitcmd, source, stack
 
 STACK = ROOT / "tools" / "stack.py"
 LORA = "python/sglang/srt/lora/backend/torch_backend.py"

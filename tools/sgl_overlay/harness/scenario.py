@@ -7,11 +7,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import UsageError
+
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 OUTCOMES = ("ok", "broken", "refused", "untestable")
 
 
-class ScenarioError(ValueError):
+class ScenarioError(UsageError):
     """A scenario file is missing or malformed (usage error, exit 2)."""
 
 

@@ -20,7 +20,7 @@ For every real node, the tree kernels' output, intermediate conv window and
 intermediate SSM state must equal those of a chain call (the same kernel, no
 tree arrays) over the node's root-to-node path.
 
-    python tools/ddtree_hybrid_kernel_check.py --kernels DIR --out result.json
+    python tools/gpu/ddtree_hybrid_kernel_check.py --kernels DIR --out result.json
 
 DIR holds causal_conv1d_triton.py, fused_sigmoid_gating_recurrent.py,
 mamba_state_scatter_triton.py and ddtree_tree.py copied from a patched tree.

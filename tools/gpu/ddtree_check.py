@@ -1,4 +1,3 @@
-import os, sys; sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """GPU checks of the DDTree tree logic (torch only; SGLang's kernels are not used).
 
 1. tree attention: for every node, the verify logits of a tiny fp32 transformer
@@ -11,24 +10,32 @@ import os, sys; sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__
 4. tree build and tree compile (ancestor mask, positions, LCRS) per step,
    eager and as a CUDA graph replay, budgets 16..1024, batch 1/32.
 
-  python tools/ddtree_gpu_check.py --out results.json
+  python tools/gpu/ddtree_check.py --out results.json
 """
 
 import argparse
 import importlib.util
 import json
 import statistics
+import sys
+from pathlib import Path
 
 import torch
 
-from tools.ddtree_toymodel import ToyLM
+ROOT = Path(__file__).resolve().parents[2]
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location(
-    "ddtree_tree", os.path.join(_ROOT, "overlay/python/sglang/srt/speculative/ddtree_tree.py"))
-dd = importlib.util.module_from_spec(_spec)
-sys.modules["ddtree_tree"] = dd
-_spec.loader.exec_module(dd)
+
+def load(rel, name):
+    """A module by its path in the checkout: the overlay file as SGLang gets
+    it, the test oracle where its tests keep it (neither is a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
+    sys.modules[name] = mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+dd = load("overlay/python/sglang/srt/speculative/ddtree_tree.py", "ddtree_tree")
+ToyLM = load("tests/ddtree/toymodel.py", "ddtree_toymodel").ToyLM
 
 
 def cuda_ms(fn, reps=20, warm=3):

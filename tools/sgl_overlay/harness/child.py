@@ -1,6 +1,6 @@
 """The child interpreter: run one scenario request against one tree, print JSON.
 
-    python -m tools.sglo.harness.child < request.json > result.json
+    python -m sgl_overlay.harness.child < request.json > result.json
 
 stdout carries only the result; upstream's logging goes to stderr.
 """

@@ -7,26 +7,22 @@ fresh destination, the artifact already cached) and warm (destination up to
 date). Rounds alternate baseline and ours so that the machine's noise hits
 both alike; medians and the ratio are printed and written as JSON.
 
-  python tools/bench_apply.py [--rounds 7] [--out docs/bench-apply.json]
+  python tools/bench/apply.py [--rounds 7] [--out docs/bench-apply.json]
 """
 import os
 import sys
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
 
-sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from tools.sglo import gitcmd, lock as lockmod, series, source  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from sgl_overlay import gitcmd, lock as lockmod, series, source
+from sgl_overlay.project import ROOT
 
 
 def timed(fn):
@@ -78,7 +74,7 @@ def main():
               "rounds": args.rounds, "cpus": os.cpu_count(), "python": platform.python_version(),
               "load_average": os.getloadavg(), "raw": {"baseline": base, "cold": cold, "warm": warm},
               "patches": len(series.read_series(ROOT / "patches")), "command":
-              "python tools/bench_apply.py --rounds %d" % args.rounds}
+              "python tools/bench/apply.py --rounds %d" % args.rounds}
     print(f"baseline {m['baseline_s']:.3f}s  cold {m['cold_s']:.3f}s  "
           f"(x{result['cold_over_baseline']:.2f})  warm {m['warm_s']:.3f}s  [medians of {args.rounds}]")
     if args.out:

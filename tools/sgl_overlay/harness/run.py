@@ -14,26 +14,26 @@ from . import layout as layout_mod
 from . import outcome as outcome_mod
 from .scenario import Scenario
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+from ..project import ROOT
 
 
 def run_child(root: Path, request: dict, timeout: float = 120.0,
-              module: str = "tools.sglo.harness.child") -> dict:
+              module: str = "sgl_overlay.harness.child") -> dict:
     """One fresh interpreter, one sizing run; returns the child's JSON.
 
     ``module`` is the child entry point (``python -m MODULE``, request JSON on
     stdin, one result JSON line on stdout); the planner's flag parser uses it too."""
     req = dict(request, root=str(root))
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
     t = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", module],
+        # -P: nothing from the working directory shadows a module
+        [sys.executable, "-P", "-m", module],
         input=json.dumps(req),
         capture_output=True,
         text=True,
-        cwd=str(REPO_ROOT),
+        cwd=str(ROOT),
         env=env,
         timeout=timeout,
     )

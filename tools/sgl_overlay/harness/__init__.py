@@ -2,7 +2,7 @@
 
 See docs/regress.md.  Public API:
 
-    from tools.sglo.harness import load_scenario, run_scenario, scenario_names
+    from sgl_overlay.harness import load_scenario, run_scenario, scenario_names
     report = run_scenario(tree_path, load_scenario("negative-rest-tp8"))
     report["outcome"], report["passed"]
 """

@@ -7,7 +7,7 @@ sibling's weight is computed as parent weight + lp(rank r+1) rather than
 current - lp(r) + lp(r+1); the two are equal in exact arithmetic and this form
 makes ties exact, so the result is defined by (score, rank tuple) alone.
 
-Used as the baseline in tools/bench_ddtree.py and as an oracle in tests/ddtree.
+Used as the baseline in tools/bench/ddtree.py and as an oracle in tests/ddtree.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A tiny random fp32 transformer with real attention under an explicit mask.
 
 Used by tests/ddtree (greedy losslessness of the speculative loop, KV/hidden
-commit) and tools/ddtree_gpu_check.py (tree attention vs chain runs, verify
+commit) and tools/gpu/ddtree_check.py (tree attention vs chain runs, verify
 cost).  Rotary positions come from explicit position ids, so depth positions
 of tree nodes matter; attention takes a bool mask (True = attend) over
 [cached keys ; new keys], exactly the FULL_MASK row layout.

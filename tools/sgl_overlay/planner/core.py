@@ -2,7 +2,7 @@
 
 Every number about KV tokens, Mamba slots and running requests comes from one
 run of the tree's real sizing code by the regression harness
-(``tools.sglo.harness.run_child``, a fresh interpreter per run).  The
+(``sgl_overlay.harness.run_child``, a fresh interpreter per run).  The
 suggestions and the sensitivity figures are further runs of the same code
 with one input changed; nothing here re-derives what SGLang computes.
 """
@@ -24,7 +24,7 @@ from . import gpus as gpus_mod
 from . import model as model_mod
 
 GIB = 1 << 30
-ROOT_OF_REPO = Path(__file__).resolve().parents[3]
+from ..project import ROOT as ROOT_OF_REPO
 STARTS, DEGRADED, WONT, UNKNOWN = "starts", "starts degraded", "will not start", "cannot tell"
 RANK = {WONT: 0, UNKNOWN: -1, DEGRADED: 1, STARTS: 2}
 
@@ -144,7 +144,7 @@ def _staleness(path: Path) -> str | None:
 
 def parse_flags(tree: Tree, argv: list[str]) -> tuple[dict, list[str]]:
     """SGLang's flags, parsed by that tree's own ServerArgs (see flags.py)."""
-    res = run_child(tree.root, {"argv": list(argv)}, module="tools.sglo.planner.flags")
+    res = run_child(tree.root, {"argv": list(argv)}, module="sgl_overlay.planner.flags")
     if res.get("ok"):
         return res["fields"], res.get("dropped", [])
     if res.get("kind") == "flag":

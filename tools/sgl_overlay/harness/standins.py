@@ -23,7 +23,7 @@ class MissingInput(AttributeError):
         self.attr = name
         super().__init__(
             f"upstream read {owner}.{name}, which the harness does not provide; "
-            f"add it to the {owner} view in tools/sglo/harness/standins.py"
+            f"add it to the {owner} view in tools/sgl_overlay/harness/standins.py"
         )
 
 

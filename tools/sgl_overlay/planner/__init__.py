@@ -1,9 +1,9 @@
 """Memory planner: will this model start on this GPU with these flags?
 
 Answered by the tree's own KV-cache sizing code, run on a CPU by the
-regression harness (tools/sglo/harness); see docs/plan.md.
+regression harness (tools/sgl_overlay/harness); see docs/plan.md.
 
-    from tools.sglo.planner import deployment, plan
+    from sgl_overlay.planner import deployment, plan
     dep = deployment(model="path/to/model", gpu="H200", argv=["--mem-fraction-static", "0.85"],
                      release="0.5.12.post1")
     report = plan(dep)
@@ -12,17 +12,16 @@ regression harness (tools/sglo/harness); see docs/plan.md.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from ..errors import UsageError
+from ..project import DEFAULT_BUILD
 from . import gpus
 from .core import (DEGRADED, STARTS, UNKNOWN, WONT, Deployment, Memory, Sizing, Tree, exit_code, memory_for,
                    parse_flags, plan, resolve_tree, size)
 from .model import load as load_model
 from .model import load_draft
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_TREE = REPO_ROOT / "build" / "sglang"
+DEFAULT_TREE = DEFAULT_BUILD
 
 __all__ = ["DEGRADED", "STARTS", "UNKNOWN", "WONT", "Deployment", "Memory", "Sizing", "Tree", "deployment",
            "exit_code", "plan", "size", "DEFAULT_TREE"]

@@ -1,43 +1,44 @@
-import os, sys; sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """Benchmark: batched DDTree tree construction vs the paper's per-request heap.
 
 Both sides start from draft logits [R, L, V] on --device and end with, per
 request, the tree (tokens, depths, parents) and its visibility matrix:
   baseline: per request, torch top-K + logsumexp on the device, copy to host,
-            Python heap, numpy incremental visibility (tools/ddtree_baseline.py)
+            Python heap, numpy incremental visibility (tests/ddtree/baseline.py)
   ours:     topk_logprobs + build_ddtree + ancestor_mask for the whole batch
             (on cuda also replayed as one CUDA graph)
 Reports medians (ms per batch) and baseline/ours ratios measured in the same
 run, checks that the trees are identical node for node, and reports expected
 accepted length (surrogate and Monte-Carlo) of DDTree vs the chain.
 
-  python tools/bench_ddtree.py                    # CPU
-  python tools/bench_ddtree.py --device cuda      # GPU
+  python tools/bench/ddtree.py                    # CPU
+  python tools/bench/ddtree.py --device cuda      # GPU
 """
 
 import argparse
 import importlib.util
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from tools.ddtree_baseline import baseline_build, baseline_visibility
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_ddtree():
-    path = os.path.join(_ROOT, "overlay/python/sglang/srt/speculative/ddtree_tree.py")
-    spec = importlib.util.spec_from_file_location("ddtree_tree", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["ddtree_tree"] = mod
+def load(rel, name):
+    """A module by its path in the checkout: the overlay file as SGLang gets
+    it, the test oracle where its tests keep it (neither is a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
+    sys.modules[name] = mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-dd = load_ddtree()
+dd = load("overlay/python/sglang/srt/speculative/ddtree_tree.py", "ddtree_tree")
+baseline = load("tests/ddtree/baseline.py", "ddtree_baseline")
+baseline_build, baseline_visibility = baseline.baseline_build, baseline.baseline_visibility
 
 
 def make_logits(R, L, V, seed, device):

@@ -1,6 +1,6 @@
 """SGLang's own server flags, parsed by the release's own ``ServerArgs.add_cli_args``.
 
-The parse runs in a fresh interpreter (``python -m tools.sglo.planner.flags``,
+The parse runs in a fresh interpreter (``python -m sgl_overlay.planner.flags``,
 request JSON on stdin, result JSON on stdout), behind the harness's targeted
 loader: the tree's ``server_args`` module (and, from v0.5.16, its
 ``arg_groups`` package, where the flag tables moved) is executed for real,

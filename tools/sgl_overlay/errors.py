@@ -9,6 +9,7 @@ OK = 0          # built, or already up to date; check passed
 FAILED = 1      # a patch or the overlay did not apply (or is stale)
 USAGE = 2       # bad input: arguments, lock, series, patch headers, paths
 INTEGRITY = 3   # a download or a tree does not match the lock
+UNTESTABLE = 125  # regress/bisect: the harness could not drive the tree (git bisect run's skip)
 
 
 class OverlayError(Exception):

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import UsageError
 
-class NoSource(ValueError):
+
+class NoSource(UsageError):
     """No SGLang source under the given path (usage error, exit 2)."""
 
 

@@ -1,0 +1,32 @@
+"""sgl-overlay COMMAND [ARGS...]: the project's tools, one command each.
+
+  apply    lock + stack -> a verified patched SGLang tree and wheel (docs/apply.md)
+  bisect   the upstream release or commit that broke or fixed a test (docs/bisect.md)
+  regress  SGLang's real KV-cache sizing code against a scenario (docs/regress.md)
+  plan     will this model start on this GPU with these flags (docs/plan.md)
+  stack    rebase, refresh, export and lint the patch stack (docs/stack.md)
+
+`python tools/NAME.py ARGS...` is the same as `sgl-overlay NAME ARGS...`.
+"""
+import importlib
+import sys
+
+COMMANDS = ("apply", "bisect", "regress", "plan", "stack")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv else 2
+    if argv[0] not in COMMANDS:
+        print(f"error: sgl-overlay: unknown command {argv[0]!r}", file=sys.stderr)
+        print(f"hint: one of {', '.join(COMMANDS)}; see sgl-overlay --help", file=sys.stderr)
+        return 2
+    command = importlib.import_module(f"{__package__}.commands.{argv[0]}")
+    from .cli import run
+    return run(command.main, argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Build the patched SGLang tree: upstream.lock + patches/ + overlay/.
+
+  python tools/apply.py                 build build/sglang (or --out DIR)
+  python tools/apply.py --check         apply the series in a scratch tree, report per patch
+  python tools/apply.py --list          the patches: topic, Upstream-Status, files, lines
+  python tools/apply.py --wheel DIR     also build the installable patched wheel
+
+Exit codes: 0 ok or up to date, 1 a patch or the overlay failed,
+2 bad input or usage, 3 integrity failure (docs/exit-codes.md).
+"""
+import os
+
+
+import argparse
+
+from .. import builder, cli, lock as lockmod, project, series, wheel
+from ..errors import FAILED, OK
+
+ROOT = str(project.ROOT)
+
+
+
+def parse(argv):
+    ap = cli.Parser(prog="python tools/apply.py", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="apply in a scratch tree and report; build nothing")
+    mode.add_argument("--list", action="store_true", help="list the patches")
+    ap.add_argument("--out", default=os.path.join(ROOT, "build", "sglang"), help="destination (default build/sglang)")
+    ap.add_argument("--repo", metavar="URL_OR_PATH", nargs="?", const="",
+                    help="take upstream from this git repository instead of the release artifact "
+                         "(alone: the lock's upstream.repo)")
+    ap.add_argument("--cache", metavar="DIR", help="cache directory (default: $SGL_OVERLAY_CACHE or ~/.cache/sgl-overlay)")
+    ap.add_argument("--wheel", metavar="DIR", help="also write the patched wheel into DIR")
+    ap.add_argument("--3way", dest="three_way", action="store_true", help="let git am fall back to a 3-way merge")
+    ap.add_argument("--force", action="store_true", help="replace a build that has local changes")
+    ap.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
+    ap.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    return ap.parse_args(argv)
+
+
+def list_text(stack):
+    rows = [(p.index, p.name, p.topic, p.upstream_status, len(p.files), f"+{p.added}/-{p.removed}")
+            for p in stack.patches]
+    text = cli.table(rows, ["#", "patch", "topic", "upstream-status", "files", "lines"]) if rows else "(no patches)"
+    if stack.overlay:
+        text += "\n\noverlay:\n" + "\n".join(f"  {o.rel}" + (" (replaces upstream)" if o.replaces else "")
+                                             for o in stack.overlay)
+    return text + f"\n\nstack digest {stack.digest[:16]}"
+
+
+def main(argv):
+    args = parse(argv)
+    progress = cli.Progress("apply", quiet=args.quiet or args.list)
+    lock = lockmod.load(os.path.join(args.root, "upstream.lock"))
+    if args.repo == "":
+        args.repo = lock.repo
+    if args.list:
+        stack = series.load(args.root, strict=False)
+        problems = [{"patch": p.name, "field": f, "error": m, "hint": h}
+                    for p in stack.patches for f, m, h in series.lint(p)]
+        cli.emit({"status": "ok" if not problems else "lint", **stack.summary(), "lint": problems},
+                 args.json, list_text(stack) + "".join(f"\nlint: {x['error']}" for x in problems))
+        return OK if not problems else 2
+    stack = series.load(args.root)
+    if args.check:
+        r = builder.check(lock, stack, repo=args.repo, cache=args.cache, three_way=args.three_way, progress=progress)
+        lines = []
+        for p in r["patches"]:
+            lines.append(f"{p['index']}/{len(r['patches'])} {p['patch']}: {p['status']}")
+            if p.get("failure"):
+                lines.append(builder.format_failure(p["failure"]))
+        if r["overlay"]["status"] != "none":
+            lines.append(f"overlay: {r['overlay']['status']}" + (f": {r['overlay']['error']}" if r["overlay"].get("error") else ""))
+        lines.append(f"check {'passed' if r['status'] == 'ok' else 'FAILED'}: {len(r['patches'])} patch(es) on {lock.tag}")
+        cli.emit(r, args.json, "\n".join(lines))
+        return OK if r["status"] == "ok" else FAILED
+    r = builder.build(lock, stack, args.out, repo=args.repo, cache=args.cache, three_way=args.three_way,
+                      force=args.force, progress=progress)
+    if r["status"] == "up-to-date":
+        text = f"{r['dest']}: up to date ({len(stack.patches)} patch(es), stack {stack.digest[:12]})"
+    else:
+        text = (f"built {r['dest']}: {lock.tag} + {len(stack.patches)} patch(es)"
+                + (f" + overlay ({len(stack.overlay)} file(s))" if stack.overlay else "")
+                + f", HEAD {r['manifest']['head'][:12]} on branch patched")
+    if args.wheel:
+        w = wheel.build_wheel(lock, r["dest"], args.wheel, cache=args.cache, progress=progress)
+        r["wheel"] = w
+        text += f"\nwheel: {w['path']} (version {w['version']})"
+    cli.emit(r, args.json, text)
+    return OK
+

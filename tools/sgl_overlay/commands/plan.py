@@ -1,0 +1,118 @@
+"""Will this model start on this GPU with these flags?  Answered by SGLang's own
+KV-cache sizing code, run on a CPU (docs/plan.md).
+
+  python tools/plan.py MODEL --gpu NAME [--draft DIR] [--release X | --tree PATH] -- SGLANG FLAGS...
+  python tools/plan.py MODEL --free-gib PRE[,POST] ... -- SGLANG FLAGS...
+  python tools/plan.py MODEL --gpu NAME --releases 0.5.12.post1,0.5.13 -- SGLANG FLAGS...
+  python tools/plan.py --gpus
+
+MODEL is the model's directory (config.json, and model.safetensors.index.json
+for the weights' size) or its config.json.  The flags after `--` are SGLang's
+own, parsed by the chosen tree's ServerArgs (TP is --tp-size there).  The
+default tree is the patched tree tools/apply.py builds at build/sglang.
+
+Exit codes: 0 starts, 1 will not start or starts degraded (see the verdict),
+2 bad input, 3 a release artifact failed verification, 125 the harness could
+not drive this tree for these inputs.
+"""
+
+import argparse
+
+from .. import cli
+from ..errors import UsageError
+from ..planner import core, deployment, exit_code, gpus, plan
+from ..planner.render import compare_text, text
+
+
+def parse(argv):
+    if "--" in argv:
+        i = argv.index("--")
+        ours, sglang = argv[:i], argv[i + 1:]
+    else:
+        ours, sglang = argv, []
+    ap = cli.Parser(prog="python tools/plan.py", description=__doc__.split("\n\n")[0] if __doc__ else None,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None)
+    ap.add_argument("model", nargs="?", help="model directory or its config.json")
+    ap.add_argument("--gpu", help=f"GPU name from the table: {', '.join(gpus.names())}")
+    ap.add_argument("--gpus", action="store_true", help="list the GPU table and exit")
+    ap.add_argument("--free-gib", help="free memory per GPU in GiB before the weights load, and optionally "
+                    "after (PRE or PRE,POST, as SGLang logs 'avail mem'); always wins over --gpu")
+    ap.add_argument("--weights-gib", type=float, help="the checkpoint's total weight size in GiB "
+                    "(default: model.safetensors.index.json, else the config's parameter count)")
+    ap.add_argument("--overhead-gib", type=float, default=gpus.DEFAULT_STARTUP_OVERHEAD_GIB,
+                    help="assumed memory taken before the weights load, per GPU (default %(default)s)")
+    ap.add_argument("--draft", help="the speculative drafter's directory or config.json")
+    ap.add_argument("--tree", help="an SGLang source tree (checkout, build dir, unpacked wheel)")
+    ap.add_argument("--release", help="a published SGLang release, fetched and verified (e.g. 0.5.13)")
+    ap.add_argument("--releases", help="compare: the same plan on each of these releases (A,B,...)")
+    ap.add_argument("--no-suggest", action="store_true", help="no suggestions (fewer sizing runs)")
+    ap.add_argument("--suggest", help=f"only these knobs: {','.join(core.KNOBS)}")
+    ap.add_argument("--no-sensitivity", action="store_true", help="skip the +-0.1 GiB re-runs")
+    ap.add_argument("--json", action="store_true", help="print the plan as JSON")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    args = ap.parse_args(ours)
+    args.sglang = sglang
+    return args
+
+
+def _free(s):
+    if s is None:
+        return None
+    try:
+        vals = [float(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--free-gib {s!r}: not numbers", hint="give PRE or PRE,POST in GiB, e.g. 94.24,43.19") from None
+    if not 1 <= len(vals) <= 2 or any(v <= 0 for v in vals):
+        raise UsageError(f"--free-gib {s!r}: give one or two positive figures", hint="PRE or PRE,POST in GiB")
+    return vals
+
+
+def main(argv):
+    args = parse(argv)
+    if args.gpus:
+        rows = [(g.name, f"{g.total_mib:,}", f"{g.total_gib:.2f}", g.source) for g in gpus.GPUS]
+        cli.emit([g.__dict__ | {"aliases": list(g.aliases)} for g in gpus.GPUS], args.json,
+                 cli.table(rows, ["GPU", "total MiB", "total GiB", "source"]))
+        return 0
+    if not args.model:
+        raise UsageError("plan.py: no model given", hint="python tools/plan.py MODEL_DIR --gpu NAME -- FLAGS")
+    knobs = core.KNOBS
+    if args.suggest:
+        knobs = tuple(k.strip() for k in args.suggest.split(",") if k.strip())
+        bad = [k for k in knobs if k not in core.KNOBS]
+        if bad:
+            raise UsageError(f"--suggest: unknown knob(s) {', '.join(bad)}", hint=f"known: {', '.join(core.KNOBS)}")
+    progress = cli.Progress("plan", quiet=args.quiet or args.json)
+    common = dict(model=args.model, gpu=args.gpu, argv=args.sglang, draft=args.draft, free_gib=_free(args.free_gib),
+                  weights_gib=args.weights_gib, overhead_gib=args.overhead_gib)
+    if args.releases:
+        if args.tree or args.release:
+            raise UsageError("--releases compares published releases; drop --tree/--release",
+                             hint="python tools/plan.py MODEL --gpu NAME --releases 0.5.12.post1,0.5.13 -- FLAGS")
+        reports, errors = [], []
+        releases = [r.strip() for r in args.releases.split(",") if r.strip()]
+        for rel in releases:
+            progress(f"release {rel}: fetching, parsing flags with its ServerArgs, sizing")
+            try:
+                dep = deployment(release=rel, **common)
+            except UsageError as e:  # this release rejects the inputs: its column says why
+                errors.append(e)
+                reports.append({"tree": {"release": rel}, "verdict": "rejected", "why": [e.message],
+                                "ledger": {}, "exit": e.code})
+                continue
+            report = plan(dep, with_suggestions=False, with_sensitivity=False)
+            report["exit"] = exit_code(report["verdict"])
+            reports.append(report)
+        if len(errors) == len(releases) and len({e.message.replace(r, "") for e, r in zip(errors, releases)}) == 1:
+            raise errors[0]  # the same bad input for every release: one error
+        cli.emit({"releases": reports}, args.json, compare_text(reports))
+        return max(r["exit"] for r in reports)
+    progress("resolving the tree, model and flags")
+    dep = deployment(tree=args.tree, release=args.release, **common)
+    progress(f"sizing on {dep.tree.label} ({dep.tree.era} layout); suggestions and sensitivity re-run it")
+    report = plan(dep, with_suggestions=not args.no_suggest, with_sensitivity=not args.no_sensitivity, knobs=knobs)
+    report["exit"] = exit_code(report["verdict"])
+    cli.emit(report, args.json, text(report))
+    return report["exit"]
+

@@ -1,0 +1,143 @@
+"""The patch stack's lifecycle.
+
+  python tools/stack.py rebase --onto VERSION|COMMIT [--repo URL] [--write]
+        apply the stack onto a newer upstream and classify every patch
+        (applied, applied-3way, conflict, merged-upstream, probably-upstream,
+        emptied); --write updates upstream.lock and the patches, only when
+        every patch is resolved
+  python tools/stack.py check --against VERSION|COMMIT [--repo URL]
+        which patch breaks on that upstream; changes nothing
+  python tools/stack.py refresh [--tree build/sglang] [--check]
+        regenerate patches/ from the tree's commits; a file is rewritten only
+        when its change or message changed; --check exits 1 if anything would
+        change (without --tree: the stack is built and re-exported, which must
+        reproduce patches/ exactly)
+  python tools/stack.py export --topic T [--onto VERSION|COMMIT] [--out DIR]
+        the topic alone on the newest (or given) upstream, verified to apply
+        and to pass tests/T there, as numbered mails + pull-request.md
+  python tools/stack.py lint
+        series and files agree, headers, trailers, whitespace, python/ paths,
+        the debug topic never marked for upstream
+
+Every verb takes --json. Exit codes: 0 ok, 1 a patch does not resolve / lint
+findings / refresh --check found changes / export failed, 2 bad input, 3
+integrity failure (docs/stack.md).
+"""
+
+
+import argparse
+import re
+import tempfile
+from pathlib import Path
+
+from .. import builder, cli, lock as lockmod, project, series, source, stack
+from ..errors import FAILED, OK, UsageError
+
+ROOT = str(project.ROOT)
+VERSION = re.compile(r"^\d+(\.\d+)+((a|b|rc)\d+)?(\.post\d+)?$")
+
+
+
+def parse(argv):
+    ap = cli.Parser(prog="python tools/stack.py", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true")
+    common.add_argument("-q", "--quiet", action="store_true")
+    common.add_argument("--cache", metavar="DIR")
+    common.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
+    sub = ap.add_subparsers(dest="verb", required=True, parser_class=cli.Parser)
+    r = sub.add_parser("rebase", parents=[common])
+    r.add_argument("--onto", required=True, metavar="VERSION|COMMIT")
+    r.add_argument("--repo", metavar="URL_OR_PATH")
+    r.add_argument("--write", action="store_true")
+    c = sub.add_parser("check", parents=[common])
+    c.add_argument("--against", required=True, metavar="VERSION|COMMIT")
+    c.add_argument("--repo", metavar="URL_OR_PATH")
+    f = sub.add_parser("refresh", parents=[common])
+    f.add_argument("--tree", metavar="DIR")
+    f.add_argument("--check", action="store_true")
+    e = sub.add_parser("export", parents=[common])
+    e.add_argument("--topic", required=True)
+    e.add_argument("--onto", metavar="VERSION|COMMIT")
+    e.add_argument("--repo", metavar="URL_OR_PATH")
+    e.add_argument("--out", default="export")
+    e.add_argument("--no-tests", action="store_true")
+    sub.add_parser("lint", parents=[common])
+    return ap.parse_args(argv)
+
+
+def onto_of(spec, repo):
+    if VERSION.match(spec):
+        return stack.Onto(version=spec, repo=repo)
+    if repo:
+        return stack.Onto(commit=spec, repo=repo)
+    raise UsageError(f"{spec!r} is not a release version", hint="give a version like 0.5.14, or a commit with --repo")
+
+
+def rebase_text(report):
+    lines = [f"onto {report['onto']}:"]
+    for r in report["patches"]:
+        extra = ""
+        if r.get("upstream_commit"):
+            extra = f" (upstream {r['upstream_commit'][:12]})"
+        if r["status"] == "applied" and not r.get("changed"):
+            extra = " (unchanged)"
+        lines.append(f"  {r['index']:>2} {r['patch']:<40} {r['status']}{extra}")
+        if r.get("failure") and r["status"] == "conflict":
+            lines += ["     " + l for l in builder.format_failure(r["failure"]).splitlines()[1:]]
+    lines.append("every patch resolved" if report["resolved"] else "unresolved patches: not writable")
+    return "\n".join(lines)
+
+
+def strip_texts(report):
+    return {**report, "patches": [{k: v for k, v in r.items() if k != "text"} for r in report["patches"]]}
+
+
+def main(argv):
+    args = parse(argv)
+    progress = cli.Progress("stack", quiet=args.quiet)
+    root = Path(args.root)
+    if args.verb == "lint":
+        problems = stack.lint(root)
+        cli.emit({"status": "ok" if not problems else "findings", "problems": problems}, args.json,
+                 "\n".join(f"{p['error']}\n  hint: {p['hint']}" for p in problems) or "lint: clean")
+        return FAILED if problems else OK
+    lock = lockmod.load(root / "upstream.lock")
+    if args.verb in ("rebase", "check"):
+        spec = args.onto if args.verb == "rebase" else args.against
+        onto = onto_of(spec, args.repo)
+        report = stack.rebase(lock, series.load(root), onto, args.cache, progress)
+        if args.verb == "rebase" and args.write:
+            report["written"] = stack.write_rebase(root, lock, series.load(root), report, onto, args.cache, progress)
+        cli.emit(strip_texts(report), args.json, rebase_text(report))
+        return OK if report["resolved"] else FAILED
+    if args.verb == "refresh":
+        if args.tree:
+            r = stack.refresh(root, args.tree, write=not args.check)
+        else:
+            with tempfile.TemporaryDirectory(prefix="sgl-overlay-refresh-") as t:
+                builder.build(lock, series.load(root), Path(t) / "sglang", cache=args.cache, progress=progress)
+                r = stack.refresh(root, Path(t) / "sglang", write=not args.check)
+        changed = bool(r["changes"]) or r["series_changed"]
+        text = "\n".join(f"  {c['change']}: {c['patch']}" for c in r["changes"]) or "  nothing to change"
+        cli.emit({"status": "changes" if changed else "clean", **r}, args.json,
+                 ("would change:\n" if args.check else "refreshed:\n") + text)
+        return FAILED if (args.check and changed) else OK
+    if args.verb == "export":
+        spec = args.onto
+        if not spec:
+            if args.repo:
+                raise UsageError("export with --repo needs --onto COMMIT", hint="e.g. --onto main")
+            spec = source.list_releases(progress)[-1]       # the newest release
+        r = stack.export(root, lock, args.topic, onto_of(spec, args.repo), args.out, args.cache, progress,
+                         run_tests=not args.no_tests)
+        text = [f"topic {r['topic']} onto {r['onto']}: {r['status']}"]
+        text += [f"  {p['patch']}: {p['status']}" for p in r["patches"]]
+        if r.get("tests"):
+            text.append(f"  tests: {r['tests']['summary']}")
+        text += [f"  wrote {f}" for f in r["files"]]
+        cli.emit(strip_texts(r), args.json, "\n".join(text))
+        return OK if r["status"] == "exported" else FAILED
+    return OK
+
