@@ -39,7 +39,7 @@ def _install(root: str, real: list[str]):
 
 def algorithm(root: str) -> dict:
     """What ``SpeculativeAlgorithm.from_string("DDTREE")`` gives in this tree."""
-    _, loader = _install(root, [f"{SPEC}.spec_info", f"{SPEC}.spec_registry", f"{SPEC}.ddtree_algo"])
+    _, loader = _install(root, [f"{SPEC}.spec_info", f"{SPEC}.spec_registry", f"{SPEC}.ddtree_tree", f"{SPEC}.ddtree_algo"])
     spec_info = loader.load(f"{SPEC}.spec_info")
     algo = spec_info.SpeculativeAlgorithm.from_string("ddtree")
     out = {
@@ -83,6 +83,7 @@ def server_rules(root: str, argv: list[str]) -> dict:
             "sglang.srt.environ",
             f"{SPEC}.spec_info",
             f"{SPEC}.spec_registry",
+            f"{SPEC}.ddtree_tree",
             f"{SPEC}.ddtree_algo",
         ],
     )

@@ -497,6 +497,8 @@ class Test:
                 load_scenario(self.scenario)
             except ScenarioError as e:
                 raise UsageError(f"--scenario {self.scenario}: {e}", hint="python tools/regress.py --list")
+            from .extras import require
+            require("harness", f"bisect --scenario {self.scenario}")
             return
         if not self.command:
             raise UsageError("no test: give --scenario NAME or a command after --",
@@ -534,6 +536,13 @@ class Test:
         finally:
             children.done(p)
         code = 128 - code if code < 0 else code          # killed by a signal: abort
+        if self.scenario and code not in (0, 1, 125) and code < 128:
+            # regress.py's own error (bad input, a package missing here): no
+            # verdict on this tree, and none on the next one either
+            lines = [x for x in (err or "").splitlines() if x.startswith(("error:", "hint:"))]
+            raise UsageError(f"the scenario test stopped with exit {code} on {tree}: "
+                             + (lines[0][len("error: "):] if lines else (err or out or "")[-300:].strip()),
+                             hint=lines[1][len("hint: "):] if len(lines) > 1 else "run tools/regress.py on that tree")
         run = TestRun(code, classify(code), (out or "")[-TAIL:] + (err or "")[-TAIL:], time.monotonic() - t0)
         if self.scenario:
             run.summary = _scenario_summary(out, err, code)

@@ -19,6 +19,7 @@ not drive this tree for these inputs.
 import argparse
 
 from .. import cli
+from ..extras import require
 from ..errors import UsageError
 from ..planner import core, deployment, exit_code, gpus, plan
 from ..planner.render import compare_text, text
@@ -75,6 +76,7 @@ def main(argv):
         cli.emit([g.__dict__ | {"aliases": list(g.aliases)} for g in gpus.GPUS], args.json,
                  cli.table(rows, ["GPU", "total MiB", "total GiB", "source"]))
         return 0
+    require("harness", "tools/plan.py")
     if not args.model:
         raise UsageError("plan.py: no model given", hint="python tools/plan.py MODEL_DIR --gpu NAME -- FLAGS")
     knobs = core.KNOBS

@@ -11,6 +11,7 @@ git bisect run: 0 pass, 1 fail, 125 untestable, 2 usage error.
 import json
 
 from .. import cli
+from ..extras import require
 from ..errors import FAILED, OK, UNTESTABLE
 from ..harness import (
     load_scenario,
@@ -32,6 +33,7 @@ def main(argv) -> int:
         return OK
     if not args.tree or not args.scenario:
         p.error("--tree and --scenario are required (or --list)")
+    require("harness", "tools/regress.py")
     scenario = load_scenario(args.scenario)
     report = run_scenario(args.tree, scenario, verify_remedy=not args.no_remedy)
     code = {True: OK, False: FAILED, None: UNTESTABLE}[report["passed"]]

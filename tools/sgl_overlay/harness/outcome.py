@@ -8,6 +8,9 @@ Outcomes (the contract bisect depends on):
               by a ``raise`` in the tree); its remedy, if any, is parsed
   untestable  the harness could not drive the tree (missing input, stand-in
               failure, unknown layout, scenario feature absent)
+
+A third-party package missing from this environment is none of these: the
+run stops with extras.MissingDependency (exit 2) naming it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import re
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from ..extras import third_party_missing
 
 # Exception types upstream raises on purpose to refuse a configuration.
 DELIBERATE = ("ValueError", "RuntimeError", "NotImplementedError")
@@ -56,7 +61,9 @@ def describe_exception(e: BaseException, root: Path) -> dict:
         kind = "missing-input"
     elif isinstance(e, Untestable):
         kind = "untestable"
-    elif isinstance(e, (ImportError,)):
+    elif isinstance(e, ModuleNotFoundError) and third_party_missing(e.name):
+        kind = "environment"  # a package missing here, not a property of the tree
+    elif isinstance(e, ImportError):
         kind = "import"
     return {
         "type": type(e).__name__,
@@ -64,6 +71,7 @@ def describe_exception(e: BaseException, root: Path) -> dict:
         "mro": [c.__name__ for c in type(e).__mro__],
         "message": text,
         "kind": kind,
+        "package": third_party_missing(e.name) if kind == "environment" else None,
         "origin": origin,
         "where": where,
         "stub_involved": stub_involved,

@@ -14,6 +14,7 @@ from . import layout as layout_mod
 from . import outcome as outcome_mod
 from .scenario import Scenario
 
+from ..extras import MissingDependency, require, third_party_missing
 from ..project import ROOT
 
 
@@ -23,6 +24,7 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
 
     ``module`` is the child entry point (``python -m MODULE``, request JSON on
     stdin, one result JSON line on stdout); the planner's flag parser uses it too."""
+    require("harness", "the regression harness")
     req = dict(request, root=str(root))
     env = dict(os.environ)
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -39,6 +41,7 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
     )
     wall = time.perf_counter() - t
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    _stop_on_missing_package(root, proc.stderr if proc.returncode != 0 or not lines else "", lines)
     if proc.returncode != 0 or not lines:
         return {
             "completed": False,
@@ -56,6 +59,24 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
     result.setdefault("timing", {})["wall_s"] = round(wall, 4)
     result["stderr_tail"] = proc.stderr[-2000:]
     return result
+
+
+def _stop_on_missing_package(root, stderr: str, lines: list[str]) -> None:
+    """A package missing from this environment stops the run (exit 2,
+    naming it): neither the tree nor the scenario is at fault."""
+    err = {}
+    if lines:
+        try:
+            err = json.loads(lines[-1]).get("error") or {}
+        except ValueError:
+            err = {}
+    package = err.get("package") if err.get("kind") == "environment" else None
+    if package is None and stderr:
+        m = re.search(r"^ModuleNotFoundError: No module named '([\w.]+)'", stderr, re.M)
+        package = third_party_missing(m.group(1)) if m else None
+    if package:
+        where = err.get("where") or "the harness's child interpreter"
+        raise MissingDependency(package, f"running {layout_mod.version_of(root) or root}'s sizing code ({where})")
 
 
 def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = True,

@@ -4,8 +4,8 @@
 TOTAL MiB``), which is what ``torch.cuda.mem_get_info`` and SGLang's
 ``get_device_memory_capacity`` see.  Sources: public nvidia-smi outputs,
 found with the exact string ``/ TOTALMiB`` next to the card's name (several
-independent logs each); the RTX PRO 6000 figure also appears in
-../shared/research/upstream.md.
+independent logs each); the RTX PRO 6000 figure is also the incident's
+(docs/incidents.md).
 
 Free memory *before* the weights load is the total minus what the process
 takes first (CUDA context, NCCL, cuBLAS/cuDNN workspaces).  The planner
@@ -47,7 +47,7 @@ _SRC = "nvidia-smi Memory-Usage total in public logs ('/ {}MiB' next to '{}')"
 GPUS = (
     Gpu("RTX 5090", 32607, _SRC.format(32607, "NVIDIA GeForce RTX 5090"), ("5090", "geforce rtx 5090")),
     Gpu("RTX PRO 6000 Blackwell", 97887,
-        _SRC.format(97887, "NVIDIA RTX PRO 6000 Blackwell") + "; ../shared/research/upstream.md",
+        _SRC.format(97887, "NVIDIA RTX PRO 6000 Blackwell") + "; the incident log in docs/incidents.md",
         ("rtx pro 6000", "pro 6000", "rtx pro 6000 blackwell server edition",
          "rtx pro 6000 blackwell workstation edition")),
     Gpu("L40S", 46068, _SRC.format(46068, "NVIDIA L40S")),

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Callable
 
+from sglang.srt.speculative.ddtree_tree import TREE_MODE_TOPK
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
 if TYPE_CHECKING:
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 NAME = "DDTREE"
-# The tree-mode switch of upstream's tree-verify paths (see the module docstring).
-TREE_MODE_TOPK = 2
 # Target attention backends whose TARGET_VERIFY honours a per-request bool custom
 # mask in FULL_MASK layout (EagleVerifyInput.generate_attn_arg_prefill).
 SUPPORTED_ATTENTION_BACKENDS = ("flashinfer", "triton")

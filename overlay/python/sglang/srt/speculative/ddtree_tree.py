@@ -59,6 +59,12 @@ __all__ = [
     "ragged_hidden_gather_index",
 ]
 
+# The speculative_eagle_topk value that switches upstream's EAGLE verify paths
+# into tree mode (any value above 1 does; ddtree_algo sets it, ddtree_worker
+# passes it to the verify input).  Here, in the module both import, so
+# neither imports the other.
+TREE_MODE_TOPK = 2
+
 _INVALID_KEY = 1 << 62
 
 

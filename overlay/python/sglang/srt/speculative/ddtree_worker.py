@@ -38,8 +38,7 @@ from sglang.srt.distributed import get_tp_group
 from sglang.srt.managers.schedule_batch import ModelWorkerBatch, ScheduleBatch
 from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
-from sglang.srt.speculative.ddtree_algo import TREE_MODE_TOPK
-from sglang.srt.speculative.ddtree_tree import build_ddtree, build_verify_inputs, topk_logprobs
+from sglang.srt.speculative.ddtree_tree import TREE_MODE_TOPK, build_ddtree, build_verify_inputs, topk_logprobs
 from sglang.srt.speculative.dflash_info import DFlashDraftInput
 from sglang.srt.speculative.dflash_worker import DFlashWorker
 from sglang.srt.speculative.eagle_info import EagleVerifyInput
