@@ -17,6 +17,7 @@ recorded when it was first fetched.
 """
 import fnmatch
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -456,9 +458,19 @@ def list_releases(progress=None):
     except subprocess.TimeoutExpired:
         p = None
     m = re.search(r"^Available versions:\s*(.+)$", p.stdout, re.M) if p and p.returncode == 0 else None
+    saved = cache_dir() / "releases.json"
     if not m:
         why = "timed out after 300 s" if p is None else (p.stderr.strip().splitlines() or ["no output"])[-1]
+        if saved.is_file():
+            record = json.loads(saved.read_text())
+            _quiet(progress)(f"pip could not list the releases ({why}); using the list saved on {record['listed']}")
+            return record["versions"]
         raise UsageError(f"could not list the sglang releases with '{' '.join(cmd[1:])}': {why}",
                          hint="check that pip can reach your package index (pip config list)")
-    versions = [v.strip() for v in m.group(1).split(",") if release_key(v.strip())]
-    return sorted(set(versions), key=release_key)
+    versions = sorted({v.strip() for v in m.group(1).split(",") if release_key(v.strip())}, key=release_key)
+    # kept for a later run without an index (an air-gapped machine, an offline test run)
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    tmp = saved.with_name(f".releases.json.{os.getpid()}")
+    tmp.write_text(json.dumps({"listed": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "versions": versions}))
+    os.replace(tmp, saved)
+    return versions

@@ -30,8 +30,8 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
     t = time.perf_counter()
     proc = subprocess.run(
-        # -P: nothing from the working directory shadows a module
-        [sys.executable, "-P", "-m", module],
+        # -m from the checkout's root: the test probes (tests.*) import too
+        [sys.executable, "-m", module],
         input=json.dumps(req),
         capture_output=True,
         text=True,
