@@ -64,7 +64,7 @@ def test_a_module_missing_inside_the_child_is_an_environment_error(tmp_path):
     """Raised inside SGLang's code in the child: described as an environment
     error naming the top-level package, not as an untestable import."""
     try:
-        import a_package_that_is_not_installed.sub  # noqa: F401
+        import a_package_that_is_not_installed.sub  # noqa: F401  pyflakes: the import is the test
     except ModuleNotFoundError as e:
         d = outcome.describe_exception(e, tmp_path)
     assert (d["kind"], d["package"]) == ("environment", "a_package_that_is_not_installed")
