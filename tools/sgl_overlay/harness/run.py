@@ -70,6 +70,8 @@ def _stop_on_missing_package(root, stderr: str, lines: list[str]) -> None:
             err = json.loads(lines[-1]).get("error") or {}
         except ValueError:
             err = {}
+        if not isinstance(err, dict):  # the flag parser's child reports a message string
+            err = {}
     package = err.get("package") if err.get("kind") == "environment" else None
     if package is None and stderr:
         m = re.search(r"^ModuleNotFoundError: No module named '([\w.]+)'", stderr, re.M)
