@@ -9,6 +9,7 @@ import shutil
 import tempfile
 
 from . import gitcmd, source
+from .versions import release as release_number
 
 EXCLUDE = "__pycache__/\n*.pyc\n.sgl-overlay-release\n*.so\n"
 
@@ -58,7 +59,7 @@ def release_history(versions, cache=None):
 
 
 def releases_between(old, new):
-    lo, hi = source.release_key(old), source.release_key(new)
-    return [v for v in source.list_releases() if lo <= source.release_key(v) <= hi]
+    lo, hi = release_number(old), release_number(new)
+    return [v for v in source.list_releases() if lo <= release_number(v) <= hi]
 
 
