@@ -44,3 +44,36 @@ def test_wheel_and_sdist_names():
                                           ("0.5.15rc2", "0.5.15rc2"), ("1234567", None), ("v0.5.14", None)])
 def test_stack_onto_tells_versions_from_commits(spec, version):
     assert onto_of(spec, repo="/some/repo").version == version
+
+
+METADATA = """\
+Metadata-Version: 2.4
+Name: sglang
+Version: 0.5.12.post1
+Requires-Dist: torch==2.11.0
+Requires-Dist: nvidia-cutlass-dsl[cu13]==4.5.1
+Requires-Dist: torchcodec==0.11.1; sys_platform != "linux" or (sys_platform == "linux" and platform_machine != "aarch64")
+Requires-Dist: av==14.0; sys_platform == "linux" and platform_machine == "aarch64"
+Requires-Dist: old-py==1.0; python_version < "3.10"
+Requires-Dist: transformers == 5.6.0
+Requires-Dist: pytest==8.0; extra == "test"
+Requires-Dist: llguidance<0.8.0,>=0.7.11
+Requires-Dist: numpy
+Requires-Dist: loose==2.*
+
+long description: Requires-Dist: fake==1.0
+"""
+
+
+def test_pins_with_markers_extras_and_spaces():
+    # the old regex dropped every pin followed by a marker (torchcodec here)
+    # and every "name == version" written with spaces
+    assert versions.pins(METADATA, "cp311-cp311-manylinux_2_34_x86_64") == {
+        "torch": "2.11.0", "nvidia-cutlass-dsl": "4.5.1", "torchcodec": "0.11.1", "transformers": "5.6.0"}
+
+
+def test_pins_follow_the_wheel_platform():
+    assert versions.pins(METADATA, "cp311-cp311-manylinux_2_34_aarch64") == {
+        "torch": "2.11.0", "nvidia-cutlass-dsl": "4.5.1", "av": "14.0", "transformers": "5.6.0"}
+    assert "old-py" in versions.pins(METADATA, "cp39-cp39-manylinux_2_34_x86_64")
+    assert versions.pins(METADATA, "py3-none-any") == versions.pins(METADATA, versions.TARGET_TAGS)
