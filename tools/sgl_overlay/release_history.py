@@ -2,11 +2,12 @@
 release's sglang/ as python/sglang, tagged v<version>, built once from the
 cached release trees.  Bisect's commit mode and its comparison with
 `git bisect run` run on it where upstream's own history is not at hand."""
-import fcntl
 import hashlib
 import os
 import shutil
 import tempfile
+
+from filelock import FileLock
 
 from . import gitcmd, source
 from .versions import release as release_number
@@ -40,8 +41,7 @@ def release_history(versions, cache=None):
     root = source.cache_dir(cache) / "release-history"
     root.mkdir(parents=True, exist_ok=True)
     target = root / key
-    with open(root / f".{key}.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+    with FileLock(root / f".{key}.lock"):
         if (target / "READY").exists():
             return target / "repo"
         shutil.rmtree(target, ignore_errors=True)
