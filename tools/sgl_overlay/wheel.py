@@ -30,7 +30,7 @@ def _source_date_epoch(date_time):
     """WheelFile dates the RECORD it writes by SOURCE_DATE_EPOCH (the
     reproducible-builds convention): the lock's date, so builds repeat."""
     old = os.environ.get("SOURCE_DATE_EPOCH")
-    os.environ["SOURCE_DATE_EPOCH"] = str(calendar.timegm(date_time + (0, 0, 0)))
+    os.environ["SOURCE_DATE_EPOCH"] = str(calendar.timegm(date_time))
     try:
         yield
     finally:
