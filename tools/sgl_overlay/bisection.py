@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from . import TOOL_VERSION, builder, gitcmd, source
+from .versions import release as release_number
 from .errors import ApplyError, OverlayError, UsageError
 
 OLD, NEW, SKIP, ABORT = "old", "new", "skip", "abort"
@@ -75,9 +76,9 @@ def release_range(spec, progress=None):
         raise UsageError(f"--releases {spec!r} is not of the form OLD..NEW", hint="e.g. --releases 0.5.9..0.5.14")
     lo, hi = spec.split("..")
     for v in (lo, hi):
-        if source.release_key(v) is None:
+        if release_number(v) is None:
             raise UsageError(f"--releases {spec!r}: {v!r} is not a release number", hint="e.g. 0.5.12.post1")
-    if source.release_key(lo) >= source.release_key(hi):
+    if release_number(lo) >= release_number(hi):
         raise UsageError(f"--releases {spec!r} is empty: {lo} is not older than {hi}",
                          hint="give the older release first (with --fixed too: OLD..NEW)")
     versions = source.list_releases(progress)
@@ -86,8 +87,8 @@ def release_range(spec, progress=None):
             near = [x for x in versions if x.rsplit(".", 1)[0] == v.rsplit(".", 1)[0]] or versions[-5:]
             raise UsageError(f"--releases {spec!r}: sglang {v} is not a published release",
                              hint=f"published releases near it: {', '.join(near)} (python -m pip index versions sglang)")
-    lk, hk = source.release_key(lo), source.release_key(hi)
-    pts = [Point(v, f"sglang {v}", v) for v in versions if lk <= source.release_key(v) <= hk]
+    lk, hk = release_number(lo), release_number(hi)
+    pts = [Point(v, f"sglang {v}", v) for v in versions if lk <= release_number(v) <= hk]
     return Range("releases", pts)
 
 

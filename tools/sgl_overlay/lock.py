@@ -2,19 +2,36 @@
 
 The lock is TOML.  Every field is validated on load; a missing or malformed
 field is a UsageError (exit 2) that names the field.  See docs/lock.md.
+
+Reading uses the standard library's tomllib; writing uses tomlkit, which
+escapes every string as TOML requires and, when a lock is updated, keeps
+its comments and layout (docs/dependencies.md).
 """
 import dataclasses
 import re
 import tomllib
 from pathlib import Path
 
+import tomlkit
+from tomlkit.items import KeyType, SingleKey
+
+from . import versions
 from .errors import UsageError
 from .paths import relpath
 
+
+class _Check:
+    """A field's format: ``pattern`` names it in errors, ``match`` tests it."""
+
+    def __init__(self, pattern, match):
+        self.pattern, self.match = pattern, match
+
+
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-VERSION = re.compile(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?$")
-WHEEL_NAME = re.compile(r"^(?P<name>[A-Za-z0-9_.]+)-(?P<version>[^-]+)-(?P<tags>[^-]+-[^-]+-[^-]+)\.whl$")
+VERSION = _Check("a PEP 440 release number such as 0.5.12.post1",
+                 lambda s: versions.release(s, dev=True) is not None)
+WHEEL_NAME = _Check("a wheel file name NAME-VERSION-PY-ABI-PLATFORM.whl", lambda s: versions.wheel(s) is not None)
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -40,7 +57,7 @@ class Lock:
 
     @property
     def wheel_tags(self):
-        return WHEEL_NAME.match(self.artifact_filename).group("tags")
+        return versions.wheel(self.artifact_filename)[2]
 
     def as_dict(self):
         d = dataclasses.asdict(self)
@@ -133,9 +150,9 @@ def load(path):
             relpath(p, f"artifact.reconcile.{what}", where)
     for p in lock.symlinks:
         relpath(p, "artifact.reconcile.symlinks", where)
-    m = WHEEL_NAME.match(lock.artifact_filename)
-    if m.group("version") != lock.version:
-        raise UsageError(f"{where}: field 'artifact.filename' is for version {m.group('version')}, "
+    wheel_version = versions.wheel(lock.artifact_filename)[1]
+    if wheel_version != lock.version:
+        raise UsageError(f"{where}: field 'artifact.filename' is for version {wheel_version}, "
                          f"but 'upstream.version' is {lock.version}",
                          hint="the artifact must be the release the commit was tagged as")
     for dep in ("torch", "transformers", "sglang-kernel", "flashinfer_python"):
@@ -145,69 +162,112 @@ def load(path):
     return lock
 
 
-def _toml_str(s):
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def render(lock):
-    """The lock as upstream.lock's text (``load(render(x)) == x``)."""
-    execs = "".join(f"    {_toml_str(e)},\n" for e in sorted(lock.executable))
-    links = ", ".join(f"{_toml_str(k)} = {_toml_str(v)}" for k, v in sorted(lock.symlinks.items()))
-    deps = "".join(f"{k} = {_toml_str(v)}\n" for k, v in lock.dependencies.items())
-    return f'''# upstream.lock: the upstream SGLang this overlay applies to (docs/lock.md).
+# The standard layout of upstream.lock, its comments included; render()
+# fills it in.  An existing lock given to render() keeps its own.
+SKELETON = '''# upstream.lock: the upstream SGLang this overlay applies to (docs/lock.md).
 # tools/apply.py verifies every build against these figures; nothing here is
 # skipped to make a source pass.
 schema = 1
 
 [upstream]
-repo = {_toml_str(lock.repo)}
-tag = {_toml_str(lock.tag)}
-version = {_toml_str(lock.version)}
-commit = {_toml_str(lock.commit)}
-date = {_toml_str(lock.date)}
-subdir = {_toml_str(lock.subdir)}
+repo = ""
+tag = ""
+version = ""
+commit = ""
+date = ""
+subdir = ""
 # git tree id of python/sglang at the commit (checked for the git source)
-tree = {_toml_str(lock.tree)}
+tree = ""
 # the same tree with every file mode 100644, symlinks kept (checked for
 # every source: it is computable from the release artifact too)
-tree_normalized = {_toml_str(lock.tree_normalized)}
+tree_normalized = ""
 
 [artifact]
 # fetched with `python -m pip download --no-deps` (pip's own configuration
 # decides where from), always this exact file, verified by sha256
-filename = {_toml_str(lock.artifact_filename)}
-sha256 = {_toml_str(lock.artifact_sha256)}
+filename = ""
+sha256 = ""
 # the directory inside the artifact that is upstream.subdir
-root = {_toml_str(lock.artifact_root)}
+root = ""
 
 # The artifact's package directory differs from the tag's python/sglang in
 # exactly these ways; they are reconciled before the tree id is proven.
 [artifact.reconcile]
 # generated at build time, not in git: removed
-generated = [{", ".join(_toml_str(g) for g in lock.generated)}]
+generated = []
 # compiled extension modules, not in git: removed (glob patterns)
-compiled = [{", ".join(_toml_str(c) for c in lock.compiled)}]
+compiled = []
 # symlinks in git that the artifact holds as regular files
-symlinks = {{ {links} }}
+symlinks = {}
 # files given mode 100755 (the artifact's own exec bits, see docs/lock.md)
 executable = [
-{execs}]
+]
 
 # The release's own dependency pins (its METADATA Requires-Dist), recorded so
 # that bisect can tell an environment change from a code change.
 [dependencies]
-{deps}'''
+'''
+
+
+def _set(table, key, value):
+    """``table[key] = value`` unless it already holds it (so that an
+    unchanged value keeps its exact text); lists keep their one-line or
+    one-item-a-line layout, tables of strings are written inline."""
+    if key in table and table[key].unwrap() == value:
+        return
+    if isinstance(value, list):
+        multiline = key in table and "\n" in table[key].as_string()
+        item = tomlkit.array()
+        item.extend(value)
+        item.multiline(multiline)
+    elif isinstance(value, dict):
+        item = tomlkit.inline_table()
+        for k, v in value.items():
+            item.append(SingleKey(k, KeyType.Basic), tomlkit.string(v))
+        if value:  # { "a" = "b" } as the lock has always been written
+            next(iter(item.value.body))[1].trivia.indent = " "
+            item.add(tomlkit.ws(" "))
+    else:
+        item = value
+    table[key] = item
+
+
+def render(lock, text=None):
+    """The lock as upstream.lock's text (``load(render(x)) == x``): the
+    standard layout filled in, or with ``text`` (an existing lock's text)
+    that text with only the changed values rewritten, its comments kept."""
+    doc = tomlkit.parse(SKELETON if text is None else text)
+    _set(doc, "schema", 1)
+    for name in ("upstream", "artifact", "dependencies"):
+        doc.setdefault(name, tomlkit.table())
+    doc["artifact"].setdefault("reconcile", tomlkit.table())
+    up, art, rec, deps = doc["upstream"], doc["artifact"], doc["artifact"]["reconcile"], doc["dependencies"]
+    for key in ("repo", "tag", "version", "commit", "date", "subdir", "tree", "tree_normalized"):
+        _set(up, key, getattr(lock, key))
+    _set(art, "filename", lock.artifact_filename)
+    _set(art, "sha256", lock.artifact_sha256)
+    _set(art, "root", lock.artifact_root)
+    _set(rec, "generated", list(lock.generated))
+    _set(rec, "compiled", list(lock.compiled))
+    _set(rec, "symlinks", dict(sorted(lock.symlinks.items())))
+    _set(rec, "executable", sorted(lock.executable))
+    for key in [k for k in deps if k not in lock.dependencies]:
+        del deps[key]
+    for key, value in lock.dependencies.items():
+        _set(deps, key, value)
+    return tomlkit.dumps(doc)
 
 
 def write(lock, path):
-    """Write ``lock`` to ``path`` atomically, after checking it loads back."""
+    """Write ``lock`` to ``path`` atomically, after checking it loads back;
+    an existing lock there keeps its comments and layout."""
     import os
     import tempfile
-    text = render(lock)
     path = Path(path)
+    text = render(lock, path.read_text(encoding="utf-8") if path.exists() else None)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upstream.lock.")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         if load(tmp).as_dict() | {"path": ""} != lock.as_dict() | {"path": ""}:
             raise UsageError(f"{path}: the rendered lock does not load back identically", hint="report this")

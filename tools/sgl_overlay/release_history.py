@@ -2,13 +2,15 @@
 release's sglang/ as python/sglang, tagged v<version>, built once from the
 cached release trees.  Bisect's commit mode and its comparison with
 `git bisect run` run on it where upstream's own history is not at hand."""
-import fcntl
 import hashlib
 import os
 import shutil
 import tempfile
 
+from filelock import FileLock
+
 from . import gitcmd, source
+from .versions import release as release_number
 
 EXCLUDE = "__pycache__/\n*.pyc\n.sgl-overlay-release\n*.so\n"
 
@@ -39,8 +41,7 @@ def release_history(versions, cache=None):
     root = source.cache_dir(cache) / "release-history"
     root.mkdir(parents=True, exist_ok=True)
     target = root / key
-    with open(root / f".{key}.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+    with FileLock(root / f".{key}.lock"):
         if (target / "READY").exists():
             return target / "repo"
         shutil.rmtree(target, ignore_errors=True)
@@ -58,7 +59,7 @@ def release_history(versions, cache=None):
 
 
 def releases_between(old, new):
-    lo, hi = source.release_key(old), source.release_key(new)
-    return [v for v in source.list_releases() if lo <= source.release_key(v) <= hi]
+    lo, hi = release_number(old), release_number(new)
+    return [v for v in source.list_releases() if lo <= release_number(v) <= hi]
 
 

@@ -30,7 +30,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from . import gitcmd
+from . import gitcmd, versions
 from .errors import IntegrityError, OverlayError, UsageError
 from .paths import relpath
 
@@ -148,12 +148,9 @@ def fetch_release(version, cache=None, progress=None):
     return target
 
 
-_ARTIFACT = re.compile(rf"^{PACKAGE}-(?P<v>[^-]+?)(?:-[^-]+-[^-]+-[^-]+\.whl|\.tar\.gz|\.zip)$")
-
-
 def _artifact_version(name):
-    m = _ARTIFACT.match(name)
-    return m.group("v") if m else None
+    a = versions.artifact(name)
+    return a[1] if a and a[0] == PACKAGE else None
 
 
 # --------------------------------------------------------------------------
@@ -407,7 +404,7 @@ def release_tree(version, cache=None, progress=None):
     artifact (wheel or sdist), cached; verified on every use against the
     sha256 recorded at its first download."""
     say = _quiet(progress)
-    if not re.match(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?$", version or ""):
+    if versions.release(version) is None:
         raise UsageError(f"release {version!r} is not a version number", hint="e.g. 0.5.12.post1")
     root = cache_dir(cache) / "releases"
     target = root / version
@@ -432,21 +429,6 @@ def release_tree(version, cache=None, progress=None):
 # --------------------------------------------------------------------------
 # the published releases (bisect)
 
-_RELEASE = re.compile(r"^(?P<rel>\d+(?:\.\d+)*)(?:(?P<pre>a|b|rc)(?P<pren>\d+))?(?:\.post(?P<post>\d+))?$")
-
-
-def release_key(version):
-    """A sort key for the release numbers SGLang publishes (N.N.N,
-    optional a/b/rc N, optional .postN); None for anything else."""
-    m = _RELEASE.match(version or "")
-    if not m:
-        return None
-    rel = tuple(int(x) for x in m.group("rel").split("."))
-    rel += (0,) * (6 - len(rel))
-    pre = ({"a": 0, "b": 1, "rc": 2}[m.group("pre")], int(m.group("pren"))) if m.group("pre") else (3, 0)
-    return rel, pre, int(m.group("post") or -1)
-
-
 def list_releases(progress=None):
     """The published sglang versions, oldest first, as
     ``python -m pip index versions sglang`` lists them (pip's own
@@ -467,10 +449,10 @@ def list_releases(progress=None):
             return record["versions"]
         raise UsageError(f"could not list the sglang releases with '{' '.join(cmd[1:])}': {why}",
                          hint="check that pip can reach your package index (pip config list)")
-    versions = sorted({v.strip() for v in m.group(1).split(",") if release_key(v.strip())}, key=release_key)
+    found = sorted({v.strip() for v in m.group(1).split(",") if versions.release(v.strip())}, key=versions.release)
     # kept for a later run without an index (an air-gapped machine, an offline test run)
     saved.parent.mkdir(parents=True, exist_ok=True)
     tmp = saved.with_name(f".releases.json.{os.getpid()}")
-    tmp.write_text(json.dumps({"listed": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "versions": versions}))
+    tmp.write_text(json.dumps({"listed": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "versions": found}))
     os.replace(tmp, saved)
-    return versions
+    return found

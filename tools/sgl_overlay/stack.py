@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import builder, gitcmd, lock as lockmod, series, source
+from . import builder, gitcmd, lock as lockmod, series, source, versions
 from .errors import ApplyError, UsageError
 
 RESOLVED = ("applied", "applied-3way", "merged-upstream", "emptied")
@@ -228,12 +228,7 @@ def new_lock(lock, onto, cache=None, progress=None):
     with zipfile.ZipFile(artifact) as z:
         names = set(z.namelist())
         meta = z.read(f"sglang-{onto.version}.dist-info/METADATA").decode()
-    deps = {}
-    for line in meta.splitlines():
-        m = re.match(r"^Requires-Dist: ([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==([^;\s]+)\s*$", line)
-        if m:
-            deps[m.group(1)] = m.group(2)
-    deps = {"python": lock.dependencies.get("python", "cp311"), **deps}
+    deps = {"python": lock.dependencies.get("python", "cp311"), **versions.pins(meta, versions.wheel(artifact.name)[2])}
     candidate = dataclasses.replace(
         lock, tag=tag, version=onto.version, commit=commit, date=date, tree=tree,
         artifact_filename=artifact.name, artifact_sha256=source.sha256_file(artifact),

@@ -2,17 +2,21 @@
 modules, metadata and dependency pins included) with the patched and overlay
 files in place, RECORD regenerated, and the version given a PEP 440 local
 label ``<version>+overlay.<stack digest prefix>``.
+
+The wheel is written with the ``wheel`` package's ``WheelFile``, which
+hashes every member as it is written and writes RECORD on close.
 """
-import base64
-import csv
-import io
-import hashlib
+import calendar
+import contextlib
 import json
 import os
 import re
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
+
+from wheel.wheelfile import WheelFile
 
 from . import gitcmd, source
 from .builder import MANIFEST
@@ -21,8 +25,19 @@ from .errors import UsageError
 LABEL_LEN = 12
 
 
-def _record_hash(data):
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+@contextlib.contextmanager
+def _source_date_epoch(date_time):
+    """WheelFile dates the RECORD it writes by SOURCE_DATE_EPOCH (the
+    reproducible-builds convention): the lock's date, so builds repeat."""
+    old = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = str(calendar.timegm(date_time))
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["SOURCE_DATE_EPOCH"]
+        else:
+            os.environ["SOURCE_DATE_EPOCH"] = old
 
 
 def _changes(tree, lock):
@@ -65,20 +80,19 @@ def build_wheel(lock, tree, out_dir, cache=None, progress=None):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     date_time = tuple(int(x) for x in lock.date.split("-")) + (0, 0, 0)
-    records = []
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
-    os.close(fd)
+    tmp_dir = tempfile.mkdtemp(dir=out_dir, prefix=f".{name}.")
+    tmp = os.path.join(tmp_dir, name)      # WheelFile reads name and version from the file name
     try:
-        with zipfile.ZipFile(artifact) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        with zipfile.ZipFile(artifact) as src, _source_date_epoch(date_time), WheelFile(tmp, "w") as dst:
+            assert dst.dist_info_path + "/" == new_info, (dst.dist_info_path, new_info)
+
             def put(info_name, data, like=None, executable=False):
                 zi = zipfile.ZipInfo(info_name, date_time=like.date_time if like else date_time)
                 zi.compress_type = zipfile.ZIP_DEFLATED
                 mode = (like.external_attr >> 16) if like else 0
                 mode = (mode or 0o100644) | (0o111 if executable else 0)
                 zi.external_attr = (mode & 0xFFFF) << 16
-                dst.writestr(zi, data)
-                if not info_name.endswith("/RECORD"):
-                    records.append((info_name, _record_hash(data), str(len(data))))
+                dst.writestr(zi, data)        # hashed into RECORD by WheelFile
 
             for info in src.infolist():
                 n = info.filename
@@ -106,13 +120,8 @@ def build_wheel(lock, tree, out_dir, cache=None, progress=None):
             for n in sorted(changed):          # files the stack adds
                 data, executable = changed[n]
                 put(n, data, executable=executable)
-            records.append((f"{new_info}RECORD", "", ""))
-            buf = io.StringIO()
-            csv.writer(buf, lineterminator="\n").writerows(records)   # paths may hold commas
-            put(new_info + "RECORD", buf.getvalue().encode())
         os.replace(tmp, out_dir / name)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        shutil.rmtree(tmp_dir, ignore_errors=True)
     return {"path": str(out_dir / name), "version": version, "changed": touched,
             "deleted": sorted(deleted), "not_in_wheel": ignored}

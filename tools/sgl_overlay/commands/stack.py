@@ -26,15 +26,13 @@ integrity failure (docs/stack.md).
 
 
 import argparse
-import re
 import tempfile
 from pathlib import Path
 
-from .. import builder, cli, lock as lockmod, project, series, source, stack
+from .. import builder, cli, lock as lockmod, project, series, source, stack, versions
 from ..errors import FAILED, OK, UsageError
 
 ROOT = str(project.ROOT)
-VERSION = re.compile(r"^\d+(\.\d+)+((a|b|rc)\d+)?(\.post\d+)?$")
 
 
 
@@ -68,7 +66,8 @@ def parse(argv):
 
 
 def onto_of(spec, repo):
-    if VERSION.match(spec):
+    v = versions.release(spec)
+    if v is not None and len(v.release) >= 2:  # N.N...: a bare number could be a commit
         return stack.Onto(version=spec, repo=repo)
     if repo:
         return stack.Onto(commit=spec, repo=repo)
