@@ -82,7 +82,7 @@ def test_registration_patched(patched_tree):
 
 
 def test_registration_absent_on_pristine(pristine_tree):
-    with pytest.raises(AssertionError, match=r"DDTREE is not a speculative algorithm of .*DDTREE"):
+    with pytest.raises(AssertionError, match=r"DDTREE is not a speculative algorithm of .*: Unknown speculative algorithm name: ddtree"):
         check_registration(pristine_tree)
 
 
