@@ -7,6 +7,7 @@ import sys
 import time
 
 from tests.apply.support import APPLY, MIXIN, POOL
+from sgl_overlay import gitcmd
 
 OLD = 'msg = "Not enough memory. Please try to increase --mem-fraction-static."'
 
@@ -140,3 +141,45 @@ def test_checksum_mismatch_discards_the_cached_file(project, lock, tmp_path):
     assert "does not match" in r.stderr and "discarded" in r.stderr
     assert not bad.exists()
     assert not project.out.exists()
+
+
+# Forces builder.py's two-rename fallback and kills the run between the two renames.
+KILL_BETWEEN_RENAMES = """
+import os, signal, sys
+from pathlib import Path
+from sgl_overlay import builder
+from sgl_overlay.__main__ import main
+builder._exchange = lambda a, b: False          # as where renameat2 is unavailable
+real_rename = os.rename
+def rename(src, dst):
+    real_rename(src, dst)
+    if Path(dst).name == "old":                 # the old tree is away, the new one not yet in place
+        os.kill(os.getpid(), signal.SIGKILL)
+os.rename = rename
+sys.exit(main(["apply", *sys.argv[1:]]))
+"""
+
+
+def test_killed_fallback_swap_is_recovered_by_the_next_run(project, patches):
+    first, c = patches.make([(MIXIN, "import logging\n", "import logging  # v1\n")], subject="v1")
+    project.series(["v1.patch"], {"v1.patch": first})
+    assert project.apply().returncode == 0
+    old_head = project.git("rev-parse", "HEAD")
+    second, _ = patches.make([(MIXIN, "import logging  # v1\n", "import logging  # v2\n")], subject="v2", on=c)
+    project.series(["v1.patch", "v2.patch"], {"v2.patch": second})
+    p = subprocess.run([sys.executable, "-c", KILL_BETWEEN_RENAMES, "--root", str(project.root),
+                        "--out", str(project.out)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    # the crash window: no tree at the destination; both complete trees in the scratch directory
+    assert not project.out.exists()
+    [scratch] = project.out.parent.glob(".sglang.tmp-*")
+    assert gitcmd.out(scratch / "old", "rev-parse", "HEAD") == old_head
+    assert "# v2" in (scratch / "tree" / MIXIN).read_text()
+    assert (scratch / "tree" / ".sgl-overlay-build.json").exists()
+    # the next run builds the new tree and removes the scratch directory
+    r = project.apply()
+    assert r.returncode == 0, r.stderr
+    assert not list(project.out.parent.glob(".sglang.tmp-*"))
+    assert project.git("log", "--format=%s", "upstream..patched").splitlines() == ["v2", "v1"]
+    assert project.git("status", "--porcelain") == ""
+    assert "# v2" in (project.out / MIXIN).read_text()

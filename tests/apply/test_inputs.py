@@ -1,11 +1,12 @@
 """Bad input is exit 2 naming the field, entry or path; nothing is written."""
+import os
 import re
 import zipfile
 
 import pytest
 
 from tests.apply.support import MIXIN
-from sgl_overlay import errors, source
+from sgl_overlay import errors, gitcmd, source
 
 
 def drop_line(text, pattern):
@@ -128,3 +129,52 @@ def test_usage_errors_are_exit_2(project):
     assert r.returncode == 2 and "unrecognized arguments" in r.stderr
     r = project.apply("--check", "--list")
     assert r.returncode == 2
+
+
+def symlink_patch(patches, links, subject="Add a link"):
+    """A git format-patch mail creating the symlinks ``links`` ({path: target})."""
+    d = patches.dir
+    gitcmd.run(d, "checkout", "--quiet", "--force", "--detach", "upstream")
+    for path, target in links.items():
+        (d / path).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, d / path)
+    gitcmd.run(d, "add", "-A")
+    gitcmd.run(d, "commit", "--quiet", "-m", f"{subject}\n\nWhy it exists.\n\nUpstream-Status: Pending\nTopic: test\n")
+    return gitcmd.run(d, "format-patch", "-1", "--stdout", "HEAD").stdout
+
+
+@pytest.mark.parametrize("target,why", [
+    ("/etc/passwd", "is absolute"),
+    ("../../../etc/passwd", "climbs out of the tree"),
+    ("srt/../../../../etc", "climbs out of the tree"),
+])
+def test_patch_symlink_pointing_outside_the_tree_is_refused(project, patches, target, why):
+    text = symlink_patch(patches, {"python/sglang/evil": target})
+    assert "new file mode 120000" in text
+    project.series(["link.patch"], {"link.patch": text})
+    r = project.apply()
+    assert r.returncode == 2, r.stderr
+    assert f"patches/link.patch: symlink 'python/sglang/evil' -> {target!r} {why}" in r.stderr
+    assert not project.out.exists()
+
+
+def test_patch_symlink_escaping_through_another_symlink_is_refused(project, patches):
+    # each target is inside the tree when read on its own; followed through
+    # srt/up (which points two levels up, to python/), evil climbs above the tree
+    text = symlink_patch(patches, {"python/sglang/srt/up": "../..",
+                                   "python/sglang/evil": "srt/up/../../../../etc"})
+    project.series(["link.patch"], {"link.patch": text})
+    r = project.apply()
+    assert r.returncode == 2, r.stderr
+    assert ("patches/link.patch: symlink 'python/sglang/evil' -> 'srt/up/../../../../etc' "
+            "resolves outside the tree") in r.stderr
+    assert not project.out.exists()
+
+
+def test_patch_symlink_inside_the_tree_is_built(project, patches):
+    text = symlink_patch(patches, {"python/sglang/alias.py": "srt/model_executor/pool_configurator.py"})
+    project.series(["link.patch"], {"link.patch": text})
+    r = project.apply()
+    assert r.returncode == 0, r.stderr
+    link = project.out / "python" / "sglang" / "alias.py"
+    assert os.readlink(link) == "srt/model_executor/pool_configurator.py"

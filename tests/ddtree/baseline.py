@@ -1,6 +1,6 @@
 """Plain per-request DDTree tree construction (the paper's heap procedure).
 
-A reference written from the description in ../shared/research/ddtree.md §2.2:
+A reference written from the DDTree paper's description of tree construction:
 full-vocabulary top-K and log-sum-exp per request, a copy to the host, then a
 best-first heap over (negated score, rank tuple).  One deliberate detail: a
 sibling's weight is computed as parent weight + lp(rank r+1) rather than

@@ -4,6 +4,8 @@ The checks run the regression scenarios through the harness (real upstream
 sizing code, CPU); test_*_fails_on_pristine proves each check can fail.
 """
 
+import re
+
 import pytest
 
 from sgl_overlay.harness import load_scenario, parse_remedies
@@ -85,7 +87,21 @@ def test_passes_on_patched_tree(patched, check):
     check(patched)
 
 
+# What each check meets on the pristine pin: the pin's own behaviour, named.
+PRISTINE_FAILURES = {
+    # the pin's refusal, without the ledger (pool_configurator.py of v0.5.12.post1)
+    check_budget_ledger: re.escape("Not enough memory. Please try to increase --mem-fraction-static."),
+    # the pin sizes 0 running requests for scenario B2
+    check_mamba_spec_reservation: re.escape("('zero-requests-dflash', 'sizing completed with max_running_requests=0')"),
+    # the pin refuses the DFlash default of 48 requests instead of lowering it
+    check_fit_request_count: r"RuntimeError at sglang/srt/model_executor/pool_configurator\.py:\d+ \(__post_init__\): "
+                             r"Not enough memory\.",
+    # the pin writes no ledger
+    check_memory_ledger: re.escape("('negative-rest-tp8', 'no ledger')"),
+}
+
+
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__[6:])
 def test_fails_on_pristine_pin(pristine, check):
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match=PRISTINE_FAILURES[check]):
         check(pristine)

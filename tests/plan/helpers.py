@@ -17,13 +17,12 @@ LLAMA8B_NOINDEX = DATA / "llama-3.1-8b-noindex"
 UNKNOWN_ARCH = DATA / "unknown-arch"
 PIN = "0.5.12.post1"
 
-# The incident log (../shared/research/incidents.md): "Load weight begin. avail mem=94.24 GB",
+# SGLang's start-up log of the incident: "Load weight begin. avail mem=94.24 GB",
 # "Load weight end ... avail mem=43.19 GB" (SGLang's GB are GiB).
 LOGGED_FREE = [94.24, 43.19]
 LOGGED_TOKENS, LOGGED_SLOTS = 11893, 24
 
-# Scenario A (the known-good smoke service) and B2 (zero requests) of
-# ../shared/research/scenario-dflash-zero-requests.md, sections 5 and 8, as SGLang flags.
+# Scenario A (the known-good smoke service) and B2 (zero requests), as SGLang flags.
 SMOKE_FLAGS = ("--speculative-algorithm DFLASH --context-length 32768 --max-running-requests 4 "
                "--disable-radix-cache --max-mamba-cache-size 24 --mem-fraction-static 0.6856901").split()
 ZERO_FLAGS = ("--speculative-algorithm DFLASH --context-length 32768 --mamba-scheduler-strategy extra_buffer "

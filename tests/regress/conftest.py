@@ -23,10 +23,7 @@ _trees: dict = {}
 @pytest.fixture(scope="session")
 def release_tree():
     """Callable: version -> cached, verified directory holding sglang/ (downloaded once)."""
-    try:
-        from sgl_overlay.source import release_tree as fetch
-    except ImportError as e:  # the source module is another lane's work
-        pytest.skip(f"sgl_overlay.source.release_tree is not available ({e})")
+    from sgl_overlay.source import release_tree as fetch
 
     def get(version: str):
         if version not in _trees:

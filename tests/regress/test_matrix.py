@@ -1,10 +1,12 @@
 """The real history, asserted: each release's real sizing code on each scenario.
 
-The expectations are the table in issue 3 ("What the real history must show"),
-found by running upstream code; cells the issue left to "measure and record"
-carry what the harness measured (docs/regress.md).  SGLO_ALL_RELEASES=1 runs
-every release 0.5.5-0.5.23 and writes the result table to SGLO_MATRIX_OUT
-(default: build/regress-matrix.md).
+Every expectation comes from the release's own code read by hand, never from
+this harness's output; docs/regress.md ("Where each expectation comes from")
+gives the derivation of each.  A cell without one is an ``xfail`` with its
+reason (strict where the harness reports a failure today), and a cell whose
+outcome is derived but whose figures are not ends in ``pytest.xfail`` after its
+outcome is asserted.  SGLO_ALL_RELEASES=1 runs every release 0.5.5-0.5.23 and
+writes the result table to SGLO_MATRIX_OUT (default: build/regress-matrix.jsonl).
 """
 
 import json
@@ -30,13 +32,12 @@ ABOVE_0770 = {"outcome": "refused", "passed": True, "remedy": 0.77}
 HEALTHY = {"outcome": "ok", "passed": True,
            "figures": {"max_total_num_tokens": 918523, "max_running_requests": 3587}}
 
+# v0.5.14: the refusals are the formula of ModelRunnerKVCacheMixin._profile_available_bytes
+# (suggested = ceil(1000 * (1 - available / pre)) / 1000): negative-rest-tp8 1 - 21.7/94.0
+# -> 0.770; dflash-default-48 1 - 43.19/94.24 -> 0.542, which mfs 0.6857 already exceeds.
 SINCE_0_5_14 = {
     "negative-rest-tp8": ABOVE_0770,
-    # v0.5.14 no longer forces the overlap scheduler off for DFLASH (scenario doc,
-    # section 6 correction): 7 slots, 165,809 tokens, 1 request.
-    "zero-requests-dflash": {"outcome": "ok", "passed": True,
-                             "figures": {"max_running_requests": 1, "max_total_num_tokens": 165809,
-                                         "max_mamba_cache_size": 7}},
+    "zero-requests-dflash": {"outcome": "ok", "passed": True},
     "dflash-smoke": SMOKE,
     "dflash-default-48": {"outcome": "refused", "passed": False, "remedy": 0.542,
                           "remedy_why": "already satisfied"},
@@ -55,26 +56,74 @@ EXPECTED = {
                                         "figures": {"max_running_requests": 1, "max_total_num_tokens": 169388}},
                "dflash-smoke": SMOKE, "dflash-default-48": NO_VALUE, "healthy-h200-8b": HEALTHY},
     "0.5.14": SINCE_0_5_14,
-    # 0.5.16: measured by this harness (the issue says "measure and record"): as 0.5.14.
+    # 0.5.16: the sizing path is 0.5.14's code moved into KVCacheConfigurator
+    # (mem_cache/kv_cache_configurator.py); every difference is inert for these
+    # scenarios (docs/regress.md lists them), so each cell is 0.5.14's.
     "0.5.16": SINCE_0_5_14,
     "0.5.23": {"negative-rest-tp8": ABOVE_0770, "healthy-h200-8b": HEALTHY},
 }
 
+# Outcome derived, figures not: the harness's own numbers are not an expectation.
+FIGURES_NOT_DERIVED = {
+    ("0.5.14", "zero-requests-dflash"): "7 Mamba slots / 165,809 tokens are the harness's own figures; "
+                                        "not derived by hand from v0.5.14's code",
+    ("0.5.16", "zero-requests-dflash"): "as v0.5.14: the figures are not derived by hand",
+}
+
+# No expectation derived from the release's code: (reason, strict).  strict: the
+# harness reports a failure for the cell today.  The assertion is the scenario's
+# own judgement, so a cell the harness comes to pass breaks the strict xfail and
+# must then get a derived expectation.
+UNKNOWN = {
+    ("0.5.23", "zero-requests-dflash"): (
+        "v0.5.23 not derived by hand; the harness cannot drive it (untestable: get_mamba_tracking_slots "
+        "is a stand-in where the tree's function is needed)", True),
+    ("0.5.23", "dflash-smoke"): (
+        "v0.5.23 not derived by hand; the harness reports the release's 'Loaded weights leave no GPU "
+        "memory' refusal, and whether it accounts for everything v0.5.19+ count (draft weights) is "
+        "not established", True),
+    ("0.5.23", "dflash-default-48"): (
+        "v0.5.23 not derived by hand; refused as dflash-smoke, not established", True),
+}
+
 RELEASES = ALL_RELEASES if all_releases_requested() else CI_RELEASES
-_results: dict = {}
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-@pytest.mark.parametrize("version", RELEASES)
+def _v(version):
+    return tuple(int(x) for x in version.replace(".post", ".").split("."))
+
+
+def _passes_today(version, scenario):
+    """Whether the harness judges the cell passed today (docs/regress.md, "All
+    releases"): only decides how strict an unknown cell's xfail is."""
+    v = _v(version)
+    return {"healthy-h200-8b": True,
+            "negative-rest-tp8": v >= (0, 5, 14),
+            "dflash-smoke": (0, 5, 11) <= v < (0, 5, 17),
+            "zero-requests-dflash": (0, 5, 13) <= v < (0, 5, 17),
+            "dflash-default-48": False}[scenario]
+
+
+def _cells():
+    for version in RELEASES:
+        for scenario in SCENARIOS:
+            marks = ()
+            if EXPECTED.get(version, {}).get(scenario) is None:
+                reason, strict = UNKNOWN.get((version, scenario), (
+                    f"no expectation for v{version} derived from the release's code",
+                    not _passes_today(version, scenario)))
+                marks = (pytest.mark.xfail(strict=strict, reason=reason),)
+            yield pytest.param(version, scenario, marks=marks, id=f"{version}-{scenario}")
+
+
+@pytest.mark.parametrize("version,scenario", list(_cells()))
 def test_release(release_tree, version, scenario):
     report = run_scenario(release_tree(version), load_scenario(scenario))
-    _results[(version, scenario)] = report
     _record(version, scenario, report)
     exp = EXPECTED.get(version, {}).get(scenario)
     if exp is None:
-        # Not asserted: v0.5.23's DFlash cells end in an upstream assertion about the
-        # fused-draft host-kind registry, which a stubbed module populates; not yet
-        # trusted (docs/regress.md, "Open points").  Recorded only.
+        # an unknown cell (xfail): the scenario's own judgement
+        assert report["passed"] is True, (report["outcome"], report["reason"])
         return
     assert report["outcome"] == exp["outcome"], report["reason"]
     assert report["passed"] == exp["passed"], report["judgement"]
@@ -90,6 +139,8 @@ def test_release(release_tree, version, scenario):
             assert parsed and parsed["value"] == pytest.approx(exp["remedy"]), report.get("remedy")
     if "remedy_why" in exp:
         assert exp["remedy_why"] in report["remedy"]["why"]
+    if (version, scenario) in FIGURES_NOT_DERIVED:
+        pytest.xfail(FIGURES_NOT_DERIVED[(version, scenario)])
 
 
 def _record(version, scenario, report):

@@ -1,5 +1,5 @@
 """The repository's real stack rebased onto real later releases: the
-classifications follow from what upstream did (research/upstream.md):
+classifications follow from what upstream did (SGLang's git history, commits named below):
 - upstream reworked the hybrid-state sizing in 0.5.13 (dea85c30f4) and added
   its own error for a non-positive budget in 0.5.14 (0c065671c9): the memory
   topic must come out as conflict or probably-upstream from 0.5.13 on, never

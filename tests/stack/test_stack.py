@@ -164,3 +164,18 @@ def test_write_updates_the_lock_verified_against_the_tag(project, patches, tmp_p
     b = project.apply("--json")
     assert b.returncode == 0, b.stderr
     assert b.data["manifest"]["tree"] == gitcmd.out(repo, "rev-parse", "v0.5.13:python/sglang")
+
+
+@pytest.mark.parametrize("tried,status", [
+    # a forward apply wins over everything else git reported
+    ((True, True, True, True, True, True), "applied"),
+    # merged-upstream (reverse or patch-id) wins over the 3-way results and the reduced reverse
+    ((False, True, False, True, True, True), "merged-upstream"),
+    ((False, False, True, True, True, True), "merged-upstream"),
+    # an emptied 3-way merge wins over a 3-way that worked
+    ((False, False, False, True, True, True), "emptied"),
+    # a 3-way that worked wins over the reduced-context reverse
+    ((False, False, False, True, False, True), "applied-3way"),
+])
+def test_classify_precedence(tried, status):
+    assert stack.classify(*tried) == status

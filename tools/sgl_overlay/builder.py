@@ -206,6 +206,8 @@ def apply_all(stack, repo_dir, three_way, progress, keep_going):
     for p in stack.patches:
         say(f"applying patch {p.index}/{total} {p.name}")
         failure = apply_patch(repo_dir, p, total, three_way)
+        if not failure:
+            _check_symlinks(repo_dir, p)
         results.append({"patch": p.name, "index": p.index, "status": "failed" if failure else "applied",
                         **({"failure": failure} if failure else {})})
         if failure and not keep_going:
@@ -213,6 +215,21 @@ def apply_all(stack, repo_dir, three_way, progress, keep_going):
                              hint="refresh the patch against the pinned tree (tools/apply.py --check shows all "
                                   "failures), or drop it if it is already upstream")
     return results
+
+
+def _check_symlinks(repo_dir, patch):
+    """Every symlink among the files ``patch`` touched must resolve inside
+    the tree (through any other symlinks), else the input is refused."""
+    root = Path(repo_dir).resolve()
+    for rel in patch.files:
+        link = Path(repo_dir) / rel
+        if not link.is_symlink():
+            continue
+        resolved = Path(os.path.realpath(link))
+        if resolved != root and root not in resolved.parents:
+            raise UsageError(f"patches/{patch.name}: symlink {rel!r} -> {os.readlink(link)!r} "
+                             "resolves outside the tree",
+                             hint="a symlink a patch creates must resolve inside the tree")
 
 
 # --------------------------------------------------------------------------

@@ -169,6 +169,7 @@ def parse_patch(path, index):
                 raise UsageError(f"{where}: path {p!r} lacks the a/ b/ prefixes",
                                  hint="export with git format-patch (default prefixes)")
             relpath(p[2:], "diff", where, under=PATCH_ROOT)
+        _check_symlink(pf, where)
         files.append(pf.path)
         added += pf.added
         removed += pf.removed
@@ -177,6 +178,42 @@ def parse_patch(path, index):
     return Patch(name=path.name, path=path, index=index, subject=subject, author=fields["From"],
                  date=fields["Date"], body=body, trailers=trailers, files=files, added=added,
                  removed=removed, patchset=ps, raw=raw)
+
+
+SYMLINK_MODE = re.compile(r"^(?:new file mode|new mode|index [0-9a-f]+\.\.[0-9a-f]+) 120000$")
+
+
+def _check_symlink(pf, where):
+    """A symlink the diff creates or retargets must point inside the tree:
+    its target, joined to the link's directory, may not be absolute nor
+    climb above the tree's root (UsageError naming the file and target)."""
+    if not any(SYMLINK_MODE.match(line.rstrip("\n")) for line in pf.patch_info or []):
+        return
+    if pf.is_removed_file:
+        return
+    target = "".join(line.value for hunk in pf for line in hunk
+                     if line.is_added or line.is_context).rstrip("\n")
+    link = pf.path
+    parts = []
+    bad = None
+    if not target or "\0" in target:
+        bad = "is empty"
+    elif target.startswith("/"):
+        bad = "is absolute"
+    else:
+        for part in list(os.path.dirname(link).split("/")) + target.split("/"):
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not parts:
+                    bad = "climbs out of the tree"
+                    break
+                parts.pop()
+            else:
+                parts.append(part)
+    if bad:
+        raise UsageError(f"{where}: symlink {link!r} -> {target!r} {bad}",
+                         hint="a symlink a patch creates must resolve inside the tree")
 
 
 def lint(patch):
