@@ -13,7 +13,8 @@ from pathlib import Path
 
 from sgl_overlay.harness import load_scenario, run_child, run_scenario, source_root
 
-SCENARIOS = ["negative-rest-tp8", "zero-requests-dflash", "dflash-smoke", "dflash-default-48", "healthy-h200-8b"]
+SCENARIOS = ["negative-rest-tp8", "zero-requests-dflash", "dflash-smoke", "dflash-default-48", "healthy-h200-8b",
+             "dflash-smoke-tight"]
 
 CACHE_DIR: Path | None = None
 LABELS: dict = {}  # tree path -> label

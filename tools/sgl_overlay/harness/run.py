@@ -116,6 +116,20 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
         report["remedy"] = checked[0] if checked else {
             "parsed": None, "works": False, "why": "the message states no flag value"}
         report["remedies"] = checked
+    ledger = report["ledger"] or {}
+    report["case"] = (ledger.get("figures") or {}).get("case")
+    if verdict["outcome"] == "ok" and report["case"] == "over_budget":
+        # Started over budget (docs/memory.md, case 2): the warning's remedy
+        # must reserve the pools properly, i.e. re-run as case "fits".
+        report["warning"] = ledger.get("reason")
+        remedies = outcome_mod.parse_remedies("\n".join(
+            f"remedy: {r['flag']} = {r['value']}" for r in ledger.get("remedies") or []))
+        checked = [_verify(root, scenario, r, measure_allocation, want_case="fits")
+                   if verify_remedy else {"parsed": r.to_dict(), "works": None, "why": "not verified"}
+                   for r in remedies]
+        report["remedy"] = checked[0] if checked else {
+            "parsed": None, "works": False, "why": "the warning states no flag value"}
+        report["remedies"] = checked
     report["passed"], report["judgement"] = judge(scenario, report)
     return report
 
@@ -127,7 +141,7 @@ def _public_error(err):
 
 
 def _verify(root: Path, scenario: Scenario, remedy: outcome_mod.Remedy,
-            measure_allocation: bool = False) -> dict:
+            measure_allocation: bool = False, want_case: str | None = None) -> dict:
     current = scenario.server.get(remedy.key)
     out = {"parsed": remedy.to_dict(), "current": current}
     if remedy.relation == "above" and isinstance(current, (int, float)) and current >= remedy.value:
@@ -151,6 +165,11 @@ def _verify(root: Path, scenario: Scenario, remedy: outcome_mod.Remedy,
         works=v["outcome"] == "ok",
         why=f"re-run with {remedy.flag} {remedy.value}: {v['outcome']} ({v['reason']})",
     )
+    if want_case is not None:
+        case = ((rerun.get("ledger") or {}).get("figures") or {}).get("case")
+        out["rerun_case"] = case
+        out["works"] = out["works"] and case == want_case
+        out["why"] += f", case {case}"
     return out
 
 
@@ -162,6 +181,15 @@ def judge(scenario: Scenario, report: dict) -> tuple[bool | None, str]:
         return None, f"untestable: {report['reason']}"
     if o not in exp.passing:
         return False, f"{o} is not among the passing outcomes {exp.passing}: {report['reason']}"
+    if exp.case is not None and report.get("ledger") is not None and report.get("case") != exp.case:
+        return False, f"{o}, but the ledger's case is {report.get('case')}, not {exp.case}"
+    if o == "ok" and report.get("case") == "over_budget" and exp.remedy == "works":
+        failing = [r for r in report.get("remedies", []) if not r.get("works")]
+        if not report.get("remedies") or failing:
+            return False, ("started over budget; the warning's remedy does not reserve the pools: "
+                           + ((failing or [report.get("remedy") or {}])[0].get("why") or ""))
+        return True, f"ok, over budget ({report.get('warning')}); " + "; ".join(
+            r.get("why", "") for r in report["remedies"])
     if o == "refused":
         msg = (report.get("error") or {}).get("message", "")
         if exp.message and not re.search(exp.message, msg):

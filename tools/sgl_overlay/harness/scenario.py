@@ -23,6 +23,8 @@ class Expect:
     remedy: str | None = None  # "works": a refusal passes only with a verified remedy
     message: str | None = None  # regex a refusal's message must match
     figures: dict = field(default_factory=dict)  # exact figures an ok run must show (used by tests)
+    # the memory ledger's case (fits / over_budget / cannot_run), checked where the tree writes a ledger
+    case: str | None = None
 
 
 @dataclass
@@ -89,6 +91,7 @@ def load(name_or_path: str) -> Scenario:
             remedy=exp.get("remedy"),
             message=exp.get("message"),
             figures=exp.get("figures", {}),
+            case=exp.get("case"),
         ),
         path=path,
     )

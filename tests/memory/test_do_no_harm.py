@@ -1,0 +1,146 @@
+"""Issue 13, do no harm: the three cases (fits / over_budget / cannot_run).
+
+Expectations come from the pin's real sizing code (the pristine tree, run here)
+and the incident's log figures, never from the patched tree's output.
+"""
+
+import itertools
+import os
+
+import pytest
+
+from sgl_overlay.harness import load_scenario, run_child, run_scenario, source_root
+
+from tests.memory import expected as E
+from tests.memory.reports import report
+
+PER_REQ = 153_944_064  # Qwen3.6-27B mamba_cache_per_req (docs/incidents.md)
+CELL = 86_016  # bf16 KV + DFlash draft, bytes per token (docs/incidents.md)
+
+
+def figs(rep):
+    f = rep["figures"]
+    return f.get("max_mamba_cache_size"), f.get("max_total_num_tokens"), f.get("max_running_requests")
+
+
+def check_over_budget_start(tree):
+    """dflash-smoke starts with the pin's 24 / 11,893 / 4 (incident log), case
+    over_budget, the bytes over budget = the pin's pools as allocated - the
+    budget, and the warning's remedy re-runs as case fits."""
+    rep = report(tree, "dflash-smoke")
+    assert rep["outcome"] == "ok" and figs(rep) == (24, 11893, 4), rep["reason"]
+    led = rep["ledger"]
+    assert led is not None, "no memory ledger"
+    f = led["figures"]
+    assert f["case"] == "over_budget", f.get("case")
+    # the pin's pools: 25 state slots, (4 + 1) x 16 intermediate slots, 11,893 + 1 page of KV
+    allocated = 25 * PER_REQ + 5 * 16 * PER_REQ + (11893 + 1) * CELL
+    assert f["over_budget_bytes"] == allocated - f["budget_bytes"]
+    assert f["free_after_static_pools_bytes"] >= f["activation_reserve_bytes"]
+    assert "over budget by 2.44 GiB taken from the headroom" in rep["warning"]
+    assert [r["flag"] for r in led["remedies"]] == ["--mem-fraction-static"]
+    rem = rep["remedy"]
+    assert rem["works"] and rem["rerun_case"] == "fits", rem["why"]
+    rf = rem["rerun_figures"]
+    assert rf["max_running_requests"] >= 4 and rf["max_mamba_cache_size"] >= 24
+    assert rf["max_total_num_tokens"] >= 11893
+
+
+def test_over_budget_start_passes_patched(patched):
+    check_over_budget_start(patched)
+
+
+def test_over_budget_start_fails_on_pristine_pin(pristine):
+    with pytest.raises(AssertionError, match="no memory ledger"):
+        check_over_budget_start(pristine)
+
+
+def test_case_fits_dense_and_lowered_default(pristine, patched):
+    # dense: identical figures, case fits (pin: 918,523 / 3,587, docs/regress.md)
+    pin, pat = report(pristine, "healthy-h200-8b"), report(patched, "healthy-h200-8b")
+    assert figs(pin)[1:] == figs(pat)[1:] == (918523, 3587)
+    assert pat["ledger"]["figures"]["case"] == "fits"
+    # the pin refuses the DFlash default 48; the patched tree fits 4 in the budget
+    assert report(pristine, "dflash-default-48")["outcome"] == "refused"
+    rep = report(patched, "dflash-default-48")
+    assert rep["outcome"] == "ok" and rep["ledger"]["figures"]["case"] == "fits"
+
+
+def test_case_cannot_run(pristine, patched):
+    # over budget, not physically free: the pin starts it, the patched tree refuses
+    pin = report(pristine, "dflash-smoke-tight")
+    assert pin["outcome"] == "ok" and figs(pin)[0] == 24 and figs(pin)[2] == 4
+    rep = report(patched, "dflash-smoke-tight")
+    assert rep["outcome"] == "refused" and rep["passed"], rep["judgement"]
+    f = rep["ledger"]["figures"]
+    assert f["case"] == "cannot_run"
+    assert f["pin_static_pool_bytes"] + f["activation_reserve_bytes"] > f["post_load_free_bytes"]
+    # 0 requests at the pin (the incident): refused
+    assert report(pristine, "zero-requests-dflash")["outcome"] == "broken"
+    z = report(patched, "zero-requests-dflash")
+    assert z["outcome"] == "refused" and z["ledger"]["figures"]["case"] == "cannot_run"
+
+
+def test_strict_restores_the_refusal(patched, monkeypatch):
+    monkeypatch.setenv("SGLO_MEMORY_STRICT", "1")
+    rep = run_scenario(patched, load_scenario("dflash-smoke"), verify_remedy=False)
+    assert rep["outcome"] == "refused"
+    assert "--max-running-requests 4 does not fit" in rep["error"]["message"]
+    assert rep["ledger"]["figures"]["case"] == "cannot_run"
+
+
+# -- the grid property ----------------------------------------------------
+# Full grid: post-load free (4) x mem_fraction_static (5) x max_running_requests (3)
+# x max_mamba_cache_size (3) x DFlash on/off (2) = 360 points.  CI runs a
+# deterministic sample: every 15th point (itertools.product order), 24 points;
+# SGLO_GRID_ALL=1 runs all.
+POST = [43.19, 38.0, 30.0, 20.0]
+MFS = [0.60, 0.6856901, 0.72, 0.80, 0.88]
+MRR = [1, 4, 8]
+SLOTS = [None, 8, 24]
+SPEC = [True, False]
+GRID = list(itertools.product(POST, MFS, MRR, SLOTS, SPEC))
+SAMPLE = GRID if os.environ.get("SGLO_GRID_ALL") else GRID[::15]
+
+
+def _request(post, mfs, mrr, slots, spec):
+    sc = load_scenario("dflash-smoke")
+    over = dict(mem_fraction_static=mfs, max_running_requests=mrr, max_mamba_cache_size=slots)
+    if not spec:
+        over.update(speculative_algorithm=None, speculative_draft_model_path=None,
+                    speculative_dflash_block_size=None)
+    req = sc.to_request(over)
+    req["gpu"] = dict(req["gpu"], post_load_free_gib=post, pre_load_free_gib=post + 51.05)
+    if not spec:
+        req.pop("draft", None)
+    return req
+
+
+def _pin_state(res):
+    f = res.get("figures") or {}
+    if not res.get("completed", True) or res.get("error"):
+        return "refused"
+    n, t, s = f.get("max_running_requests"), f.get("max_total_num_tokens"), f.get("max_mamba_cache_size")
+    return "ok" if (n or 0) >= 1 and (t or 0) > 0 and (s or 0) >= 1 else "broken"
+
+
+@pytest.mark.parametrize("point", SAMPLE, ids=lambda p: "-".join(map(str, p)))
+def test_grid_do_no_harm(pristine, patched, point):
+    req = _request(*point)
+    pin = run_child(source_root(pristine), req)
+    pat = run_child(source_root(patched), req)
+    state = _pin_state(pin)
+    led = (pat.get("ledger") or {}).get("figures") or {}
+    if state == "ok":
+        pf, qf = pin["figures"], pat.get("figures") or {}
+        if led.get("case") == "cannot_run":
+            # refused only when the pin's static pools do not leave the reserve
+            assert led["pin_static_pool_bytes"] + led["activation_reserve_bytes"] > led["post_load_free_bytes"]
+        else:
+            assert qf["max_running_requests"] >= pf["max_running_requests"]
+            if led["case"] == "over_budget":
+                assert (qf["max_total_num_tokens"], qf["max_mamba_cache_size"]) == (
+                    pf["max_total_num_tokens"], pf["max_mamba_cache_size"])
+    elif state == "broken":
+        assert led.get("case") == "cannot_run", (point, led.get("case"))
+        assert pat["error"] and "remedy:" in pat["error"]["message"]
