@@ -28,8 +28,6 @@ def _drive_configurator(ctx: Context) -> dict:
     _install_pool_recorders(kmod, ctx)
     pool_cfg = ctx.load("sglang.srt.model_executor.pool_configurator")
     _wrap_configurator_factory(pool_cfg, ctx)
-    if ctx.exists("sglang.srt.speculative.dflash_utils"):
-        ctx.patch(loader.load("sglang.srt.speculative.dflash_utils"))
     inputs = runner_inputs(ctx)
     attrs = inputs.attrs
     sa = attrs["server_args"]

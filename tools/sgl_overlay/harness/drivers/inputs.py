@@ -215,7 +215,10 @@ def model(ctx: Context):
 
 def runner_inputs(ctx: Context) -> RunnerInputs:
     """The server-args view, the runtime-context accessors and the runner's
-    attributes, in the order upstream's modules need them loaded."""
+    attributes, in the order upstream's modules need them loaded (DFLASH's
+    utilities first, with the GPU stand-ins)."""
+    if ctx.exists("sglang.srt.speculative.dflash_utils"):
+        ctx.patch(loader.load("sglang.srt.speculative.dflash_utils"))
     sa = server_args(ctx)
     accessors = _install_runtime_context(ctx, sa)
     mc, mambaish, num_layers = model(ctx)

@@ -3,7 +3,6 @@ object built without its constructor, and its real methods."""
 
 from __future__ import annotations
 
-from .. import loader
 from ..standins import MissingInput
 from .context import Context
 from .inputs import runner_inputs
@@ -55,8 +54,6 @@ def _drive_runner(ctx: Context) -> dict:
     if ctx.exists("sglang.srt.model_executor.pool_configurator") and ctx.layout.era == "mixin-bytes":
         pool_cfg = ctx.load("sglang.srt.model_executor.pool_configurator")
         _wrap_configurator_factory(pool_cfg, ctx)
-    if ctx.exists("sglang.srt.speculative.dflash_utils"):
-        ctx.patch(loader.load("sglang.srt.speculative.dflash_utils"))
     inputs = runner_inputs(ctx)
     attrs = inputs.attrs
     r = _make_runner(base, attrs, ctx, shadow)
