@@ -65,7 +65,7 @@ def _drive_runner(ctx: Context) -> dict:
         ctx.figures["max_running_requests"] = cfg.max_running_requests
         ctx.figures["entry"] = "_resolve_memory_pool_config"
         if ctx.req.get("measure_allocation"):
-            from . import allocation
+            from .. import allocation
 
             ctx.figures["allocation"] = allocation.measure(ctx, r, cfg, mod)
     else:
