@@ -1,5 +1,4 @@
 """Fresh build, tree-id proof, warm no-op, --check, --list, manifest."""
-import json
 
 from tests.apply.support import MIXIN, POOL
 

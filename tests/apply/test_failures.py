@@ -1,10 +1,8 @@
 """What goes wrong, and what the user is told: conflicts, patches already
 upstream, killed runs, stale overlays, bad checksums."""
-import os
 import signal
 import subprocess
 import sys
-import time
 
 from tests.apply.support import APPLY, MIXIN, POOL
 from sgl_overlay import gitcmd

@@ -1,7 +1,5 @@
 """--wheel: the pinned release wheel with the stack's files in place,
 installed for real into a fresh virtual environment."""
-import base64
-import hashlib
 import json
 import subprocess
 import sys

@@ -4,7 +4,7 @@ endpoint checks on top (git trusts the endpoints you give it), and the
 issue's ceiling of ceil(log2 N) + 2 executions."""
 import math
 
-from sgl_overlay.bisect_vs_git import CASES, run_git, run_ours, sweep
+from sgl_overlay.bisect.versus_git import CASES, run_git, run_ours, sweep
 from sgl_overlay.release_history import release_history
 from tests.bisect.support import HISTORY
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from sgl_overlay.bisection import NEW, OLD, SKIP, Point, Range, cuts, decide
+from sgl_overlay.bisect import NEW, OLD, SKIP, Point, Range, cuts, decide
 
 
 def rng(n, extra=0):

@@ -13,7 +13,7 @@ Used as the baseline in tools/bench/ddtree.py and as an oracle in tests/ddtree.
 from __future__ import annotations
 
 import heapq
-from typing import List, Tuple
+from typing import List
 
 import torch
 

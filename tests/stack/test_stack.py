@@ -2,7 +2,6 @@
 import json
 import subprocess
 import sys
-import zipfile
 
 import pytest
 

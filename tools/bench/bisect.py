@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sgl_overlay.bisect_vs_git import CASES, run_git, run_ours, sweep
+from sgl_overlay.bisect.versus_git import CASES, run_git, run_ours, sweep
 from sgl_overlay.release_history import release_history, releases_between
 
 

@@ -27,7 +27,7 @@ import signal
 import time
 from pathlib import Path
 
-from .. import bisection as B, cli, lock as lockmod, project, series, source
+from .. import bisect as B, cli, lock as lockmod, project, series, source
 from ..errors import UsageError
 
 ROOT = project.ROOT

@@ -80,10 +80,10 @@ def rebase_text(report):
         extra = ""
         if r.get("upstream_commit"):
             extra = f" (upstream {r['upstream_commit'][:12]})"
-        if r["status"] == "applied" and not r.get("changed"):
+        if r["status"] == stack.Status.APPLIED and not r.get("changed"):
             extra = " (unchanged)"
         lines.append(f"  {r['index']:>2} {r['patch']:<40} {r['status']}{extra}")
-        if r.get("failure") and r["status"] == "conflict":
+        if r.get("failure") and r["status"] == stack.Status.CONFLICT:
             lines += ["     " + l for l in builder.format_failure(r["failure"]).splitlines()[1:]]
     lines.append("every patch resolved" if report["resolved"] else "unresolved patches: not writable")
     return "\n".join(lines)
@@ -137,6 +137,6 @@ def main(argv):
             text.append(f"  tests: {r['tests']['summary']}")
         text += [f"  wrote {f}" for f in r["files"]]
         cli.emit(strip_texts(r), args.json, "\n".join(text))
-        return OK if r["status"] == "exported" else FAILED
+        return OK if r["status"] == stack.ExportStatus.EXPORTED else FAILED
     return OK
 

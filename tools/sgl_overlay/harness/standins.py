@@ -58,7 +58,7 @@ class ServerArgsView(View):
     """The ServerArgs fields the sizing code reads, from the scenario's flags."""
 
     # Used only where the tree's own ServerArgs methods cannot be bound
-    # (drivers.Context.server_args binds the real ones when server_args.py loads).
+    # (drivers.inputs.server_args binds the real ones when server_args.py loads).
     # Same rule as ServerArgs.enable_mamba_extra_buffer{,_lazy} of v0.5.14-v0.5.15
     # (the last releases whose server_args.py loads with stand-ins).
     def enable_mamba_extra_buffer(self) -> bool:

@@ -20,7 +20,7 @@ from ..errors import UsageError
 GIB = 1 << 30
 
 # How the harness builds each architecture the planner accepts (the harness
-# model kinds, tools/sgl_overlay/harness/drivers.Context.model).
+# model kinds, tools/sgl_overlay/harness/drivers/inputs.model).
 HYBRID_QWEN3_5 = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
 # Full attention on every layer, one KV head group per layer, standard config
 # fields (num_hidden_layers, num_key_value_heads, head_dim or hidden/heads).

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from .project import ROOT
+from ..project import ROOT
 
 # name: (scenario, fixed, old release, new release, expected answer)
 CASES = {

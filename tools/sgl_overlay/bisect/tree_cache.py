@@ -1,0 +1,193 @@
+"""Trees: pristine or with the stack, cached per point and stack digest."""
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from .. import builder, gitcmd, source
+from ..errors import ApplyError
+
+
+class StepSkip(Exception):
+    """The point cannot be tested (the stack does not apply); never 'bad'."""
+
+
+class TreeCache:
+    """Directories keyed by (point, stack digest) under ``root``, each
+    ``tree/`` plus ``entry.json``; least recently used ones are evicted past
+    ``max_bytes``.  An entry whose tree no longer matches its record is
+    rebuilt, not trusted."""
+
+    def __init__(self, root, max_bytes):
+        self.root = Path(root)
+        self.max_bytes = max_bytes
+        self.in_use = set()
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def key(point_id, stack_digest):
+        return hashlib.sha256(f"{point_id}\0{stack_digest or 'pristine'}".encode()).hexdigest()[:24]
+
+    def lookup(self, key, say):
+        entry = self.root / key
+        meta_path = entry / "entry.json"
+        with self.lock:
+            self.in_use.add(key)
+        if not meta_path.exists():
+            return None
+        try:
+            meta = json.loads(meta_path.read_text())
+            head = gitcmd.run(entry / "tree", "rev-parse", "HEAD", check=False).stdout.strip()
+            dirty = gitcmd.run(entry / "tree", "status", "--porcelain", "--untracked-files=no", check=False)
+            ok = head == meta["head"] and dirty.returncode == 0 and not dirty.stdout.strip()
+        except (OSError, ValueError, KeyError):
+            ok, meta = False, None
+        if not ok:
+            say(f"cached tree {entry} does not match its record (modified or damaged): rebuilding it")
+            shutil.rmtree(entry, ignore_errors=True)
+            return None
+        os.utime(meta_path)
+        return meta
+
+    def store(self, key, tmp_entry, meta):
+        entry = self.root / key
+        meta["bytes"] = _du(tmp_entry)
+        (tmp_entry / "entry.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        try:
+            os.rename(tmp_entry, entry)
+        except OSError:                      # another bisect stored it meanwhile
+            shutil.rmtree(tmp_entry, ignore_errors=True)
+        self.evict()
+        return entry / "tree"
+
+    def release(self, key):
+        with self.lock:
+            self.in_use.discard(key)
+
+    def evict(self):
+        with self.lock:
+            busy = set(self.in_use)
+        entries = []
+        for e in self.root.iterdir() if self.root.exists() else []:
+            m = e / "entry.json"
+            if e.name.startswith(".") or not m.exists():
+                continue
+            try:
+                entries.append((m.stat().st_mtime, json.loads(m.read_text()).get("bytes", 0), e))
+            except (OSError, ValueError):
+                entries.append((0, 0, e))
+        total = sum(b for _, b, _ in entries)
+        for _, size, e in sorted(entries):
+            if total <= self.max_bytes:
+                break
+            if e.name in busy:
+                continue
+            shutil.rmtree(e, ignore_errors=True)
+            total -= size
+
+    def scratch(self):
+        self.root.mkdir(parents=True, exist_ok=True)
+        for old in self.root.glob(".build-*"):
+            if time.time() - old.stat().st_mtime > 6 * 3600:
+                shutil.rmtree(old, ignore_errors=True)
+        return Path(tempfile.mkdtemp(dir=self.root, prefix=".build-"))
+
+
+def _du(path):
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+class Trees:
+    """Point -> tree directory.  Releases: the unpacked artifact
+    (``source.release_tree``); commits: a checkout sharing the cached bare
+    clone's objects.  ``stack`` given: the patch stack applied on top with
+    git am; a patch that applies in reverse (already upstream there) is
+    dropped for that step, any other failure makes the step a skip."""
+
+    def __init__(self, rng, lock, stack=None, cache=None, tree_cache=None, progress=None):
+        self.rng = rng
+        self.lock = lock
+        self.stack = stack
+        self.cache = cache
+        self.trees = tree_cache
+        self.say = progress or (lambda m: None)
+        self.bare = None
+        if rng.kind == "commits":
+            self.bare, _ = source.bare_clone(rng.repo, cache, None)
+
+    def get(self, point):
+        """(tree path, notes) or raise StepSkip; the caller releases the key."""
+        if self.rng.kind == "releases" and self.stack is None:
+            return source.release_tree(point.id, self.cache, self.say), {}, None
+        key = TreeCache.key(point.id, self.stack.digest if self.stack else None)
+        meta = self.trees.lookup(key, self.say)
+        if meta is not None:
+            if meta.get("skip"):
+                self.trees.release(key)
+                raise StepSkip(meta["skip"])
+            return self.trees.root / key / "tree", {"dropped": meta.get("dropped", [])}, key
+        tmp = self.trees.scratch()
+        try:
+            repo = tmp / "tree"
+            if self.rng.kind == "releases":
+                self._base_from_release(point, repo)
+            else:
+                self._base_from_commit(point, repo)
+            dropped, skip = self._apply_stack(repo) if self.stack else ([], None)
+            head = gitcmd.out(repo, "rev-parse", "HEAD")
+            if skip:                           # remembered, so a resume does not re-apply
+                shutil.rmtree(repo)
+                repo.mkdir()
+                gitcmd.init(repo)
+                gitcmd.run(repo, "commit", "--quiet", "--allow-empty", "-m", "skip")
+                head = gitcmd.out(repo, "rev-parse", "HEAD")
+            path = self.trees.store(key, tmp, {"point": point.id, "stack": self.stack.digest if self.stack else None,
+                                               "head": head, "dropped": dropped, "skip": skip})
+        except BaseException:
+            self.trees.release(key)
+            raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if skip:
+            self.trees.release(key)
+            raise StepSkip(skip)
+        return path, {"dropped": dropped}, key
+
+    def _base_from_commit(self, point, repo):
+        gitcmd.init(repo)
+        (repo / ".git" / "objects" / "info" / "alternates").write_text(str(Path(self.bare).resolve() / "objects") + "\n")
+        gitcmd.run(repo, "update-ref", "refs/heads/upstream", point.id)
+        gitcmd.run(repo, "reset", "--quiet", "--hard", point.id)
+
+    def _base_from_release(self, point, repo):
+        source.base_from_release(point.id, repo, self.lock.subdir, self.lock.symlinks, self.cache, self.say)
+
+    def _apply_stack(self, repo):
+        """(dropped patch names, None) or ([...], why the step is skipped)."""
+        gitcmd.run(repo, "checkout", "--quiet", "-b", "patched")
+        total = len(self.stack.patches)
+        dropped, kept = [], []
+        for p in self.stack.patches:
+            failure = builder.apply_patch(repo, p, total)
+            if failure is None:
+                kept.append(p)
+            elif failure.get("applies_in_reverse"):
+                dropped.append(p.name)
+            else:
+                return dropped, builder.format_failure(failure)
+        try:
+            builder.apply_overlay(repo, self.lock, self.stack)
+        except ApplyError as e:
+            return dropped, f"the overlay does not apply: {e.message}"
+        return dropped, None

@@ -1,0 +1,109 @@
+"""Era configurator (v0.5.16+): the real KVCacheConfigurator dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import loader
+from ..standins import MissingInput, ModelConfigView, View
+from .configurator_fields import CONFIGURATOR_FIELD_DEFAULTS
+from .context import Context
+from .inputs import runner_inputs
+from .recorders import _install_pool_recorders, _wrap_configurator_factory
+
+
+def _drive_configurator(ctx: Context) -> dict:
+    """Era configurator (v0.5.16+): the real KVCacheConfigurator dataclass.
+
+    Built with ``object.__new__``; its fields are set from the scenario, then
+    its own ``__post_init__`` runs.  The runtime-context accessors that v0.5.17+
+    read (``get_schedule()``, ``get_memory()`` ...) all return the server-args
+    view, whose fields carry the same names.
+    """
+    for extra in ("sglang.srt.mem_cache.draft_kv_budget", "sglang.srt.configs.hybrid_arch",
+                  "sglang.srt.mem_cache.layout.fused_draft"):  # HOST_KINDS registry (v0.5.23)
+        if ctx.exists(extra):
+            loader.add_real(ctx.finder, extra)
+    kmod = ctx.load(ctx.layout.entry)
+    _install_pool_recorders(kmod, ctx)
+    pool_cfg = ctx.load("sglang.srt.model_executor.pool_configurator")
+    _wrap_configurator_factory(pool_cfg, ctx)
+    inputs = runner_inputs(ctx)
+    attrs = inputs.attrs
+    sa = attrs["server_args"]
+    tp = attrs["tp_size"]
+    mambaish = attrs["mambaish_config"]
+    accessors = inputs.accessors
+    model_fakes = {
+        "mambaish_config": lambda mc: mambaish,
+        "hybrid_gdn_config": lambda mc: mambaish,
+        "hybrid_kda_config": lambda mc: None,
+    }
+    loader.set_fakes(accessors)
+    loader.set_fakes(model_fakes)
+    for mod in (kmod, pool_cfg):
+        for name, fake in {**accessors, **model_fakes}.items():
+            if name in mod.__dict__:
+                setattr(mod, name, fake)
+    draft = ctx.req.get("draft") or {}
+    draft_mc = None
+    if draft:
+        draft_mc = ModelConfigView(
+            "draft_model_config", ctx.reads, num_key_value_heads=draft["num_key_value_heads"],
+            head_dim=draft["head_dim"], v_head_dim=draft["head_dim"], num_hidden_layers=draft["num_hidden_layers"],
+            num_attention_layers=draft["num_hidden_layers"], is_hybrid_swa=False, attention_arch="MHA",
+            hf_config=View("draft_hf_config", ctx.reads, architectures=["DFlashDraftModel"],
+                           num_hidden_layers=draft["num_hidden_layers"], block_size=draft.get("block_size")),
+        )
+    mc = attrs["model_config"]
+    layer_ids = list(mc.full_attention_layer_ids)
+    values = dict(attrs)
+    values.update(CONFIGURATOR_FIELD_DEFAULTS)
+    values.update(
+        ps=View("ps", ctx.reads, attn_dp_size=1, attn_tp_size=tp, attn_cp_size=1, attn_dcp_size=1, pp_size=1,
+                tp_size=tp, moe_dp_size=1),
+        model_dtype=mc.dtype,
+        spec_aux_config=View("spec_aux_config", ctx.reads, dflash_draft_num_layers=attrs["dflash_draft_num_layers"],
+                             draft_model_config=draft_mc if attrs["dflash_draft_num_layers"] else None),
+        layer_info=View("layer_info", ctx.reads, start_layer=0, end_layer=attrs["end_layer"],
+                        num_effective_layers=attrs["num_effective_layers"], full_attention_layer_ids=layer_ids,
+                        swa_attention_layer_ids=[], is_hybrid_swa_mtp_draft=False,
+                        num_attention_layers=len(layer_ids)),
+        kv_cache_dtype_str=ctx.req["server"].get("kv_cache_dtype", "auto"),
+    )
+    cls = kmod.KVCacheConfigurator
+    kvc = object.__new__(cls)
+    missing = []
+    for f in dataclasses.fields(cls):
+        if f.name in values:
+            object.__setattr__(kvc, f.name, values[f.name])
+        elif f.default is not dataclasses.MISSING:
+            object.__setattr__(kvc, f.name, f.default)
+        else:
+            missing.append(f.name)
+    if missing:
+        raise MissingInput("KVCacheConfigurator", ", ".join(missing))
+    if hasattr(cls, "__post_init__"):
+        kvc.__post_init__()
+    for name, key in (("_profile_available_bytes", "available_bytes"),
+                      ("_handle_max_mamba_cache", "rest_after_mamba_gib"),
+                      ("resolve_max_num_reqs", "resolved_max_num_reqs")):
+        fn = getattr(cls, name, None)
+        if fn is None:
+            continue
+
+        def wrapper(*a, __fn=fn, __key=key, **k):
+            out = __fn(kvc, *a, **k)
+            ctx.figures[__key] = out
+            return out
+
+        try:
+            object.__setattr__(kvc, name, wrapper)
+        except AttributeError:  # slots: no per-instance override; figures come from the config
+            pass
+    cfg = kvc._resolve_memory_pool_config(ctx.pre_load)
+    ctx.figures["max_total_num_tokens"] = cfg.max_total_num_tokens
+    ctx.figures["max_running_requests"] = cfg.max_running_requests
+    ctx.figures["entry"] = "KVCacheConfigurator._resolve_memory_pool_config"
+    ctx.figures["max_mamba_cache_size"] = sa.max_mamba_cache_size if mambaish is not None else None
+    return ctx.figures

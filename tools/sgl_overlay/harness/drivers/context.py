@@ -1,0 +1,81 @@
+"""The context of one run: the tree, the finder that loads its real modules,
+the GPU stand-ins, and the records (figures, notes, upstream's reads).  Built
+completely by the constructor; the run's inputs are computed from it by
+``inputs.runner_inputs``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import loader
+from ..layout import Layout
+from ..standins import GPU, install_transformers_standin
+
+
+class Untestable(Exception):
+    """The harness cannot drive this tree for this scenario (exit 125)."""
+
+
+class Context:
+    """Everything one run shares: the tree, the finder, the stand-ins, the records."""
+
+    def __init__(self, root: Path, layout: Layout, request: dict):
+        self.root = root
+        self.layout = layout
+        self.req = request
+        self.reads: set[str] = set()
+        self.figures: dict = {}
+        self.notes: list[str] = []
+        gpu = request["gpu"]
+        server = request["server"]
+        tp = int(server.get("tp_size", 1))
+        self.gpu = GPU(float(gpu["post_load_free_gib"]), int(gpu.get("world_size", tp)), tp,
+                       per_rank=gpu.get("post_load_free_gib_per_rank"))
+        self.pre_load = float(gpu["pre_load_free_gib"])
+        self.transformers_standin = install_transformers_standin()
+        import importlib.util as _ilu
+
+        if _ilu.find_spec("triton") is None:  # GPU compiler: imported at module level from v0.5.18
+            import sys as _sys
+
+            for name in ("triton", "triton.language"):
+                _sys.modules.setdefault(name, loader.StubModule(name))
+        extra = [
+            "sglang.srt.environ",
+            "sglang.srt.speculative.spec_info",
+            "sglang.srt.speculative.spec_registry",
+            "sglang.srt.speculative.dflash_utils",
+            "sglang.srt.configs.mamba_utils",
+            "sglang.srt.configs.qwen3_next",
+            "sglang.srt.configs.qwen3_5",
+            "sglang.srt.distributed.utils",
+            "sglang.srt.arg_groups.speculative_hook",
+            "sglang.srt.speculative.ddtree_algo",  # DDTREE's registration and rules (patched trees)
+            "sglang.srt.model_executor.memory_budget",  # the memory patches' module (patched trees)
+        ]
+        real = [m for m in list(layout.real) + extra if self.exists(m)]
+        self.finder = loader.install(root, real)
+        loader.set_fakes(self.gpu.module_fakes())
+        draft_hf = (request.get("draft") or {}).get("hf_config")
+        if draft_hf is not None:
+            # The drafter's own config.json (the planner passes it): the release's
+            # ServerArgs rules read it through get_config(--speculative-draft-model-path),
+            # e.g. DFLASH's block size when --speculative-dflash-block-size is unset.
+            import types as _types
+
+            loader.set_fakes({"get_config": lambda *a, **k: _types.SimpleNamespace(**draft_hf)})
+
+    def exists(self, module: str) -> bool:
+        base = self.root.joinpath(*module.split("."))
+        return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+    def load(self, module: str):
+        mod = loader.load(module)
+        self.patch(mod)
+        return mod
+
+    def patch(self, mod) -> None:
+        """Replace the GPU queries a real module bound at import with the scenario's."""
+        for name, fake in self.gpu.module_fakes().items():
+            if name in mod.__dict__:
+                setattr(mod, name, fake)

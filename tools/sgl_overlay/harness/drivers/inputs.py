@@ -1,0 +1,268 @@
+"""The run's inputs, computed from its context: the server-args view (the
+tree's own defaults and speculative-decoding rules applied), the
+runtime-context accessors, the model config view, and the runner's
+attributes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .. import loader
+from ..standins import GIB, ModelConfigView, ServerArgsView, View
+from .context import Context, Untestable
+from .defaults import FALLBACK_DEFAULTS, KV_DTYPES
+
+
+def _ns(**kw):
+    import types
+
+    return types.SimpleNamespace(**kw)
+
+
+class _Group:
+    """A settings group such as v0.5.17+'s ``get_exec().mamba``: the names
+    given here, else the server-args view's (called where the view has a
+    method, e.g. ``enable_mamba_extra_buffer()``), so a missing input is
+    still named by the view."""
+
+    def __init__(self, base, **own):
+        self.__dict__.update(own, _base=base)
+
+    def __getattr__(self, name):
+        value = getattr(self._base, name)
+        return value() if callable(value) else value
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerInputs:
+    attrs: dict                     # the runner's attributes, by upstream's names
+    server_args: ServerArgsView     # the same view as attrs["server_args"]
+    accessors: dict                 # runtime-context accessors (v0.5.16+): name -> () -> server_args
+
+
+def spec_algorithm(ctx: Context):
+    name = ctx.req["server"].get("speculative_algorithm")
+    spec_info = ctx.load("sglang.srt.speculative.spec_info")
+    try:
+        return spec_info.SpeculativeAlgorithm.from_string(name)
+    except ValueError as e:
+        raise Untestable(
+            f"this tree has no speculative algorithm {name!r} "
+            f"(sglang/srt/speculative/spec_info.py: {e})"
+        ) from None
+
+
+def server_args(ctx: Context) -> ServerArgsView:
+    if ctx.req["server"].get("speculative_algorithm"):
+        spec_algorithm(ctx)  # a tree without the algorithm is untestable, said first
+    values = dict(FALLBACK_DEFAULTS)
+    defaults, sa_mod = _server_args_defaults(ctx)
+    values.update(defaults)
+    values.update(ctx.req["server"])
+    values.setdefault("device", "cuda")
+    if values.get("device") is None:
+        values["device"] = "cuda"  # the scenarios model CUDA GPUs
+    values.pop("kv_cache_dtype", None)  # the runner holds the torch dtype
+    values["kv_cache_dtype"] = ctx.req["server"].get("kv_cache_dtype", "auto")
+    # Releases from v0.5.14 renamed --mamba-scheduler-strategy's field.
+    if "mamba_radix_cache_strategy" in values and "mamba_scheduler_strategy" in ctx.req["server"]:
+        values["mamba_radix_cache_strategy"] = ctx.req["server"]["mamba_scheduler_strategy"]
+    view = ServerArgsView("server_args", ctx.reads, **values)
+    if sa_mod is not None:
+        import types as _types
+
+        for name in ("enable_mamba_extra_buffer", "enable_mamba_extra_buffer_lazy"):
+            fn = getattr(sa_mod.ServerArgs, name, None)
+            if fn is not None:
+                object.__setattr__(view, name, _types.MethodType(fn, view))
+    if values.get("speculative_algorithm"):
+        _release_spec_rules(ctx, view, sa_mod)
+    return view
+
+
+def _server_args_defaults(ctx: Context) -> tuple:
+    """(field defaults of the tree's own ServerArgs, its module), when its
+    module loads; else ({}, None)."""
+    if not ctx.exists("sglang.srt.server_args"):
+        return {}, None
+    try:
+        loader.add_real(ctx.finder, "sglang.srt.server_args")
+        sa = ctx.load("sglang.srt.server_args")
+        out = {}
+        for f in dataclasses.fields(sa.ServerArgs):
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+                try:
+                    out[f.name] = f.default_factory()  # type: ignore[misc]
+                except Exception:
+                    pass
+        return out, sa
+    except Exception as e:  # the module does not load with stand-ins in this release
+        ctx.notes.append(f"ServerArgs defaults not loaded ({type(e).__name__}: {e}); using harness defaults")
+        return {}, None
+
+
+def _release_spec_rules(ctx: Context, view: ServerArgsView, sa) -> None:
+    """Apply the tree's own ServerArgs rules for the speculative algorithm."""
+    algo = view.speculative_algorithm
+    if ctx.exists("sglang.srt.arg_groups.speculative_hook"):
+        hook = ctx.load("sglang.srt.arg_groups.speculative_hook")
+        fn = getattr(hook, f"_handle_{algo.lower()}", None)
+        if fn is None:
+            raise Untestable(f"sglang/srt/arg_groups/speculative_hook.py has no _handle_{algo.lower()}")
+        fn(view)
+        ctx.notes.append(f"ServerArgs rules: arg_groups.speculative_hook._handle_{algo.lower()}")
+        return
+    if sa is None or not hasattr(sa.ServerArgs, "_handle_speculative_decoding"):
+        raise Untestable("cannot run this tree's ServerArgs speculative-decoding rules (server_args.py did not load)")
+    sa._resolve_speculative_algorithm_alias = lambda algo, *a, **k: algo
+    sa.ServerArgs._handle_speculative_decoding(view)
+    ctx.notes.append("ServerArgs rules: ServerArgs._handle_speculative_decoding")
+
+
+def _install_runtime_context(ctx: Context, sa) -> dict:
+    """v0.5.16+ read parallel/schedule/memory settings through runtime-context
+    accessors (``get_parallel()``, ``get_schedule()`` ...); each returns the
+    server-args view, which also carries the single-node parallel layout.
+    Returns the accessors (name -> function)."""
+    tp = int(ctx.req["server"].get("tp_size", 1))
+    for k, v in dict(
+        attn_dp_size=1, attn_tp_size=tp, attn_cp_size=1, attn_dcp_size=1, moe_dp_size=1,
+        launch_world_size=ctx.gpu.world.world_size, world_group=ctx.gpu.world, tp_size=tp,
+        enable_unified_memory=False, mm_feature_transport=None, prefill_max_requests=None,
+        # v0.5.22+: get_exec().graph.cuda_graph_config.prefill.* (no prefill graph capture)
+        mamba=_Group(sa, enable_linear_replayssm=False, enable_linear_replayssm_spec=False,
+                     linear_replayssm_cache_len=0),  # v0.5.17+: get_exec().mamba.*
+        graph=_ns(cuda_graph_config=_ns(prefill=_ns(full_prefill_max_req=None, backend=None))),
+    ).items():
+        if getattr(sa, k, None) is None:
+            object.__setattr__(sa, k, v)
+    accessors = {name: (lambda: sa) for name in (
+        "get_schedule", "get_parallel", "get_exec", "get_disagg", "get_mm", "get_memory",
+        "get_spec", "get_model", "get_context")}
+    loader.set_fakes(accessors)
+    # v0.5.20+ read resolved flags through arg_groups.overrides.resolving_view(server_args)
+    loader.set_fakes({"resolving_view": lambda args, *a, **k: args})
+    return accessors
+
+
+def weights_module(ctx: Context):
+    """The loaded model as far as memory goes: one buffer of the scenario's
+    weight bytes on torch's meta device (no memory is taken), or None."""
+    gib = ctx.req["gpu"].get("weights_gib")
+    if gib is None:
+        return None
+    module = torch.nn.Module()
+    module.register_buffer("weights", torch.empty(int(gib * GIB), dtype=torch.uint8, device="meta"))
+    return module
+
+
+def kv_cache_dtype(ctx: Context):
+    name = ctx.req["server"].get("kv_cache_dtype", "auto")
+    if name not in KV_DTYPES:
+        raise Untestable(f"kv_cache_dtype {name!r} is not one the harness maps ({', '.join(KV_DTYPES)})")
+    dt = KV_DTYPES[name]
+    return dt if dt is not None else getattr(torch, ctx.req["model"].get("dtype", "bfloat16"))
+
+
+def model(ctx: Context):
+    """(model_config view, mambaish text config or None, num attention layers)."""
+    m = ctx.req["model"]
+    kind = m.get("kind", "dense")
+    if kind == "dense":
+        hf = View("hf_config", ctx.reads, architectures=list(m["architectures"]),
+                  num_hidden_layers=m["num_hidden_layers"], num_key_value_heads=m["num_key_value_heads"],
+                  head_dim=m["head_dim"], model_type="dense")
+        mc = ModelConfigView(
+            "model_config", ctx.reads, hf_config=hf, hf_text_config=hf,
+            num_hidden_layers=m["num_hidden_layers"], num_attention_layers=m["num_hidden_layers"],
+            num_key_value_heads=m["num_key_value_heads"], head_dim=m["head_dim"], v_head_dim=m["head_dim"],
+            context_len=m["context_len"], is_hybrid_swa=False, is_multimodal=False,
+            full_attention_layer_ids=list(range(m["num_hidden_layers"])), attention_arch="MHA",
+            dtype=getattr(torch, m.get("dtype", "bfloat16")), is_hybrid_swa_compress=False,
+            swa_attention_layer_ids=[],
+        )
+        return mc, None, m["num_hidden_layers"]
+    if kind == "qwen3_5":
+        if not ctx.exists("sglang.srt.configs.qwen3_5"):
+            raise Untestable("this tree has no sglang/srt/configs/qwen3_5.py (Qwen3.5/3.6 config class)")
+        q = ctx.load("sglang.srt.configs.qwen3_5")
+        for mod in ("sglang.srt.configs.qwen3_next", "sglang.srt.configs.mamba_utils"):
+            ctx.patch(loader.load(mod))
+        text = q.Qwen3_5TextConfig(**m["text_config"])
+        hf = View("hf_config", ctx.reads, architectures=list(m["architectures"]), text_config=text,
+                  model_type="qwen3_5")
+        object.__setattr__(hf, "get_text_config", lambda *a, **k: text)
+        layers = text.full_attention_layer_ids
+        mc = ModelConfigView(
+            "model_config", ctx.reads, hf_config=hf, hf_text_config=text,
+            num_hidden_layers=text.num_hidden_layers, num_attention_layers=len(layers),
+            num_key_value_heads=text.num_key_value_heads, head_dim=text.head_dim, v_head_dim=text.head_dim,
+            context_len=m["context_len"], is_hybrid_swa=False, is_multimodal=True,
+            full_attention_layer_ids=layers, attention_arch="MHA",
+            dtype=getattr(torch, m.get("dtype", "bfloat16")), is_hybrid_swa_compress=False,
+            swa_attention_layer_ids=[],
+        )
+        params = text.mamba2_cache_params
+        ctx.figures["mamba_cache_per_req_bytes"] = int(params.mamba_cache_per_req)
+        ctx.figures["mamba_layers"] = len(params.layers)
+        return mc, text, text.num_hidden_layers
+    raise Untestable(f"model kind {kind!r} is not one the harness builds (dense, qwen3_5)")
+
+
+def runner_inputs(ctx: Context) -> RunnerInputs:
+    """The server-args view, the runtime-context accessors and the runner's
+    attributes, in the order upstream's modules need them loaded (DFLASH's
+    utilities first, with the GPU stand-ins)."""
+    if ctx.exists("sglang.srt.speculative.dflash_utils"):
+        ctx.patch(loader.load("sglang.srt.speculative.dflash_utils"))
+    sa = server_args(ctx)
+    accessors = _install_runtime_context(ctx, sa)
+    mc, mambaish, num_layers = model(ctx)
+    spec = spec_algorithm(ctx)
+    draft = ctx.req.get("draft") or {}
+    ctx.figures["speculative_num_draft_tokens"] = sa.speculative_num_draft_tokens
+    ctx.figures["max_running_requests_flag"] = sa.max_running_requests
+    ctx.figures["disable_overlap_schedule"] = sa.disable_overlap_schedule
+    attrs = dict(
+        device="cuda",
+        gpu_id=0,
+        tp_rank=0,
+        tp_size=int(ctx.req["server"].get("tp_size", 1)),
+        pp_rank=0,
+        pp_size=1,
+        dp_size=1,
+        is_draft_worker=False,
+        num_effective_layers=num_layers,
+        start_layer=0,
+        end_layer=num_layers,
+        kv_cache_dtype=kv_cache_dtype(ctx),
+        dtype=mc.dtype,
+        use_mla_backend=False,
+        mem_fraction_static=float(sa.mem_fraction_static),
+        is_hybrid=False,
+        is_hybrid_swa=False,
+        is_hybrid_swa_compress=False,
+        page_size=int(sa.page_size),
+        req_to_token_pool=None,
+        token_to_kv_pool_allocator=None,
+        model=weights_module(ctx),
+        spec_algorithm=spec,
+        mambaish_config=mambaish,
+        hybrid_gdn_config=mambaish,
+        mamba2_config=None,
+        kimi_linear_config=None,
+        hybrid_kda_config=None,
+        server_args=sa,
+        model_config=mc,
+        dflash_draft_num_layers=(
+            draft.get("num_hidden_layers") if getattr(spec, "is_dflash", lambda: False)() else None
+        ),
+        enable_hisparse=False,
+        sliding_window_size=None,
+        is_generation=True,
+    )
+    return RunnerInputs(attrs=attrs, server_args=sa, accessors=accessors)

@@ -1,0 +1,167 @@
+"""The deployment: model, GPU, TP, flags (parsed by the tree's own
+ServerArgs), free memory, and the tree they run on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UsageError
+from ..harness import layout as layout_mod
+from ..harness.run import run_child
+from ..project import ROOT as ROOT_OF_REPO
+from . import gpus as gpus_mod
+from . import model as model_mod
+
+GIB = 1 << 30
+
+
+@dataclass
+class Memory:
+    pre_free_gib: float  # free per GPU before the weights load ("Load weight begin. avail mem")
+    post_free_gib: float  # free per GPU after ("Load weight end ... avail mem")
+    weights_gib: float  # per rank
+    source: str  # "given" | "estimated"
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Tree:
+    root: Path
+    label: str  # release version, or what the tree was built from, or the path
+    era: str
+    warning: str | None = None  # e.g. the default tree is older than the patch series
+
+
+@dataclass
+class Deployment:
+    tree: Tree
+    model: model_mod.ModelInput
+    draft: dict | None
+    gpu: gpus_mod.Gpu | None
+    memory: Memory
+    argv: list[str]  # SGLang flags as given
+    fields: dict  # ServerArgs fields they set (parsed by the release's own ServerArgs)
+    dropped: list[str] = field(default_factory=list)
+
+    @property
+    def tp(self) -> int:
+        return int(self.fields.get("tp_size") or 1)
+
+    def context_len(self, overrides: dict | None = None) -> int:
+        o = overrides or {}
+        return int(o.get("context_length") or self.fields.get("context_length") or self.model.context_len())
+
+    def request(self, overrides: dict | None = None, memory: Memory | None = None) -> dict:
+        """The harness request (the same plain data a scenario file gives)."""
+        m = memory or self.memory
+        server = {"tp_size": self.tp, "page_size": 1, "kv_cache_dtype": "auto"}
+        server.update(self.fields)
+        server.update(overrides or {})
+        if "mamba_radix_cache_strategy" in server:  # v0.5.16+ field name of --mamba-scheduler-strategy
+            server.setdefault("mamba_scheduler_strategy", server["mamba_radix_cache_strategy"])
+        if server.get("speculative_algorithm") and self.draft and not server.get("speculative_draft_model_path"):
+            server["speculative_draft_model_path"] = self.draft["path"]
+        return {
+            "name": "plan",
+            "gpu": {"pre_load_free_gib": m.pre_free_gib, "post_load_free_gib": m.post_free_gib,
+                    "weights_gib": m.weights_gib, "world_size": self.tp},
+            "model": self.model.harness_model(self.context_len(overrides)),
+            "server": server,
+            "draft": self.draft,
+        }
+
+
+def resolve_tree(tree: str | None, release: str | None, default: Path) -> Tree:
+    if tree and release:
+        raise UsageError("give --tree or --release, not both", hint="--tree PATH plans a source tree; "
+                         "--release X plans a published release")
+    if release:
+        from .. import source
+
+        root = layout_mod.source_root(source.release_tree(release))
+        return Tree(root, release, layout_mod.detect(root).era)
+    path = Path(tree) if tree else default
+    if not tree and not (path / "python" / "sglang" / "srt").is_dir():
+        raise UsageError(
+            f"no patched SGLang tree at {path} (the planner's default tree)",
+            hint="build it with `python tools/apply.py` (writes build/sglang), or plan another tree with "
+                 "--tree PATH or a published release with --release VERSION")
+    try:
+        root = layout_mod.source_root(path)
+        era = layout_mod.detect(root).era
+    except layout_mod.NoSource as e:
+        raise UsageError(str(e), hint="pass --tree with an SGLang checkout, build/sglang or an unpacked wheel") from None
+    return Tree(root, _label(path, root), era, _staleness(path) if not tree else None)
+
+
+def _label(path: Path, root: Path) -> str:
+    """A release's version, or for a tree tools/apply.py built: what it was built from."""
+    from .. import builder
+
+    man = builder.read_manifest(path)
+    if man:
+        lock = man.get("lock") or {}
+        return (f"{lock.get('version')} + {len(man.get('patches') or [])} patches "
+                f"(patched tree {path}, stack {str(man.get('stack_digest'))[:12]})")
+    return layout_mod.version_of(root) or str(path)
+
+
+def _staleness(path: Path) -> str | None:
+    """The default tree against the repository's current series: a warning, or None."""
+    from .. import builder, series
+
+    man = builder.read_manifest(path)
+    try:
+        digest = series.load(ROOT_OF_REPO).digest
+    except Exception:  # noqa: BLE001 - a series being edited: no verdict on staleness
+        return None
+    if man and man.get("stack_digest") != digest:
+        return (f"{path} was built from another patch stack than patches/series now holds "
+                f"(stack {str(man.get('stack_digest'))[:12]} vs {digest[:12]}); rebuild it with "
+                f"`python tools/apply.py` to plan the current patches")
+    return None
+
+
+def parse_flags(tree: Tree, argv: list[str]) -> tuple[dict, list[str]]:
+    """SGLang's flags, parsed by that tree's own ServerArgs (see flags.py)."""
+    res = run_child(tree.root, {"argv": list(argv)}, module="sgl_overlay.planner.flags")
+    if res.get("ok"):
+        return res["fields"], res.get("dropped", [])
+    if res.get("kind") == "flag":
+        hints = "; ".join(res.get("hints") or [])
+        raise UsageError(
+            f"SGLang {tree.label} rejects the server flags: {res['error']}"
+            + (f" ({hints})" if hints else ""),
+            hint=f"this release declares {res.get('known_flags')} flags; see `python -m sglang.launch_server "
+                 f"--help` for that release, or plan another release with --release")
+    err = res.get("error") or res.get("error", {})
+    raise UsageError(f"cannot parse flags with SGLang {tree.label}'s own ServerArgs: {err}",
+                     hint="the planner parses flags for releases whose server_args.py loads with stand-ins "
+                          "(v0.5.5-v0.5.19, patched trees of the pin); plan another release with --release")
+
+
+def memory_for(mi: model_mod.ModelInput, gpu: gpus_mod.Gpu | None, tp: int, free_gib: list[float] | None,
+               overhead_gib: float) -> Memory:
+    weights_rank = mi.weights_bytes / GIB / tp
+    if free_gib:
+        pre = float(free_gib[0])
+        if len(free_gib) > 1:
+            post = float(free_gib[1])
+            return Memory(pre, post, pre - post, "given",
+                          [f"free memory given: {pre} GiB before the weights, {post} GiB after "
+                           f"(so {pre - post:.2f} GiB of weights per rank)"])
+        return Memory(pre, pre - weights_rank, weights_rank, "given",
+                      [f"free memory before the weights given: {pre} GiB",
+                       f"weights per rank: {mi.weights_source}, divided by TP {tp}"])
+    if gpu is None:
+        raise UsageError("no GPU and no free-memory figures",
+                         hint=f"pass --gpu NAME (one of: {', '.join(gpus_mod.names())}) or --free-gib PRE[,POST]")
+    pre = gpu.total_gib - overhead_gib
+    return Memory(pre, pre - weights_rank, weights_rank, "estimated", [
+        f"total memory of {gpu.name}: {gpu.total_mib:,} MiB = {gpu.total_gib:.2f} GiB ({gpu.source})",
+        f"free before the weights: total - {overhead_gib} GiB assumed start-up overhead (CUDA context, NCCL, "
+        f"workspaces; the incident measured 1.35 GiB on an RTX PRO 6000 at TP1) = {pre:.2f} GiB",
+        f"weights per rank: {mi.weights_source}, divided by TP {tp} = {weights_rank:.2f} GiB "
+        f"(assumes an even split; the drafter's weights load after the target's KV sizing and are not counted)",
+    ])

@@ -1,0 +1,69 @@
+"""One sizing run: the deployment through the tree's real sizing code (one
+fresh interpreter), judged."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import threading
+from dataclasses import dataclass
+
+from ..harness.outcome import classify
+from ..harness.run import run_child
+from .inputs import Deployment, Memory
+from .verdict import judge, ledger
+
+# How many sizing runs may be in flight at once (each is one interpreter).
+_SLOTS = threading.BoundedSemaphore(max(1, int(os.environ.get("SGLO_PLAN_JOBS", os.cpu_count() or 1))))
+
+
+@dataclass
+class Sizing:
+    overrides: dict
+    outcome: str
+    reason: str
+    figures: dict
+    error: dict | None
+    verdict: str
+    why: list[str]
+    ledger: dict
+
+    def to_dict(self) -> dict:
+        return {"overrides": self.overrides, "outcome": self.outcome, "reason": self.reason,
+                "verdict": self.verdict, "why": self.why, "ledger": self.ledger,
+                "error": {k: (self.error or {}).get(k) for k in ("type", "message", "where")} if self.error else None}
+
+
+def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None = None) -> Sizing:
+    """One run of the tree's real sizing code (one fresh interpreter)."""
+    overrides = dict(overrides or {})
+    with _SLOTS:
+        child = run_child(dep.tree.root, dep.request(overrides, memory))
+    c = classify(child)
+    figures = child.get("figures", {}) or {}
+    m = memory or dep.memory
+    ctx = dep.context_len(overrides)
+    explicit = (overrides.get("max_running_requests") or dep.fields.get("max_running_requests")) is not None
+    verdict, why = judge(c["outcome"], c["reason"], figures, ctx, child.get("error"), explicit)
+    return Sizing(overrides, c["outcome"], c["reason"], figures, child.get("error"), verdict, why,
+                  ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static"))))
+
+
+def sensitivity(dep: Deployment, base: Sizing, step_gib: float = 0.1) -> dict:
+    """Tokens gained or lost per ``step_gib`` of error, each figure a re-run."""
+    m = dep.memory
+    shifted = {
+        "free_memory_plus": Memory(m.pre_free_gib + step_gib, m.post_free_gib + step_gib, m.weights_gib, m.source),
+        "free_memory_minus": Memory(m.pre_free_gib - step_gib, m.post_free_gib - step_gib, m.weights_gib, m.source),
+        "weights_plus": Memory(m.pre_free_gib, m.post_free_gib - step_gib, m.weights_gib + step_gib, m.source),
+        "weights_minus": Memory(m.pre_free_gib, m.post_free_gib + step_gib, m.weights_gib - step_gib, m.source),
+    }
+    with cf.ThreadPoolExecutor(4) as ex:
+        runs = dict(zip(shifted, ex.map(lambda mm: size(dep, {}, mm), shifted.values())))
+    t0 = base.figures.get("max_total_num_tokens")
+    out = {"step_gib": step_gib, "base_tokens": t0}
+    for k, s in runs.items():
+        t = s.figures.get("max_total_num_tokens")
+        out[k] = {"tokens": t, "delta_tokens": (t - t0) if isinstance(t, int) and isinstance(t0, int) else None,
+                  "running_requests": s.figures.get("max_running_requests"), "verdict": s.verdict}
+    return out

@@ -1,0 +1,193 @@
+"""Suggestions: the smallest change of each knob that fixes the plan, and
+the remedies the tree's own refusal states, each verified by a sizing run."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from dataclasses import dataclass
+
+from ..harness import outcome as outcome_mod
+from .inputs import Deployment
+from .sizing import Sizing, size
+from .verdict import DEGRADED, RANK, STARTS, UNKNOWN, WONT
+
+
+@dataclass
+class Suggestion:
+    flag: str
+    value: object
+    field: str
+    sizing: Sizing
+    tried: int
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {"flag": self.flag, "value": self.value, "field": self.field, "argv": [self.flag, str(self.value)],
+                "verdict": self.sizing.verdict, "why": self.sizing.why, "ledger": self.sizing.ledger,
+                "runs": self.tried, "note": self.note, "overrides": self.sizing.overrides}
+
+
+def _fixes(s: Sizing, target: int) -> bool:
+    return RANK[s.verdict] >= target
+
+
+def _bisect(dep, field_name, lo, hi, target, make, better_high: bool, hint: int | None = None):
+    """The smallest change of one flag that fixes the plan, on a grid of indices.
+
+    ``better_high``: raising the value helps, so find the lowest passing index in
+    (lo, hi]; otherwise lowering helps, so find the highest passing index in [lo, hi).
+    ``make(i)`` maps an index to the flag's value.  Every probe is a sizing run;
+    the far end is probed first, so a flag that cannot help costs one run.
+    ``hint``: an index to probe first with its neighbour toward the current value
+    (a guess from the base run's figures; only runs decide).
+    Returns ((value, sizing) or None, runs)."""
+    runs = 0
+    a, b = lo, hi
+    good = good_s = None
+    if hint is not None and lo < hint < hi:
+        near = hint - 1 if better_high else hint + 1
+        s_hint = size(dep, {field_name: make(hint)})
+        runs += 1
+        if _fixes(s_hint, target):
+            good, good_s = hint, s_hint
+            a, b = (lo, hint) if better_high else (hint, hi)
+            if lo < near < hi:
+                s_near = size(dep, {field_name: make(near)})
+                runs += 1
+                if _fixes(s_near, target):
+                    good, good_s = near, s_near
+                    a, b = (lo, near) if better_high else (near, hi)
+                else:
+                    return (make(good), good_s), runs
+        else:
+            a, b = (hint, hi) if better_high else (lo, hint)
+    if good is None:
+        far = b if better_high else a
+        good_s = size(dep, {field_name: make(far)})
+        runs += 1
+        if not _fixes(good_s, target):
+            return None, runs
+        good = far
+    while b - a > 1:
+        mid = (a + b) // 2
+        s = size(dep, {field_name: make(mid)})
+        runs += 1
+        passed = _fixes(s, target)
+        if passed:
+            good, good_s = mid, s
+        # better_high: passing values lie above a failing one; else below
+        if passed == better_high:
+            b = mid
+        else:
+            a = mid
+    return (make(good), good_s), runs
+
+
+KNOBS = ("mem-fraction-static", "max-running-requests", "context-length", "kv-cache-dtype",
+         "max-mamba-cache-size", "speculative-budget")
+
+
+def suggest(dep: Deployment, base: Sizing, knobs=KNOBS) -> tuple[list[Suggestion], list[dict]]:
+    """The smallest change of each knob that fixes the plan, each verified by a run.
+
+    The target is "starts"; for a plan that will not start, a knob that cannot get
+    there is searched again for the smallest change that makes it start at all
+    (degraded; the verdict column says so)."""
+    if base.verdict in (STARTS, UNKNOWN):
+        return [], []
+    f = base.figures
+    jobs = {}
+    mfs = dep.fields.get("mem_fraction_static")
+    if "mem-fraction-static" in knobs and isinstance(mfs, (int, float)):
+        # a 0.005 grid above the current value, never above 0.95: the headroom has
+        # to hold activations and CUDA graphs, which the sizing does not model
+        lo = int(mfs * 200)
+        hi = 190
+        if hi > lo:
+            jobs["mem-fraction-static"] = ("mem_fraction_static", lambda target: _bisect(
+                dep, "mem_fraction_static", lo, hi, target, lambda i: round(i / 200, 3), True),
+                "less headroom for activations and CUDA graphs")
+    asked = f.get("max_running_requests_flag")
+    if "max-running-requests" in knobs and isinstance(asked, int) and asked > 1:
+        jobs["max-running-requests"] = ("max_running_requests", lambda target: _bisect(
+            dep, "max_running_requests", 1, asked, target, lambda i: i, False), "")
+    ctx = dep.context_len()
+    if "context-length" in knobs and ctx > 1024:
+        grid = ctx // 1024 if ctx % 1024 == 0 else ctx // 1024 + 1
+        tokens = f.get("max_total_num_tokens")
+        hint = tokens // 1024 if isinstance(tokens, int) and tokens > 0 else None
+        jobs["context-length"] = ("context_length", lambda target: _bisect(
+            dep, "context_length", 1, grid, target, lambda i: min(i * 1024, ctx - 1), False, hint), "")
+    kv = str(dep.fields.get("kv_cache_dtype") or "auto")
+    if "kv-cache-dtype" in knobs and not kv.startswith("fp8"):
+        def kv_job(target):
+            s = size(dep, {"kv_cache_dtype": "fp8_e4m3"})
+            return ((("fp8_e4m3", s) if _fixes(s, target) else None), 1)
+        jobs["kv-cache-dtype"] = ("kv_cache_dtype", kv_job, "halves the KV cell; quality depends on the model")
+    if "max-mamba-cache-size" in knobs and f.get("mamba_cache_per_req_bytes"):
+        reqs = asked if isinstance(asked, int) and asked > 0 else 1
+        cur = dep.fields.get("max_mamba_cache_size")
+
+        def mamba_job(target):
+            cands = sorted({reqs * k for k in (1, 2, 4, 6)} - {cur},
+                           key=lambda v: (abs(v - cur) if isinstance(cur, int) else v))
+            runs = 0
+            for v in cands:
+                s = size(dep, {"max_mamba_cache_size": v})
+                runs += 1
+                if _fixes(s, target):
+                    return (v, s), runs
+            return None, runs
+        jobs["max-mamba-cache-size"] = ("max_mamba_cache_size", mamba_job,
+                                        "candidates: multiples of the running requests asked")
+    spec = dep.fields.get("speculative_algorithm")
+    ntok = f.get("speculative_num_draft_tokens")
+    if "speculative-budget" in knobs and spec and isinstance(ntok, int) and ntok > 1:
+        fld = "speculative_dflash_block_size" if str(spec).upper() == "DFLASH" else "speculative_num_draft_tokens"
+        note = ("a DFlash drafter is trained for its block size; a smaller verify window may cost acceptance"
+                if fld == "speculative_dflash_block_size" else "fewer draft tokens verified per step")
+        jobs["speculative-budget"] = (fld, lambda target: _bisect(dep, fld, 1, ntok, target, lambda i: i, False),
+                                      note)
+    found: list[Suggestion] = []
+    tried: list[dict] = []
+    with cf.ThreadPoolExecutor(max(1, len(jobs))) as ex:
+        futs = {k: ex.submit(_staged, fn, base.verdict) for k, (fld, fn, note) in jobs.items()}
+        for k, fut in futs.items():
+            fld, _, note = jobs[k]
+            res, runs = fut.result()
+            if res is None:
+                tried.append({"flag": f"--{k}" if k != "speculative-budget" else f"--{fld.replace('_', '-')}",
+                              "runs": runs, "found": False,
+                              "why": "no value in the searched range makes it start"})
+                continue
+            value, s = res
+            flag = "--" + fld.replace("_", "-")
+            found.append(Suggestion(flag, value, fld, s, runs, note))
+            tried.append({"flag": flag, "runs": runs, "found": True})
+    return found, tried
+
+
+def tree_remedies(dep: Deployment, base: Sizing) -> list[dict]:
+    """The remedies the tree's own refusal message states ("Raise --mem-fraction-static
+    above 0.770", the memory patches' "remedy: --flag = value"), each re-run."""
+    if base.outcome != "refused" or not base.error:
+        return []
+    parse = getattr(outcome_mod, "parse_remedies", None)
+    remedies = parse(base.error.get("message", "")) if parse else [
+        r for r in [outcome_mod.parse_remedy(base.error.get("message", ""))] if r]
+    out = []
+    for r in remedies:
+        s = size(dep, {r.key: r.value})
+        out.append({"flag": r.flag, "value": r.value, "field": r.key, "argv": [r.flag, str(r.value)],
+                    "stated_as": r.source, "verdict": s.verdict, "why": s.why, "ledger": s.ledger,
+                    "works": RANK[s.verdict] > RANK[base.verdict]})
+    return out
+
+
+def _staged(fn, base_verdict: str):
+    """Search for "starts"; for a plan that will not start, then for "starts degraded"."""
+    res, runs = fn(RANK[STARTS])
+    if res is None and base_verdict == WONT:
+        res, more = fn(RANK[DEGRADED])
+        runs += more
+    return res, runs
