@@ -8,16 +8,15 @@ classifications follow from what upstream did (SGLang's git history, commits nam
   the lines our communication patch changes, while a 12.x table entry never
   did: applied at 0.5.13, not applicable from 0.5.14, never merged-upstream.
 """
+import subprocess
+
 import pytest
 
 from tests.apply.support import ROOT
-from sgl_overlay import lock as lockmod, series, stack
+from sgl_overlay import lock as lockmod, series, source, stack
+from sgl_overlay.versions import release
 
 LATER = ["0.5.13", "0.5.14", "0.5.16", "0.5.23"]
-
-
-def later(v):
-    return tuple(int(x) for x in v.split("."))
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +39,7 @@ def test_real_stack_classification(repo_stack, version):
             assert r["failure"]["file"].startswith("python/sglang/")
     comm = [r for r in by_topic["sm120"] if "communication" in r["patch"]]
     assert len(comm) == 1
-    if later(version) < later("0.5.14"):
+    if release(version) < release("0.5.14"):
         assert comm[0]["status"] == "applied"
     else:
         assert comm[0]["status"] in ("conflict", "probably-upstream")
@@ -48,18 +47,28 @@ def test_real_stack_classification(repo_stack, version):
     assert report["resolved"] is False
 
 
+def first_patch_applies(release_dir, topic):
+    """The oracle, independent of stack.py: plain `git apply --check` of the
+    topic's first patch on the release's own files (a/python/sglang/... is
+    sglang/... there, hence -p2)."""
+    first = next(p for p in series.load(ROOT).patches if p.topic == topic)
+    r = subprocess.run(["git", "apply", "--check", "-p2", str(first.path)], cwd=release_dir,
+                       capture_output=True, text=True)
+    return first.name, r.returncode == 0
+
+
 @pytest.mark.parametrize("topic", ["memory", "sm120"])
-def test_export_onto_0_5_23_applies_or_says_precisely_why_not(repo_stack, topic, tmp_path):
+def test_export_onto_0_5_23_refuses_what_git_apply_refuses(repo_stack, topic, tmp_path):
+    """The topic's first patch does not apply to 0.5.23 (upstream moved the
+    sizing into kv_cache_configurator.py in 0.5.16 and guarded the
+    symmetric-memory table in 0.5.14): the export says so, names it, and
+    writes nothing."""
     lock, _ = repo_stack
+    name, applies = first_patch_applies(source.release_tree("0.5.23"), topic)
+    assert applies is False, f"{name} applies to 0.5.23 with plain git apply"
     out = stack.export(ROOT, lock, topic, stack.Onto(version="0.5.23"), tmp_path / "pr", run_tests=False)
-    assert out["status"] in ("exported", "does-not-apply")
-    if out["status"] == "exported":
-        assert any(f.endswith("pull-request.md") for f in out["files"])
-    else:
-        failing = [p for p in out["patches"] if p["status"] not in ("applied", "applied-3way")]
-        assert failing
-        assert not (tmp_path / "pr").exists()          # nothing written for a series that does not apply
-        for p in failing:
-            f = p.get("failure")
-            assert f and f.get("file"), p
-            assert f.get("hunk") or f.get("reason"), p
+    assert out["status"] == "does-not-apply"
+    first = out["patches"][0]
+    assert first["patch"] == name and first["status"] == "conflict", first
+    assert first["failure"]["file"].startswith("python/sglang/") and first["failure"]["hunk"], first
+    assert not (tmp_path / "pr").exists()          # nothing written for a series that does not apply
