@@ -52,7 +52,8 @@ def test_rebase_onto_0_5_13_classifies_each_patch(project, patches):
     assert got == {"kept.patch": "applied", "lora.patch": "merged-upstream", "nsa.patch": "conflict"}
     fail = r.data["patches"][2]["failure"]
     assert fail["file"] == POOL and "is_deepseek_nsa" in "".join(fail["expected"])
-    assert "get_dsa_index_head_dim" in "".join(fail["nearest"]["text"]) or fail["nearest"]["similarity"] > 0.5
+    # 0.5.13 renamed the import our context line names: the nearest place is that import block
+    assert "get_dsa_index_head_dim" in "".join(fail["nearest"]["text"])
     assert r.data["base"]["version"] == "0.5.13"
     assert not r.data["resolved"]
     # --write refuses while anything is unresolved, and changes nothing
