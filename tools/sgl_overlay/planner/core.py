@@ -25,8 +25,13 @@ from . import model as model_mod
 
 GIB = 1 << 30
 from ..project import ROOT as ROOT_OF_REPO
-STARTS, DEGRADED, WONT, UNKNOWN = "starts", "starts degraded", "will not start", "cannot tell"
-RANK = {WONT: 0, UNKNOWN: -1, DEGRADED: 1, STARTS: 2}
+# The three answers, in the memory topic's words (docs/memory.md, the ledger's
+# figures.case: fits / over_budget / cannot_run), and "cannot tell" (untestable).
+# An over-budget start reads OVER_BUDGET + " by N GiB taken from the headroom (remedy ...)".
+STARTS, OVER_BUDGET, WONT, UNKNOWN = "starts", "starts, over budget", "will not start", "cannot tell"
+# Suggestion targets: 2 starts with everything asked, 1 starts short of it (fewer
+# requests than asked, a pool shorter than the context) or over budget, 0 will not start.
+FULL, STARTED = 2, 1
 
 # How many sizing runs may be in flight at once (each is one interpreter).
 _SLOTS = threading.BoundedSemaphore(max(1, int(os.environ.get("SGLO_PLAN_JOBS", os.cpu_count() or 1))))
@@ -199,10 +204,21 @@ class Sizing:
     verdict: str
     why: list[str]
     ledger: dict
+    case: str | None = None  # the tree's ledger figures.case, where the tree writes one
+    shortfall: list[str] = field(default_factory=list)
+
+    @property
+    def rank(self) -> int:
+        if self.verdict == UNKNOWN:
+            return -1
+        if self.verdict == WONT:
+            return 0
+        return FULL if self.verdict == STARTS and not self.shortfall else STARTED
 
     def to_dict(self) -> dict:
         return {"overrides": self.overrides, "outcome": self.outcome, "reason": self.reason,
-                "verdict": self.verdict, "why": self.why, "ledger": self.ledger,
+                "verdict": self.verdict, "case": self.case, "shortfall": self.shortfall,
+                "why": self.why, "ledger": self.ledger,
                 "error": {k: (self.error or {}).get(k) for k in ("type", "message", "where")} if self.error else None}
 
 
@@ -216,13 +232,28 @@ def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None =
     m = memory or dep.memory
     ctx = dep.context_len(overrides)
     explicit = (overrides.get("max_running_requests") or dep.fields.get("max_running_requests")) is not None
-    verdict, why = judge(c["outcome"], c["reason"], figures, ctx, child.get("error"), explicit)
+    tree_ledger = child.get("ledger") or {}
+    verdict, why = judge(c["outcome"], c["reason"], figures, ctx, child.get("error"), explicit, tree_ledger)
+    short = shortfall(figures, ctx, explicit) if c["outcome"] == "ok" else []
     return Sizing(overrides, c["outcome"], c["reason"], figures, child.get("error"), verdict, why,
-                  ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static"))))
+                  ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static"))),
+                  (tree_ledger.get("figures") or {}).get("case"), short)
 
 
 def judge(outcome: str, reason: str, f: dict, context_len: int, error: dict | None,
-          requests_given: bool = True) -> tuple[str, list[str]]:
+          requests_given: bool = True, tree_ledger: dict | None = None) -> tuple[str, list[str]]:
+    """The verdict in the memory topic's three answers.  A tree that writes the
+    memory ledger (the patched tree) decides it: its ``figures.case`` fits /
+    over_budget / cannot_run is "starts" / "starts, over budget by N GiB taken
+    from the headroom (remedy ...)" / "will not start"; other trees by their
+    outcome (ok / refused or broken)."""
+    tf = (tree_ledger or {}).get("figures") or {}
+    if outcome == "ok" and tf.get("case") == "over_budget":
+        rem = "; ".join(f"remedy: {r['flag']} = {r['value']}" for r in (tree_ledger or {}).get("remedies") or [])
+        verdict = (f"{OVER_BUDGET} by {tf['over_budget_bytes'] / GIB:.2f} GiB taken from the headroom"
+                   + f" ({rem or 'no remedy stated'})")
+        return verdict, [f"SGLang starts with a warning: {(tree_ledger or {}).get('reason') or reason}"] + shortfall(
+            f, context_len, requests_given)
     if outcome == "untestable":
         return UNKNOWN, [f"the harness could not drive this tree for these inputs: {reason}"]
     if outcome == "refused":
@@ -242,6 +273,12 @@ def judge(outcome: str, reason: str, f: dict, context_len: int, error: dict | No
             why.append(reason + " (the tree's own assertion: the server dies at start-up; if the assertion "
                        "is about an input, the harness may not supply it yet: docs/regress.md, 'Open points')")
         return WONT, why
+    why = shortfall(f, context_len, requests_given)
+    return STARTS, why or [reason]
+
+
+def shortfall(f: dict, context_len: int, requests_given: bool = True) -> list[str]:
+    """What a start gives less of than asked, in words (not part of the verdict)."""
     why = []
     asked = f.get("max_running_requests_flag")
     reqs = f.get("max_running_requests")
@@ -253,7 +290,7 @@ def judge(outcome: str, reason: str, f: dict, context_len: int, error: dict | No
     if tokens is not None and tokens < context_len:
         why.append(f"the KV pool holds {tokens:,} tokens, shorter than the context length {context_len:,}: "
                    f"the longest request is {min(context_len, tokens) - 1:,} tokens")
-    return (DEGRADED, why) if why else (STARTS, [reason])
+    return why
 
 
 def ledger(f: dict, m: Memory, context_len: int, mfs) -> dict:
@@ -325,7 +362,7 @@ def sensitivity(dep: Deployment, base: Sizing, step_gib: float = 0.1) -> dict:
     for k, s in runs.items():
         t = s.figures.get("max_total_num_tokens")
         out[k] = {"tokens": t, "delta_tokens": (t - t0) if isinstance(t, int) and isinstance(t0, int) else None,
-                  "running_requests": s.figures.get("max_running_requests"), "verdict": s.verdict}
+                  "running_requests": s.figures.get("max_running_requests"), "verdict": s.verdict, "case": s.case}
     return out
 
 
@@ -343,12 +380,13 @@ class Suggestion:
 
     def to_dict(self) -> dict:
         return {"flag": self.flag, "value": self.value, "field": self.field, "argv": [self.flag, str(self.value)],
-                "verdict": self.sizing.verdict, "why": self.sizing.why, "ledger": self.sizing.ledger,
+                "verdict": self.sizing.verdict, "case": self.sizing.case, "shortfall": self.sizing.shortfall,
+                "why": self.sizing.why, "ledger": self.sizing.ledger,
                 "runs": self.tried, "note": self.note, "overrides": self.sizing.overrides}
 
 
 def _fixes(s: Sizing, target: int) -> bool:
-    return RANK[s.verdict] >= target
+    return s.rank >= target
 
 
 def _bisect(dep, field_name, lo, hi, target, make, better_high: bool, hint: int | None = None):
@@ -413,7 +451,7 @@ def suggest(dep: Deployment, base: Sizing, knobs=KNOBS) -> tuple[list[Suggestion
     The target is "starts"; for a plan that will not start, a knob that cannot get
     there is searched again for the smallest change that makes it start at all
     (degraded; the verdict column says so)."""
-    if base.verdict in (STARTS, UNKNOWN):
+    if base.rank in (FULL, -1):
         return [], []
     f = base.figures
     jobs = {}
@@ -499,16 +537,17 @@ def tree_remedies(dep: Deployment, base: Sizing) -> list[dict]:
     for r in remedies:
         s = size(dep, {r.key: r.value})
         out.append({"flag": r.flag, "value": r.value, "field": r.key, "argv": [r.flag, str(r.value)],
-                    "stated_as": r.source, "verdict": s.verdict, "why": s.why, "ledger": s.ledger,
-                    "works": RANK[s.verdict] > RANK[base.verdict]})
+                    "stated_as": r.source, "verdict": s.verdict, "case": s.case, "shortfall": s.shortfall,
+                    "why": s.why, "ledger": s.ledger, "works": s.rank > base.rank})
     return out
 
 
 def _staged(fn, base_verdict: str):
-    """Search for "starts"; for a plan that will not start, then for "starts degraded"."""
-    res, runs = fn(RANK[STARTS])
+    """Search for "starts" with everything asked; for a plan that will not start,
+    then for any start."""
+    res, runs = fn(FULL)
     if res is None and base_verdict == WONT:
-        res, more = fn(RANK[DEGRADED])
+        res, more = fn(STARTED)
         runs += more
     return res, runs
 
@@ -533,6 +572,8 @@ def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KN
         "assumptions": list(dep.memory.notes),
         "outcome": base.outcome,
         "verdict": base.verdict,
+        "case": base.case,
+        "shortfall": base.shortfall,
         "why": base.why,
         "ledger": base.ledger,
         "error": base.to_dict()["error"],
@@ -549,4 +590,8 @@ def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KN
 
 
 def exit_code(verdict: str) -> int:
-    return {STARTS: 0, DEGRADED: 1, WONT: 1, UNKNOWN: 125}[verdict]
+    """0 it starts (within the budget, or over budget with the tree's warning),
+    1 it will not start, 125 cannot tell (docs/plan.md)."""
+    if verdict == STARTS or verdict.startswith(OVER_BUDGET):
+        return 0
+    return {WONT: 1, UNKNOWN: 125}[verdict]
