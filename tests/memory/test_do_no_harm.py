@@ -10,12 +10,14 @@ import os
 import pytest
 
 from sgl_overlay.harness import load_scenario, run_child, run_scenario, source_root
+from sgl_overlay.harness.outcome import parse_remedies
 
 from tests.memory import expected as E
 from tests.memory.reports import report
 
 PER_REQ = 153_944_064  # Qwen3.6-27B mamba_cache_per_req (docs/incidents.md)
 CELL = 86_016  # bf16 KV + DFlash draft, bytes per token (docs/incidents.md)
+GIB = 1 << 30
 
 
 def figs(rep):
@@ -124,23 +126,93 @@ def _pin_state(res):
     return "ok" if (n or 0) >= 1 and (t or 0) > 0 and (s or 0) >= 1 else "broken"
 
 
+MIB = 1 << 20
+
+
+def reserve_bytes(server) -> int:
+    """v0.5.12.post1's own activation + CUDA-graph estimate, ServerArgs.
+    _handle_gpu_memory_settings (server_args.py) ``reserved_mem`` in MiB, without
+    its 10 GiB floor: 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x
+    cuda_graph_max_bs + tp x pp / 8 x 1024 + 4096 with a draft model."""
+    mib = 512 + max(server["chunked_prefill_size"], 2048) * 1.5 + server["cuda_graph_max_bs"] * 2
+    mib += server.get("tp_size", 1) * 1 / 8 * 1024
+    if server.get("speculative_algorithm") not in (None, "NGRAM"):
+        mib += 4 * 1024
+    return int(mib * MIB)
+
+
+def pin_pools(pin_fig, ctx, page=1) -> tuple[int, int]:
+    """What the pin's pools allocate for its own figures (the pool classes'
+    sizes: slot 0 pads the Mamba pool, (requests + 1) intermediate slots, one
+    page of KV padding), from the pin's own figures: (in the budget's scope,
+    request-to-token table)."""
+    n, t, s = (pin_fig[k] for k in ("max_running_requests", "max_total_num_tokens", "max_mamba_cache_size"))
+    d = pin_fig.get("speculative_num_draft_tokens") or 0
+    per_req, cell = pin_fig["mamba_cache_per_req_bytes"], pin_fig["cell_size_bytes"]
+    pools = (s + 1) * per_req + (n + 1) * d * per_req + (t + page) * cell
+    return pools, (n + 1) * (ctx + 4 + d) * 4
+
+
+def _record(point, row):
+    out = os.environ.get("SGLO_GRID_OUT")
+    if out:
+        import json
+
+        with open(out, "a") as fh:
+            fh.write(json.dumps({"point": point, **row}) + "\n")
+
+
 @pytest.mark.parametrize("point", SAMPLE, ids=lambda p: "-".join(map(str, p)))
 def test_grid_do_no_harm(pristine, patched, point):
+    """A point the pin starts (>= 1 request, a positive pool, >= 1 Mamba slot) whose
+    static pools as allocated plus the pin's activation reserve fit in the memory
+    free after the weights starts on the patched tree with the same or better
+    requests, KV tokens and Mamba slots (over_budget: exactly the pin's, the bytes
+    over budget = the pin's pools - the budget).  A point whose pools do not fit may
+    be refused (cannot_run).  A point the pin ends with 0 requests / no pool is
+    refused with remedy lines, each of which re-runs ok."""
     req = _request(*point)
     pin = run_child(source_root(pristine), req)
     pat = run_child(source_root(patched), req)
     state = _pin_state(pin)
     led = (pat.get("ledger") or {}).get("figures") or {}
+    qf = pat.get("figures") or {}
+    case = led.get("case")
+    row = {"pin": state, "case": case, "patched": "refused" if pat.get("error") else "ok"}
+    three = ("max_running_requests", "max_total_num_tokens", "max_mamba_cache_size")
     if state == "ok":
-        pf, qf = pin["figures"], pat.get("figures") or {}
-        if led.get("case") == "cannot_run":
-            # refused only when the pin's static pools do not leave the reserve
-            assert led["pin_static_pool_bytes"] + led["activation_reserve_bytes"] > led["post_load_free_bytes"]
+        pf = pin["figures"]
+        pools, table = pin_pools(pf, req["model"]["context_len"])
+        post = int(req["gpu"]["post_load_free_gib"] * GIB)
+        fits_physically = pools + table + reserve_bytes(req["server"]) <= post
+        row["pin_pools_fit"] = fits_physically
+        if fits_physically:
+            assert not pat.get("error"), (point, pat["error"]["message"][:300])
+            assert case in ("fits", "over_budget"), (point, case)
+            for k in three:
+                assert qf[k] >= pf[k], (point, k, qf[k], pf[k])
+            if case == "over_budget":
+                assert tuple(qf[k] for k in three) == tuple(pf[k] for k in three), point
+                assert led["over_budget_bytes"] == pools - led["budget_bytes"], point
         else:
-            assert qf["max_running_requests"] >= pf["max_running_requests"]
-            if led["case"] == "over_budget":
-                assert (qf["max_total_num_tokens"], qf["max_mamba_cache_size"]) == (
-                    pf["max_total_num_tokens"], pf["max_mamba_cache_size"])
-    elif state == "broken":
-        assert led.get("case") == "cannot_run", (point, led.get("case"))
-        assert pat["error"] and "remedy:" in pat["error"]["message"]
+            # the budget alone decides: a start is case fits, anything else a refusal
+            assert case in ("fits", "cannot_run"), (point, case)
+            if case == "fits":
+                assert not pat.get("error")
+    elif state == "refused" and not pat.get("error"):
+        # the pin refuses by itself (e.g. the DFlash default 48); the budget may hold fewer
+        assert case == "fits", (point, case)
+    else:
+        assert case == "cannot_run", (point, state, case)
+        msg = pat["error"]["message"]
+        if state == "broken":
+            assert "remedy:" in msg, point
+        remedies = parse_remedies(msg)
+        works = []
+        for r in remedies:
+            rr = dict(req, server=dict(req["server"], **{r.key: r.value}))
+            re_run = run_child(source_root(patched), rr)
+            works.append(not re_run.get("error") and _pin_state(re_run) == "ok")
+        assert all(works), (point, [r.flag for r in remedies], works)
+        row["remedies"] = len(remedies)
+    _record(point, row)

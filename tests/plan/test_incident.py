@@ -23,18 +23,20 @@ def test_smoke_flags_plan_to_the_logged_figures_at_the_pin():
     assert led["cell_size_bytes_per_token"] == 86016  # bf16 target cell scaled by (16 + 5) / 16 layers
     assert led["mamba_state_per_slot_bytes"] == 153944064
     assert led["speculative_num_draft_tokens"] == 16  # from the drafter's config.json block_size
-    # It starts, but the pool is shorter than the 32,768-token context: degraded, said in words.
-    assert report["verdict"] == core.DEGRADED
+    # It starts (the pin writes no ledger: no over-budget answer), but the pool is shorter
+    # than the 32,768-token context: a shortfall, said in words, not a verdict of its own.
+    assert report["verdict"] == core.STARTS and report["case"] is None
     assert "shorter than the context length 32,768" in report["why"][0]
+    assert report["shortfall"] == report["why"]
     assert led["max_request_tokens"] == LOGGED_TOKENS - 1
     # The smallest context length that makes it start outright, verified by the test too.
     (sug,) = report["suggestions"]
-    assert sug["flag"] == "--context-length" and sug["verdict"] == core.STARTS
+    assert sug["flag"] == "--context-length" and sug["verdict"] == core.STARTS and sug["shortfall"] == []
     assert sug["value"] <= LOGGED_TOKENS
     assert recheck_all(args, report) == 1
     # smallest change: 1,024 tokens more of context does not start outright (a run)
     more = core.size(deployment(**kw(SMOKE_FLAGS + ["--context-length", str(sug["value"] + 1024)])))
-    assert more.verdict != core.STARTS
+    assert more.verdict == core.STARTS and more.shortfall
 
 
 def test_zero_request_flags_will_not_start_at_the_pin_with_verified_suggestions():
@@ -54,10 +56,10 @@ def test_zero_request_flags_will_not_start_at_the_pin_with_verified_suggestions(
     # "Smallest": one grid step less does not start (a further run, not a formula).
     m = flags["--mem-fraction-static"]["value"]
     below = core.size(deployment(**kw(ZERO_FLAGS + ["--mem-fraction-static", str(round(m - 0.005, 3))])))
-    assert below.verdict != core.STARTS
+    assert below.rank < core.FULL
     r = flags["--max-running-requests"]["value"]
     above = core.size(deployment(**kw(ZERO_FLAGS + ["--max-running-requests", str(r + 1)])))
-    assert above.verdict != core.STARTS
+    assert above.rank < core.FULL
 
 
 def test_compare_releases_pin_will_not_start_0_5_13_starts():
@@ -70,11 +72,11 @@ def test_compare_releases_pin_will_not_start_0_5_13_starts():
     assert old["verdict"] == "rejected" and "invalid choice: 'DFLASH'" in old["why"][0]
     assert (pin["tree"]["release"], new["tree"]["release"]) == (PIN, "0.5.13")
     assert pin["verdict"] == core.WONT and pin["ledger"]["running_requests"] == 0
-    # v0.5.13 starts: 1 running request (so, precisely, "starts degraded": 1 of the 4 asked).
+    # v0.5.13 starts: 1 running request, a shortfall of 1 of the 4 asked (said in words).
     assert new["outcome"] == "ok"
     assert (new["ledger"]["kv_tokens"], new["ledger"]["mamba_slots"], new["ledger"]["running_requests"]) == \
         (169388, 6, 1)
-    assert new["verdict"] == core.DEGRADED and "fewer than the 4 asked" in new["why"][0]
+    assert new["verdict"] == core.STARTS and "fewer than the 4 asked" in new["shortfall"][0]
 
 
 @pytest.mark.parametrize("release", [PIN, "0.5.13"])

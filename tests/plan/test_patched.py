@@ -1,22 +1,59 @@
 """The patched tree (this repository's stack, built by tools/apply.py into a temporary
-directory by the shared ``patched_tree`` fixture, or the tree given with --tree)."""
+directory by the shared ``patched_tree`` fixture, or the tree given with --tree): the
+planner's verdict is the tree's own case (docs/memory.md), in the same words.
 
-from sgl_overlay.planner import core, deployment, plan
+Expectations come from the incident's log figures (docs/incidents.md: the smoke
+service started at v0.5.12.post1 with 24 Mamba slots, 11,893 KV tokens, 4 running
+requests; the zero-requests flags ended with 0 requests) and the arithmetic of
+docs/memory.md, never from the planner's output."""
 
-from .helpers import DFLASH, LOGGED_FREE, QWEN36, ZERO_FLAGS, recheck_all
+from sgl_overlay.planner import core, deployment, exit_code, plan
+
+from .helpers import DFLASH, LOGGED_FREE, LOGGED_SLOTS, LOGGED_TOKENS, QWEN36, SMOKE_FLAGS, ZERO_FLAGS, \
+    recheck_all
+
+GIB = 1 << 30
+PER_REQ = 153_944_064  # Qwen3.6-27B mamba_cache_per_req (docs/incidents.md)
+CELL = 86_016  # bf16 KV + DFlash draft KV, bytes per token (docs/incidents.md)
 
 
-def test_zero_request_flags_on_the_patched_tree(patched_tree):
-    """Whatever the patch stack decides, the plan says it in words, never a silent zero
-    the harness cannot classify, and every remedy and suggestion it prints is re-checked."""
+def test_smoke_flags_start_over_budget_on_the_patched_tree(patched_tree):
+    """The known-good smoke service: the pin started it with the logged 24 / 11,893 / 4,
+    its pools 2.44 GiB over the 13.57 GiB budget: "starts, over budget by 2.44 GiB
+    taken from the headroom (remedy ...)", exit 0, with the pin's figures."""
+    dep = deployment(model=QWEN36, draft=DFLASH, argv=SMOKE_FLAGS, tree=str(patched_tree), free_gib=LOGGED_FREE)
+    s = core.size(dep)
+    # pools as allocated: 25 state slots, (4 + 1) x 16 intermediate slots, 11,893 + 1 page of KV;
+    # budget 43.19 - 94.24 x (1 - 0.6856901) GiB
+    over = (25 * PER_REQ + 5 * 16 * PER_REQ + 11894 * CELL) / GIB - (43.19 - 94.24 * (1 - 0.6856901))
+    assert round(over, 2) == 2.44
+    assert s.verdict.startswith("starts, over budget by 2.44 GiB taken from the headroom (remedy: "
+                                "--mem-fraction-static = "), s.verdict
+    assert s.case == "over_budget"
+    assert (s.ledger["mamba_slots"], s.ledger["kv_tokens"], s.ledger["running_requests"]) == (
+        LOGGED_SLOTS, LOGGED_TOKENS, 4)
+    assert exit_code(s.verdict) == 0
+
+
+def test_zero_request_flags_will_not_start_on_the_patched_tree(patched_tree):
+    """The zero-requests flags (0 running requests at the pin): "will not start", exit 1,
+    with the tree's stated remedies re-run and shown as working."""
     args = dict(model=QWEN36, draft=DFLASH, argv=ZERO_FLAGS, tree=str(patched_tree), free_gib=LOGGED_FREE)
     dep = deployment(**args)
     report = plan(dep, with_sensitivity=False, knobs=("max-running-requests",))
-    assert report["verdict"] in (core.WONT, core.DEGRADED, core.STARTS)
-    assert report["why"]
-    # the memory topic's promise for this configuration: no silent zero requests
-    assert report["outcome"] != "broken", report["why"]
-    if report["outcome"] == "refused":
-        # the tree's own stated remedies were each re-run
-        assert all("verdict" in t for t in report.get("tree_remedies", []))
+    assert report["verdict"] == core.WONT
+    assert report["case"] == "cannot_run"
+    assert exit_code(report["verdict"]) == 1
+    # the memory topic's remedies for this configuration (docs/memory.md): 2 requests, mfs 0.719
+    stated = [(t["flag"], t["value"]) for t in report["tree_remedies"]]
+    assert stated == [("--max-running-requests", 2), ("--mem-fraction-static", 0.719)]
+    assert all(t["works"] for t in report["tree_remedies"])
     recheck_all(args, report)
+
+
+def test_exit_codes_of_the_three_answers():
+    assert exit_code(core.STARTS) == 0
+    assert exit_code("starts, over budget by 2.44 GiB taken from the headroom (remedy: "
+                     "--mem-fraction-static = 0.793)") == 0
+    assert exit_code(core.WONT) == 1
+    assert exit_code(core.UNKNOWN) == 125

@@ -11,7 +11,8 @@ for the weights' size) or its config.json.  The flags after `--` are SGLang's
 own, parsed by the chosen tree's ServerArgs (TP is --tp-size there).  The
 default tree is the patched tree tools/apply.py builds at build/sglang.
 
-Exit codes: 0 starts, 1 will not start or starts degraded (see the verdict),
+Exit codes: 0 starts (also "starts, over budget by N GiB taken from the
+headroom": the patched tree starts it with a warning), 1 will not start,
 2 bad input, 3 a release artifact failed verification, 125 the harness could
 not drive this tree for these inputs.
 """

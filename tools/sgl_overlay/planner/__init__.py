@@ -16,14 +16,14 @@ from __future__ import annotations
 from ..errors import UsageError
 from ..project import DEFAULT_BUILD
 from . import gpus
-from .core import (DEGRADED, STARTS, UNKNOWN, WONT, Deployment, Memory, Sizing, Tree, exit_code, memory_for,
+from .core import (OVER_BUDGET, STARTS, UNKNOWN, WONT, Deployment, Memory, Sizing, Tree, exit_code, memory_for,
                    parse_flags, plan, resolve_tree, size)
 from .model import load as load_model
 from .model import load_draft
 
 DEFAULT_TREE = DEFAULT_BUILD
 
-__all__ = ["DEGRADED", "STARTS", "UNKNOWN", "WONT", "Deployment", "Memory", "Sizing", "Tree", "deployment",
+__all__ = ["OVER_BUDGET", "STARTS", "UNKNOWN", "WONT", "Deployment", "Memory", "Sizing", "Tree", "deployment",
            "exit_code", "plan", "size", "DEFAULT_TREE"]
 
 

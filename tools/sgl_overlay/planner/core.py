@@ -13,9 +13,9 @@ from .inputs import (GIB, ROOT_OF_REPO, Deployment, Memory, Tree, _label, _stale
                      resolve_tree)
 from .sizing import Sizing, sensitivity, size
 from .suggestions import KNOBS, Suggestion, suggest, tree_remedies
-from .verdict import DEGRADED, RANK, STARTS, UNKNOWN, WONT, exit_code, judge, ledger
+from .verdict import OVER_BUDGET, STARTS, UNKNOWN, WONT, exit_code, judge, ledger, shortfall
 
-__all__ = ["DEGRADED", "GIB", "KNOBS", "RANK", "ROOT_OF_REPO", "STARTS", "UNKNOWN", "WONT", "Deployment", "Memory",
+__all__ = ["OVER_BUDGET", "GIB", "KNOBS", "ROOT_OF_REPO", "shortfall", "STARTS", "UNKNOWN", "WONT", "Deployment", "Memory",
            "Sizing", "Suggestion", "Tree", "_label", "_staleness", "exit_code", "judge", "ledger", "memory_for",
            "parse_flags", "plan", "resolve_tree", "sensitivity", "size", "suggest", "tree_remedies"]
 
@@ -37,6 +37,8 @@ def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KN
         "assumptions": list(dep.memory.notes),
         "outcome": base.outcome,
         "verdict": base.verdict,
+        "case": base.case,
+        "shortfall": base.shortfall,
         "why": base.why,
         "ledger": base.ledger,
         "error": base.to_dict()["error"],

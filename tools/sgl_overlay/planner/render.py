@@ -92,8 +92,10 @@ def text(report: dict) -> str:
                      _fmt(s["ledger"].get("headroom_gib")), s["note"]] for s in r["suggestions"]]
             lines.append(table(rows, ["change", "verdict", "KV tokens", "requests", "Mamba slots",
                                       "headroom GiB", "note"]))
-        elif r["verdict"] not in ("starts", "cannot tell"):
+        elif r["verdict"] == "will not start":
             lines.append("no single-flag change in the searched ranges makes it start")
+        elif r["verdict"] != "cannot tell":
+            lines.append("no single-flag change in the searched ranges makes it start with everything asked")
         missing = [t["flag"] for t in r.get("suggestions_tried", []) if not t["found"]]
         if missing:
             lines.append("searched without a fix: " + ", ".join(missing))

@@ -6,12 +6,12 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..harness.outcome import classify
 from ..harness.run import run_child
 from .inputs import Deployment, Memory
-from .verdict import judge, ledger
+from .verdict import judge, ledger, rank, shortfall
 
 # How many sizing runs may be in flight at once (each is one interpreter).
 _SLOTS = threading.BoundedSemaphore(max(1, int(os.environ.get("SGLO_PLAN_JOBS", os.cpu_count() or 1))))
@@ -27,10 +27,17 @@ class Sizing:
     verdict: str
     why: list[str]
     ledger: dict
+    case: str | None = None  # the tree's ledger figures.case, where the tree writes one
+    shortfall: list[str] = field(default_factory=list)
+
+    @property
+    def rank(self) -> int:
+        return rank(self.verdict, self.shortfall)
 
     def to_dict(self) -> dict:
         return {"overrides": self.overrides, "outcome": self.outcome, "reason": self.reason,
-                "verdict": self.verdict, "why": self.why, "ledger": self.ledger,
+                "verdict": self.verdict, "case": self.case, "shortfall": self.shortfall,
+                "why": self.why, "ledger": self.ledger,
                 "error": {k: (self.error or {}).get(k) for k in ("type", "message", "where")} if self.error else None}
 
 
@@ -44,9 +51,12 @@ def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None =
     m = memory or dep.memory
     ctx = dep.context_len(overrides)
     explicit = (overrides.get("max_running_requests") or dep.fields.get("max_running_requests")) is not None
-    verdict, why = judge(c["outcome"], c["reason"], figures, ctx, child.get("error"), explicit)
+    tree_ledger = child.get("ledger") or {}
+    verdict, why = judge(c["outcome"], c["reason"], figures, ctx, child.get("error"), explicit, tree_ledger)
+    short = shortfall(figures, ctx, explicit) if c["outcome"] == "ok" else []
     return Sizing(overrides, c["outcome"], c["reason"], figures, child.get("error"), verdict, why,
-                  ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static"))))
+                  ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static"))),
+                  (tree_ledger.get("figures") or {}).get("case"), short)
 
 
 def sensitivity(dep: Deployment, base: Sizing, step_gib: float = 0.1) -> dict:
@@ -65,5 +75,5 @@ def sensitivity(dep: Deployment, base: Sizing, step_gib: float = 0.1) -> dict:
     for k, s in runs.items():
         t = s.figures.get("max_total_num_tokens")
         out[k] = {"tokens": t, "delta_tokens": (t - t0) if isinstance(t, int) and isinstance(t0, int) else None,
-                  "running_requests": s.figures.get("max_running_requests"), "verdict": s.verdict}
+                  "running_requests": s.figures.get("max_running_requests"), "verdict": s.verdict, "case": s.case}
     return out

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..harness import outcome as outcome_mod
 from .inputs import Deployment
 from .sizing import Sizing, size
-from .verdict import DEGRADED, RANK, STARTS, UNKNOWN, WONT
+from .verdict import FULL, STARTED, WONT
 
 
 @dataclass
@@ -23,12 +23,13 @@ class Suggestion:
 
     def to_dict(self) -> dict:
         return {"flag": self.flag, "value": self.value, "field": self.field, "argv": [self.flag, str(self.value)],
-                "verdict": self.sizing.verdict, "why": self.sizing.why, "ledger": self.sizing.ledger,
+                "verdict": self.sizing.verdict, "case": self.sizing.case, "shortfall": self.sizing.shortfall,
+                "why": self.sizing.why, "ledger": self.sizing.ledger,
                 "runs": self.tried, "note": self.note, "overrides": self.sizing.overrides}
 
 
 def _fixes(s: Sizing, target: int) -> bool:
-    return RANK[s.verdict] >= target
+    return s.rank >= target
 
 
 def _bisect(dep, field_name, lo, hi, target, make, better_high: bool, hint: int | None = None):
@@ -92,8 +93,8 @@ def suggest(dep: Deployment, base: Sizing, knobs=KNOBS) -> tuple[list[Suggestion
 
     The target is "starts"; for a plan that will not start, a knob that cannot get
     there is searched again for the smallest change that makes it start at all
-    (degraded; the verdict column says so)."""
-    if base.verdict in (STARTS, UNKNOWN):
+    (short of everything asked; the verdict column says so)."""
+    if base.rank in (FULL, -1):
         return [], []
     f = base.figures
     jobs = {}
@@ -179,15 +180,16 @@ def tree_remedies(dep: Deployment, base: Sizing) -> list[dict]:
     for r in remedies:
         s = size(dep, {r.key: r.value})
         out.append({"flag": r.flag, "value": r.value, "field": r.key, "argv": [r.flag, str(r.value)],
-                    "stated_as": r.source, "verdict": s.verdict, "why": s.why, "ledger": s.ledger,
-                    "works": RANK[s.verdict] > RANK[base.verdict]})
+                    "stated_as": r.source, "verdict": s.verdict, "case": s.case, "shortfall": s.shortfall,
+                    "why": s.why, "ledger": s.ledger, "works": s.rank > base.rank})
     return out
 
 
 def _staged(fn, base_verdict: str):
-    """Search for "starts"; for a plan that will not start, then for "starts degraded"."""
-    res, runs = fn(RANK[STARTS])
+    """Search for "starts" with everything asked; for a plan that will not start,
+    then for any start."""
+    res, runs = fn(FULL)
     if res is None and base_verdict == WONT:
-        res, more = fn(RANK[DEGRADED])
+        res, more = fn(STARTED)
         runs += more
     return res, runs

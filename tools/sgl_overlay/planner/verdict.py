@@ -5,12 +5,37 @@ from __future__ import annotations
 
 from .inputs import GIB, Memory
 
-STARTS, DEGRADED, WONT, UNKNOWN = "starts", "starts degraded", "will not start", "cannot tell"
-RANK = {WONT: 0, UNKNOWN: -1, DEGRADED: 1, STARTS: 2}
+# The three answers, in the memory topic's words (docs/memory.md, the ledger's
+# figures.case: fits / over_budget / cannot_run), and "cannot tell" (untestable).
+# An over-budget start reads OVER_BUDGET + " by N GiB taken from the headroom (remedy ...)".
+STARTS, OVER_BUDGET, WONT, UNKNOWN = "starts", "starts, over budget", "will not start", "cannot tell"
+# Suggestion targets: 2 starts with everything asked, 1 starts short of it (fewer
+# requests than asked, a pool shorter than the context) or over budget, 0 will not start.
+FULL, STARTED = 2, 1
+
+
+def rank(verdict: str, shortfall: list) -> int:
+    if verdict == UNKNOWN:
+        return -1
+    if verdict == WONT:
+        return 0
+    return FULL if verdict == STARTS and not shortfall else STARTED
 
 
 def judge(outcome: str, reason: str, f: dict, context_len: int, error: dict | None,
-          requests_given: bool = True) -> tuple[str, list[str]]:
+          requests_given: bool = True, tree_ledger: dict | None = None) -> tuple[str, list[str]]:
+    """The verdict in the memory topic's three answers.  A tree that writes the
+    memory ledger (the patched tree) decides it: its ``figures.case`` fits /
+    over_budget / cannot_run is "starts" / "starts, over budget by N GiB taken
+    from the headroom (remedy ...)" / "will not start"; other trees by their
+    outcome (ok / refused or broken)."""
+    tf = (tree_ledger or {}).get("figures") or {}
+    if outcome == "ok" and tf.get("case") == "over_budget":
+        rem = "; ".join(f"remedy: {r['flag']} = {r['value']}" for r in (tree_ledger or {}).get("remedies") or [])
+        verdict = (f"{OVER_BUDGET} by {tf['over_budget_bytes'] / GIB:.2f} GiB taken from the headroom"
+                   + f" ({rem or 'no remedy stated'})")
+        return verdict, [f"SGLang starts with a warning: {(tree_ledger or {}).get('reason') or reason}"] + shortfall(
+            f, context_len, requests_given)
     if outcome == "untestable":
         return UNKNOWN, [f"the harness could not drive this tree for these inputs: {reason}"]
     if outcome == "refused":
@@ -30,6 +55,12 @@ def judge(outcome: str, reason: str, f: dict, context_len: int, error: dict | No
             why.append(reason + " (the tree's own assertion: the server dies at start-up; if the assertion "
                        "is about an input, the harness may not supply it yet: docs/regress.md, 'Open points')")
         return WONT, why
+    why = shortfall(f, context_len, requests_given)
+    return STARTS, why or [reason]
+
+
+def shortfall(f: dict, context_len: int, requests_given: bool = True) -> list[str]:
+    """What a start gives less of than asked, in words (not part of the verdict)."""
     why = []
     asked = f.get("max_running_requests_flag")
     reqs = f.get("max_running_requests")
@@ -41,7 +72,7 @@ def judge(outcome: str, reason: str, f: dict, context_len: int, error: dict | No
     if tokens is not None and tokens < context_len:
         why.append(f"the KV pool holds {tokens:,} tokens, shorter than the context length {context_len:,}: "
                    f"the longest request is {min(context_len, tokens) - 1:,} tokens")
-    return (DEGRADED, why) if why else (STARTS, [reason])
+    return why
 
 
 def ledger(f: dict, m: Memory, context_len: int, mfs) -> dict:
@@ -95,4 +126,8 @@ def ledger(f: dict, m: Memory, context_len: int, mfs) -> dict:
 
 
 def exit_code(verdict: str) -> int:
-    return {STARTS: 0, DEGRADED: 1, WONT: 1, UNKNOWN: 125}[verdict]
+    """0 it starts (within the budget, or over budget with the tree's warning),
+    1 it will not start, 125 cannot tell (docs/plan.md)."""
+    if verdict == STARTS or verdict.startswith(OVER_BUDGET):
+        return 0
+    return {WONT: 1, UNKNOWN: 125}[verdict]
