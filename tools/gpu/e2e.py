@@ -205,7 +205,7 @@ def install(bundle, work):
     shutil.copytree(work / "patched" / "sglang", pristine / "sglang")
     with zipfile.ZipFile(bundle / manifest["release_delta"]["file"]) as z:
         for n in z.namelist():
-            if n.startswith("files/"):
+            if n.startswith("files/") and not n.endswith("/"):
                 (pristine / n[len("files/"):]).write_bytes(z.read(n))
         for a in z.read("added.txt").decode().split():
             (pristine / a).unlink()
@@ -413,7 +413,8 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": sys.version.split()[0], "cases": []}
-    if not (work / "deps").exists():
+    if not (work / "pristine" / "sglang").exists():
+        shutil.rmtree(work, ignore_errors=True)
         report["install"] = install(args.bundle, work)
     report["install_s"] = round(time.time() - t0, 1)
     try:

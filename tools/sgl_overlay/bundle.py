@@ -201,8 +201,8 @@ def release_delta(release_wheel, patched_wheel, out):
     patched wheel changes, the list of files it adds, and the release's
     RECORD (every file's sha256) to prove the rebuilt tree exact."""
     with zipfile.ZipFile(release_wheel) as r, zipfile.ZipFile(patched_wheel) as p:
-        rel = {i.filename: i for i in r.infolist() if i.filename.startswith("sglang/")}
-        pat = {i.filename: i for i in p.infolist() if i.filename.startswith("sglang/")}
+        rel = {i.filename: i for i in r.infolist() if i.filename.startswith("sglang/") and not i.is_dir()}
+        pat = {i.filename: i for i in p.infolist() if i.filename.startswith("sglang/") and not i.is_dir()}
         record = next(n for n in r.namelist() if n.endswith(".dist-info/RECORD"))
         changed = sorted(n for n in rel if n in pat and r.read(n) != p.read(n))
         added = sorted(set(pat) - set(rel))
