@@ -220,7 +220,17 @@ def install(bundle, work):
             bad.append(path)
     if bad:
         raise SystemExit(f"the rebuilt release tree differs from the release's RECORD: {bad[:5]}")
-    return {"bundle": manifest, "pristine_proven_files": sum(1 for l in record if l.startswith("sglang/"))}
+    # sglang/utils.py imports IPython.display at module level (for notebooks); IPython and its
+    # dependencies are 7.5 MiB the bundle's budget has no room for: a stub stands in when the
+    # machine has none (reported as "ipython_stub")
+    import importlib.util
+    stub = importlib.util.find_spec("IPython") is None
+    if stub:
+        (work / "stubs" / "IPython").mkdir(parents=True)
+        (work / "stubs" / "IPython" / "__init__.py").write_text("")
+        (work / "stubs" / "IPython" / "display.py").write_text(
+            "class HTML(str):\n    pass\n\n\ndef display(*a, **k):\n    pass\n")
+    return {"ipython_stub": stub, "bundle_total": manifest["total"], "pristine_proven_files": sum(1 for l in record if l.startswith("sglang/"))}
 
 
 # --------------------------------------------------------------------------
@@ -350,11 +360,11 @@ def exercise(base):
     return out
 
 
-def run_server(tree, work, model, flags, outdir, port, start_timeout):
-    outdir.mkdir(parents=True, exist_ok=True)
-    log = outdir / "server.log"
-    ledger = outdir / "ledger.json"
-    env = dict(os.environ, PYTHONPATH=f"{work / tree}:{work / 'deps'}", SGLO_MEMORY_LEDGER=str(ledger),
+def run_server(tree, work, model, flags, prefix, port, start_timeout):
+    log = Path(f"{prefix}.log.full")
+    ledger = Path(f"{prefix}.ledger.json")
+    path = f"{work / tree}:{work / 'deps'}" + (f":{work / 'stubs'}" if (work / "stubs").exists() else "")
+    env = dict(os.environ, PYTHONPATH=path, SGLO_MEMORY_LEDGER=str(ledger),
                PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--port", str(port),
            "--host", "127.0.0.1"] + COMMON + flags
@@ -396,7 +406,8 @@ def run_server(tree, work, model, flags, outdir, port, start_timeout):
     # keep the log small: the lines the parser reads, and the last 60
     keep = [l for l in text.splitlines() if any(k in l for k in ("avail mem", "Cache is allocated", "max_total_num_tokens",
                                                                   "server_args=", "Error", "remedy:", "Memory ledger"))]
-    (outdir / "server.log.small").write_text("\n".join(keep[:200] + ["..."] + text.splitlines()[-60:]) + "\n")
+    log.unlink()
+    Path(f"{prefix}.log").write_text("\n".join(keep[:200] + ["..."] + text.splitlines()[-60:]) + "\n")
     return run
 
 
@@ -434,7 +445,7 @@ def main(argv=None):
         try:
             for tree in args.trees.split(","):
                 port += 1
-                r = run_server(tree, work, models[case["model"]], case["flags"], out / name / tree, port, args.start_timeout)
+                r = run_server(tree, work, models[case["model"]], case["flags"], out / f"{name}.{tree}", port, args.start_timeout)
                 c["runs"][tree] = r
                 print(f"[e2e {time.time() - t0:6.1f}s] {name} {tree}: {outcome(r)} {r['log_figures']['errors'][-1:]}", flush=True)
                 if tree == "patched" and outcome(r) == "refused" and r["log_figures"]["remedies"]:
@@ -446,7 +457,7 @@ def main(argv=None):
                     else:
                         flags += [f, rem["value"]]
                     port += 1
-                    rr = run_server(tree, work, models[case["model"]], flags, out / name / "patched+remedy", port, args.start_timeout)
+                    rr = run_server(tree, work, models[case["model"]], flags, out / f"{name}.patched+remedy", port, args.start_timeout)
                     c["runs"]["patched+remedy"] = rr
                     print(f"[e2e {time.time() - t0:6.1f}s] {name} patched+remedy ({f} {rem['value']}): {outcome(rr)}", flush=True)
         finally:
