@@ -253,11 +253,11 @@ def make_models(work):
     for d, src in ((big, "qwen3.6-27b"), (draft, "qwen3.6-27b-dflash")):
         d.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "tests/plan/data" / src / "config.json", d / "config.json")
-    _processor(big, json.loads((big / "config.json").read_text()))
+    _processor(big, work)
     return {"dense": dense, "big": big, "draft": draft}
 
 
-def _processor(d, cfg):
+def _processor(d, work):
     """Qwen3_5ForConditionalGeneration needs a processor even with
     --skip-tokenizer-init: a tiny word-level tokenizer holding the vision
     special tokens, and a Qwen3-VL processor around it."""
@@ -284,9 +284,11 @@ p = Qwen3VLProcessor(image_processor=Qwen2VLImageProcessor(), tokenizer=fast, vi
 p.save_pretrained(d)
 print("processor ok")
 '''
-    r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, env=os.environ.copy())
+    r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=f"{work / 'deps'}"))
     if r.returncode != 0:
         print("processor:", r.stderr[-3000:], file=sys.stderr)
+    return r.returncode == 0
 
 
 # --------------------------------------------------------------------------
