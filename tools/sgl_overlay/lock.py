@@ -219,6 +219,12 @@ symlinks = {}
 executable = [
 ]
 
+# The release's wheels for other Python tags (tools/apply.py --wheel DIR
+# --python 3.12): each sha256 recorded the first time the wheel was fetched and
+# its python/sglang proven equal to tree_normalized (trust on first use,
+# docs/lock.md); checked on every later use.
+[artifact.wheels]
+
 # The release's own dependency pins (its METADATA Requires-Dist), recorded so
 # that bisect can tell an environment change from a code change.
 [dependencies]
@@ -267,15 +273,15 @@ def render(lock, text=None):
     _set(rec, "compiled", list(lock.compiled))
     _set(rec, "symlinks", dict(sorted(lock.symlinks.items())))
     _set(rec, "executable", sorted(lock.executable))
-    if lock.wheels or "wheels" in art:
-        if "wheels" not in art:
-            art.add(tomlkit.nl())
-            art.add(tomlkit.comment("the release's wheels for other Python tags, sha256 recorded on first use"))
-            art["wheels"] = tomlkit.table()
-        for key in [k for k in art["wheels"] if k not in lock.wheels]:
-            del art["wheels"][key]
-        for key, value in sorted(lock.wheels.items()):
-            _set(art["wheels"], key, value)
+    art.setdefault("wheels", tomlkit.table())
+    wheels = art["wheels"]
+    for key in [k for k in wheels if k not in lock.wheels]:
+        del wheels[key]
+    for i, (key, value) in enumerate(sorted(lock.wheels.items())):
+        if key in wheels:
+            _set(wheels, key, value)
+        else:   # before the comments that trail the table (they belong to what follows)
+            wheels.value._insert_at(i, key, value)
     for key in [k for k in deps if k not in lock.dependencies]:
         del deps[key]
     for key, value in lock.dependencies.items():
