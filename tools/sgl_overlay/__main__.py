@@ -5,13 +5,14 @@
   regress  SGLang's real KV-cache sizing code against a scenario (docs/regress.md)
   plan     will this model start on this GPU with these flags (docs/plan.md)
   stack    rebase, refresh, export and lint the patch stack (docs/stack.md)
+  bundle   the patched wheel + runtime wheels for a GPU machine without a network (docs/gpu.md)
 
 `python tools/NAME.py ARGS...` is the same as `sgl-overlay NAME ARGS...`.
 """
 import importlib
 import sys
 
-COMMANDS = ("apply", "bisect", "regress", "plan", "stack")
+COMMANDS = ("apply", "bisect", "regress", "plan", "stack", "bundle")
 
 
 def main(argv=None):

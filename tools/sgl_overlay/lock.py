@@ -54,6 +54,9 @@ class Lock:
     symlinks: dict            # path -> target, regular files in the artifact
     executable: tuple         # paths whose git mode is 100755
     dependencies: dict        # the release's own pins
+    # the release's wheels for other Python tags: {filename: sha256}, each
+    # recorded the first time it is fetched (trust on first use, docs/lock.md)
+    wheels: dict = dataclasses.field(default_factory=dict)
 
     @property
     def wheel_tags(self):
@@ -105,6 +108,18 @@ def _section(data, name, where):
 
 
 
+def _wheels(art, where):
+    table = art.get("wheels", {})
+    if not isinstance(table, dict):
+        raise UsageError(f"{where}: field 'artifact.wheels' must be a table", hint="see docs/lock.md")
+    for name, digest in table.items():
+        if versions.wheel(name) is None or not isinstance(digest, str) or not HEX64.match(digest):
+            raise UsageError(f"{where}: field 'artifact.wheels' is malformed at {name!r}: {digest!r} "
+                             "(expected a wheel file name = a sha256 of 64 hex digits)",
+                             hint="see docs/lock.md for the format")
+    return dict(table)
+
+
 def load(path):
     path = Path(path)
     where = str(path)
@@ -143,6 +158,7 @@ def load(path):
         symlinks=dict(_field(rec, "artifact.reconcile", "symlinks", dict, where=where)),
         executable=tuple(_field(rec, "artifact.reconcile", "executable", list, where=where)),
         dependencies=dict(_field(data, "", "dependencies", dict, where=where)),
+        wheels=_wheels(art, where),
     )
     relpath(lock.subdir, "upstream.subdir", where)
     for what in ("generated", "executable"):
@@ -203,6 +219,12 @@ symlinks = {}
 executable = [
 ]
 
+# The release's wheels for other Python tags (tools/apply.py --wheel DIR
+# --python 3.12): each sha256 recorded the first time the wheel was fetched and
+# its python/sglang proven equal to tree_normalized (trust on first use,
+# docs/lock.md); checked on every later use.
+[artifact.wheels]
+
 # The release's own dependency pins (its METADATA Requires-Dist), recorded so
 # that bisect can tell an environment change from a code change.
 [dependencies]
@@ -251,6 +273,15 @@ def render(lock, text=None):
     _set(rec, "compiled", list(lock.compiled))
     _set(rec, "symlinks", dict(sorted(lock.symlinks.items())))
     _set(rec, "executable", sorted(lock.executable))
+    art.setdefault("wheels", tomlkit.table())
+    wheels = art["wheels"]
+    for key in [k for k in wheels if k not in lock.wheels]:
+        del wheels[key]
+    for i, (key, value) in enumerate(sorted(lock.wheels.items())):
+        if key in wheels:
+            _set(wheels, key, value)
+        else:   # before the comments that trail the table (they belong to what follows)
+            wheels.value._insert_at(i, key, value)
     for key in [k for k in deps if k not in lock.dependencies]:
         del deps[key]
     for key, value in lock.dependencies.items():

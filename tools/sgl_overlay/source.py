@@ -456,3 +456,74 @@ def list_releases(progress=None):
     tmp.write_text(json.dumps({"listed": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "versions": found}))
     os.replace(tmp, saved)
     return found
+
+
+# --------------------------------------------------------------------------
+# the release's wheels for other Python tags (the patched wheel per Python)
+
+def wheel_filename(lock, python):
+    """The release's wheel for ``python`` (``3.12`` or ``cp312``) on the
+    pinned wheel's platform: ``sglang-0.5.12.post1-cp312-cp312-manylinux_2_34_x86_64.whl``."""
+    tag = "cp" + python.replace(".", "") if not python.startswith("cp") else python
+    if not re.fullmatch(r"cp3\d{1,2}", tag):
+        raise UsageError(f"--python {python!r} is not a CPython version", hint="e.g. --python 3.12")
+    platform = lock.wheel_tags.split("-", 2)[2]
+    return f"{PACKAGE}-{lock.version}-{tag}-{tag}-{platform}.whl"
+
+
+def fetch_tagged_artifact(lock, filename, cache=None, progress=None):
+    """``(path, sha256, recorded)`` for the release's wheel ``filename``:
+    the pin's own artifact is checked against ``[artifact] sha256``; another
+    Python's against ``[artifact.wheels]`` when the lock records it (a
+    mismatch is an IntegrityError, the file discarded), else its sha256 is
+    the one seen now and ``recorded`` is False (trust on first use: the
+    caller records it once the tree proof has passed)."""
+    if filename == lock.artifact_filename:
+        return fetch_pinned_artifact(lock, cache, progress), lock.artifact_sha256, True
+    say = _quiet(progress)
+    art_dir = cache_dir(cache) / "artifacts"
+    target = art_dir / filename
+    expected = lock.wheels.get(filename)
+    if not target.exists():
+        art_dir.mkdir(parents=True, exist_ok=True)
+        say(f"downloading {filename} with pip")
+        with tempfile.TemporaryDirectory(dir=art_dir, prefix=".download-") as tmp:
+            rc, msg = _pip_download(f"{PACKAGE}=={lock.version}", tmp, tags=versions.wheel(filename)[2])
+            got = Path(tmp) / filename
+            if rc != 0 or not got.exists():
+                found = sorted(os.listdir(tmp))
+                raise OverlayError(
+                    f"could not download {filename} with pip" + (f" (pip fetched {found} instead)" if found else "")
+                    + (f": {msg}" if msg else ""),
+                    hint="check that the release publishes a wheel for this Python and that pip can reach "
+                         f"your package index, or put the file into {art_dir}/ by hand",
+                    code=IntegrityError.code if found else 1)
+            os.replace(got, target)
+    if expected:
+        return _verify(target, expected, f"artifact {filename} (sha256 recorded in the lock)"), expected, True
+    return target, sha256_file(target), False
+
+
+def prove_artifact(lock, artifact, progress=None):
+    """Prove that ``artifact`` (any of the release's wheels) holds the lock's
+    ``python/sglang``: unpacked into a scratch repository, reconciled as the
+    lock's ``[artifact.reconcile]`` lists (compiled modules, which differ per
+    Python, left out), its mode-normalized tree id must equal
+    ``tree_normalized``. Returns that id; IntegrityError otherwise."""
+    _quiet(progress)(f"proving {Path(artifact).name} against the lock's tree")
+    where = f"artifact {Path(artifact).name}"
+    with tempfile.TemporaryDirectory(prefix="sglo-prove-") as tmp:
+        seen = _unpack_to_index(artifact, lock.artifact_root, tmp, lock.subdir, lock.generated, lock.compiled,
+                                lock.symlinks, lock.executable)
+        for what, listed in (("generated file", lock.generated), ("symlink", lock.symlinks),
+                             ("executable", lock.executable)):
+            missing = sorted(set(listed) - seen)
+            if missing:
+                raise IntegrityError(f"{where}: {what} {missing[0]!r} listed in the lock is not in the artifact",
+                                     hint="do not build from it")
+        normalized = normalized_tree(tmp, gitcmd.out(tmp, "write-tree", f"--prefix={lock.subdir}/"))
+    if normalized != lock.tree_normalized:
+        raise IntegrityError(
+            f"{where}: the mode-normalized tree of {lock.subdir} is {normalized}, the lock says {lock.tree_normalized}",
+            hint="this wheel's Python files differ from the pinned commit's; do not build from it")
+    return normalized

@@ -65,18 +65,21 @@ def _changes(tree, lock):
     return changed, deleted, ignored
 
 
-def build_wheel(lock, tree, out_dir, cache=None, progress=None):
+def build_wheel(lock, tree, out_dir, cache=None, progress=None, artifact=None):
+    """``artifact``: another of the release's wheels (another Python's),
+    already proven by ``source.prove_artifact``; default the pinned one."""
     say = progress or (lambda m: None)
     tree = Path(tree)
     manifest = json.loads((tree / MANIFEST).read_text())
     version = f"{lock.version}+overlay.{manifest['stack_digest'][:LABEL_LEN]}"
-    artifact = source.fetch_pinned_artifact(lock, cache, progress)
+    artifact = Path(artifact) if artifact else source.fetch_pinned_artifact(lock, cache, progress)
+    tags = source.versions.wheel(artifact.name)[2]
     say(f"building the patched wheel {version}")
     changed, deleted, ignored = _changes(tree, lock)
     touched = sorted(changed)
     old_info = f"sglang-{lock.version}.dist-info/"
     new_info = f"sglang-{version}.dist-info/"
-    name = f"sglang-{version}-{lock.wheel_tags}.whl"
+    name = f"sglang-{version}-{tags}.whl"
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     date_time = tuple(int(x) for x in lock.date.split("-")) + (0, 0, 0)
@@ -123,5 +126,5 @@ def build_wheel(lock, tree, out_dir, cache=None, progress=None):
         os.replace(tmp, out_dir / name)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
-    return {"path": str(out_dir / name), "version": version, "changed": touched,
+    return {"path": str(out_dir / name), "version": version, "artifact": artifact.name, "changed": touched,
             "deleted": sorted(deleted), "not_in_wheel": ignored}

@@ -13,8 +13,10 @@ import os
 
 import argparse
 
-from .. import builder, cli, lock as lockmod, project, series, wheel
-from ..errors import FAILED, OK
+import dataclasses
+
+from .. import builder, cli, lock as lockmod, project, series, source, wheel
+from ..errors import FAILED, OK, UsageError
 
 ROOT = str(project.ROOT)
 
@@ -32,6 +34,11 @@ def parse(argv):
                          "(alone: the lock's upstream.repo)")
     ap.add_argument("--cache", metavar="DIR", help="cache directory (default: $SGL_OVERLAY_CACHE or ~/.cache/sgl-overlay)")
     ap.add_argument("--wheel", metavar="DIR", help="also write the patched wheel into DIR")
+    ap.add_argument("--python", metavar="VER", action="append", default=[],
+                    help="with --wheel: build from the release's wheel for this Python (3.12, cp312; "
+                         "repeat or comma-separate for several; default the pinned wheel's). A wheel the lock "
+                         "does not record yet is proven against the lock's tree and its sha256 recorded "
+                         "(trust on first use, reported)")
     ap.add_argument("--3way", dest="three_way", action="store_true", help="let git am fall back to a 3-way merge")
     ap.add_argument("--force", action="store_true", help="replace a build that has local changes")
     ap.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
@@ -48,6 +55,27 @@ def list_text(stack):
         text += "\n\noverlay:\n" + "\n".join(f"  {o.rel}" + (" (replaces upstream)" if o.replaces else "")
                                              for o in stack.overlay)
     return text + f"\n\nstack digest {stack.digest[:16]}"
+
+
+def build_for_python(lock, python, tree, args, progress):
+    """The patched wheel from the release's wheel for ``python`` (None: the
+    pinned one): fetched, sha256 checked or recorded on first use, its tree
+    proven equal to the pin's, then the stack laid on it."""
+    if python is None:
+        return wheel.build_wheel(lock, tree, args.wheel, cache=args.cache, progress=progress), None
+    name = source.wheel_filename(lock, python)
+    artifact, digest, known = source.fetch_tagged_artifact(lock, name, cache=args.cache, progress=progress)
+    normalized = source.prove_artifact(lock, artifact, progress)
+    note = None
+    if not known:
+        lockmod.write(dataclasses.replace(lock, wheels={**lock.wheels, name: digest}), lock.path)
+        note = (f"trust on first use: recorded sha256 {digest} of {name} in {lock.path.name} "
+                f"([artifact.wheels]); its python/sglang tree equals the pin's ({normalized[:12]}); "
+                "later builds are checked against this record")
+    w = wheel.build_wheel(lock, tree, args.wheel, cache=args.cache, progress=progress, artifact=artifact)
+    w.update({"artifact_sha256": digest, "sha256_status": "verified" if known else "recorded",
+              "tree_normalized": normalized})
+    return w, note
 
 
 def main(argv):
@@ -84,10 +112,17 @@ def main(argv):
         text = (f"built {r['dest']}: {lock.tag} + {len(stack.patches)} patch(es)"
                 + (f" + overlay ({len(stack.overlay)} file(s))" if stack.overlay else "")
                 + f", HEAD {r['manifest']['head'][:12]} on branch patched")
+    if args.python and not args.wheel:
+        raise UsageError("--python needs --wheel DIR", hint="python tools/apply.py --wheel dist --python 3.12")
     if args.wheel:
-        w = wheel.build_wheel(lock, r["dest"], args.wheel, cache=args.cache, progress=progress)
-        r["wheel"] = w
-        text += f"\nwheel: {w['path']} (version {w['version']})"
+        pythons = [p for arg in args.python for p in arg.split(",") if p] or [None]
+        r["wheels"] = []
+        for py in pythons:
+            w, note = build_for_python(lock, py, r["dest"], args, progress)
+            lock = lockmod.load(lock.path)   # a recorded sha256 is part of the lock from now on
+            r["wheels"].append(w)
+            text += f"\nwheel: {w['path']} (version {w['version']}, from {w['artifact']})" + (f"\n  {note}" if note else "")
+        r["wheel"] = r["wheels"][0]
     cli.emit(r, args.json, text)
     return OK
 

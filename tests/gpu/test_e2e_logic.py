@@ -1,0 +1,41 @@
+"""tools/gpu/e2e.py's own logic (log and ledger parsing, outcome, case checks, table) on CPU,
+against start-up logs recorded on the H200 (tests/gpu/data, docs/gpu.md)."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parent / "data"
+spec = importlib.util.spec_from_file_location("e2e", ROOT / "tools/gpu/e2e.py")
+e2e = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(e2e)
+
+
+def test_missing_module_is_a_failure_not_a_refusal():
+    f = e2e.parse_log((DATA / "ipython-missing.log").read_text())
+    assert f["errors"] == ["ModuleNotFoundError: No module named 'IPython'"]
+    assert e2e.outcome({"healthy": False, "log_figures": f}) == "failed"
+
+
+def test_pairs():
+    assert e2e._pairs("#tokens: 11893, K size: 1.23 GB, V size: 1.23 GB") == {"tokens": 11893, "K_size_gib": 1.23, "V_size_gib": 1.23}
+
+
+def test_check_case_zero_requests():
+    case = e2e.CASES["zero-requests-dflash"]
+    pr = {"healthy": False, "log_figures": e2e.parse_log("AssertionError: max_running_request is zero\n")}
+    pa = {"healthy": False, "log_figures": e2e.parse_log("RuntimeError: Not enough GPU memory to start: x\nremedy: --max-running-requests = 2\n")}
+    ok = {"healthy": True, "requests_ok": True, "log_figures": e2e.parse_log("")}
+    c = e2e.check_case(case, {"pristine": pr, "patched": pa, "patched+remedy": ok})
+    assert c["pass"], c
+    assert "patched refused with remedy --max-running-requests 2" in c["why"]
+    pa_bad = {"healthy": False, "log_figures": e2e.parse_log("AssertionError: max_running_request is zero\n")}
+    assert not e2e.check_case(case, {"pristine": pr, "patched": pa_bad})["pass"]
+
+
+def test_table_of_recorded_report():
+    report = json.loads((DATA / "e2e-ipython-missing.json").read_text())
+    t = e2e.table(report)
+    assert t.count("| failed |") == 6 and "FAIL" in t

@@ -1,0 +1,480 @@
+"""End-to-end check on a GPU machine: real SGLang servers, pristine (the
+release) against patched (the overlay's wheel), from an offline bundle
+(tools/bundle.py; docs/gpu.md).
+
+  python tools/gpu/e2e.py --bundle build/bundle --out DIR [--cases dense,zero-requests-dflash,dflash-smoke]
+
+Per case and tree: `python -m sglang.launch_server` with dummy weights and
+--skip-tokenizer-init, /health, a batch of /generate requests of varied
+lengths (input_ids), one streaming request, clean shutdown (SIGINT); the
+start-up log is parsed (avail mem, KV/Mamba allocation, decided counts,
+server_args, the error) and, on the patched tree, the memory ledger JSON
+(SGLO_MEMORY_LEDGER).  A patched refusal with a `remedy:` line is re-run
+once with that remedy.  Writes DIR/e2e.json and DIR/e2e.md (a table).
+
+The parsing, comparison and report functions are pure and tested on CPU
+(tests/gpu) against logs recorded on an H200 (tests/gpu/data).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+import hashlib
+import base64
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GIB = 1 << 30
+
+# --------------------------------------------------------------------------
+# parsing (pure)
+
+_NUM = r"([-\d.]+)"
+PATTERNS = {
+    "load_begin_avail_gib": re.compile(r"Load weight begin\. avail mem=" + _NUM + " GB"),
+    "load_end_avail_gib": re.compile(r"Load weight end\..*?avail mem=" + _NUM + " GB"),
+    "weights_gib": re.compile(r"Load weight end\..*?mem usage=" + _NUM + " GB"),
+    "pool_end_avail_gib": re.compile(r"Memory pool end\. avail mem=" + _NUM + " GB"),
+}
+KV_LINE = re.compile(r"KV Cache is allocated\. (.*)$")
+MAMBA_LINE = re.compile(r"Mamba Cache is allocated\. (.*)$")
+DECIDED = re.compile(r"max_total_num_tokens=(\d+).*?max_running_requests=(\d+)")
+SERVER_ARGS = re.compile(r"server_args=ServerArgs\((.*)\)\s*$")
+ERROR = re.compile(r"^\s*((?:[A-Za-z_.]+Error|MemoryBudgetError|Exception)(?::.*)?)$")
+REMEDY = re.compile(r"^remedy: --([a-z0-9-]+) = (\S+)\s*$")
+SERVER_ARG_KEYS = ("mem_fraction_static", "max_running_requests", "max_total_tokens", "context_length",
+                   "chunked_prefill_size", "cuda_graph_max_bs", "max_mamba_cache_size", "mamba_scheduler_strategy",
+                   "kv_cache_dtype", "speculative_algorithm", "speculative_num_draft_tokens",
+                   "speculative_dflash_block_size", "attention_backend", "disable_radix_cache", "page_size")
+
+
+def _pairs(text):
+    """`#tokens: 11893, K size: 1.23 GB` -> {"tokens": 11893, "K_size_gib": 1.23}."""
+    out = {}
+    for key, value, unit in re.findall(r"#?([A-Za-z_ ]+?): ([-\d.]+) ?(GB)?(?:,|$)", text):
+        key = key.strip().replace(" ", "_") + ("_gib" if unit else "")
+        out[key] = float(value) if "." in value or unit else int(value)
+    return out
+
+
+def parse_log(text):
+    """The figures a start-up log gives (GiB with 2 decimals, as SGLang logs them)."""
+    r = {"kv_cache": [], "mamba_cache": [], "errors": [], "remedies": []}
+    for line in text.splitlines():
+        for key, pat in PATTERNS.items():
+            m = pat.search(line)
+            if m and key not in r:
+                r[key] = float(m.group(1))
+        if (m := KV_LINE.search(line)):
+            r["kv_cache"].append(_pairs(m.group(1)))
+        if (m := MAMBA_LINE.search(line)):
+            r["mamba_cache"].append(_pairs(m.group(1)))
+        if (m := DECIDED.search(line)) and "max_total_num_tokens" not in r:
+            r["max_total_num_tokens"], r["max_running_requests"] = int(m.group(1)), int(m.group(2))
+        if (m := SERVER_ARGS.search(line)) and "server_args" not in r:
+            body = m.group(1)
+            r["server_args"] = {k: _literal(v) for k in SERVER_ARG_KEYS
+                                for v in re.findall(rf"(?<![a-z_]){k}=('[^']*'|[^,()]+)", body)[:1]}
+        if (m := ERROR.match(line)):
+            r["errors"].append(m.group(1).strip())
+        if (m := REMEDY.match(line.strip())):
+            r["remedies"].append({"flag": m.group(1), "value": m.group(2)})
+    r["errors"] = list(dict.fromkeys(r["errors"]))
+    return r
+
+
+def _literal(v):
+    v = v.strip()
+    if v.startswith("'"):
+        return v.strip("'")
+    if v in ("True", "False"):
+        return v == "True"
+    if v == "None":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        try:
+            return float(v)
+        except ValueError:
+            return v
+
+
+def parse_ledger(text):
+    """The memory ledger JSON (docs/memory.md), in the figures the report shows."""
+    d = json.loads(text)
+    f = d.get("figures", {})
+    res = d.get("reservations", {})
+    return {"outcome": d.get("outcome"), "reason": d.get("reason"), "remedies": d.get("remedies", []),
+            "case": f.get("case"),
+            "pre_load_free_gib": _gib(f.get("pre_load_free_bytes")), "post_load_free_gib": _gib(f.get("post_load_free_bytes")),
+            "budget_gib": _gib(f.get("budget_bytes")), "max_total_num_tokens": f.get("max_total_num_tokens"),
+            "max_running_requests": f.get("max_running_requests"), "max_mamba_cache_size": f.get("max_mamba_cache_size"),
+            "reserved_gib": {k: _gib(v.get("bytes")) for k, v in res.items() if isinstance(v, dict)}}
+
+
+def _gib(b):
+    return None if b is None else round(b / GIB, 3)
+
+
+def outcome(run):
+    """ok / refused / failed, from what the run saw."""
+    if run.get("healthy"):
+        return "ok"
+    log = run.get("log_figures", {})
+    if log.get("remedies") or any("Not enough GPU memory" in e for e in log.get("errors", [])):
+        return "refused"
+    return "failed"
+
+
+def check_case(case, runs):
+    """The case's expectations against its runs: {"pass": bool, "why": [...]}."""
+    why, ok = [], True
+    pr, pa = runs.get("pristine"), runs.get("patched")
+    want = case.get("expect", {})
+    if pr and want.get("pristine_error"):
+        hit = any(want["pristine_error"] in e for e in pr["log_figures"]["errors"])
+        ok &= hit
+        why.append(f"pristine {'shows' if hit else 'does NOT show'} {want['pristine_error']!r}")
+    if pr and want.get("pristine") and outcome(pr) != want["pristine"]:
+        ok = False
+        why.append(f"pristine {outcome(pr)}, expected {want['pristine']}")
+    if pa:
+        o = outcome(pa)
+        allowed = want.get("patched", ["ok"])
+        good = o in allowed and (o != "refused" or bool(pa["log_figures"]["remedies"]))
+        ok &= good
+        why.append(f"patched {o}" + (" with remedy " + ", ".join(f"--{r['flag']} {r['value']}" for r in pa["log_figures"]["remedies"]) if o == "refused" else "")
+                   + ("" if good else f" (expected {allowed})"))
+        rr = runs.get("patched+remedy")
+        if rr:
+            g = outcome(rr) == "ok"
+            ok &= g
+            why.append(f"remedy re-run {outcome(rr)}")
+    for k in ("pristine", "patched", "patched+remedy"):
+        r = runs.get(k)
+        if r and r.get("healthy") and not r.get("requests_ok"):
+            ok = False
+            why.append(f"{k}: requests failed: {r.get('request_error')}")
+    if pr and pa and pr.get("outputs") and pa.get("outputs") and want.get("same_outputs"):
+        same = pr["outputs"] == pa["outputs"]
+        ok &= same
+        why.append("greedy outputs identical" if same else "greedy outputs DIFFER")
+    return {"pass": bool(ok), "why": why}
+
+
+def table(report):
+    rows = ["| case | tree | outcome | avail before / after load (GiB) | KV tokens | max_running_requests | Mamba slots | requests | note |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for c in report["cases"]:
+        for tree, r in c["runs"].items():
+            f = r["log_figures"]
+            mamba = f["mamba_cache"][0].get("max_mamba_cache_size") if f["mamba_cache"] else ""
+            kv = "/".join(str(k.get("tokens", "")) for k in f["kv_cache"])
+            note = (f["errors"][-1] if f["errors"] and not r.get("healthy") else "")[:90]
+            if f["remedies"]:
+                note += " remedy: " + ", ".join(f"--{x['flag']} {x['value']}" for x in f["remedies"])
+            req = f"{r.get('n_ok', 0)}/{r.get('n_requests', 0)} + stream {'ok' if r.get('stream_ok') else '-'}" if r.get("healthy") else "-"
+            rows.append(f"| {c['name']} | {tree} | {outcome(r)} | {f.get('load_begin_avail_gib', '')} / {f.get('load_end_avail_gib', '')} "
+                        f"| {kv} | {f.get('max_running_requests', '')} | {mamba} | {req} | {note} |")
+    rows.append("")
+    for c in report["cases"]:
+        rows.append(f"- {c['name']}: {'PASS' if c['check']['pass'] else 'FAIL'}: " + "; ".join(c["check"]["why"]))
+    return "\n".join(rows) + "\n"
+
+
+# --------------------------------------------------------------------------
+# installing the bundle (no network)
+
+def install(bundle, work):
+    bundle, work = Path(bundle), Path(work)
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    deps = [str(bundle / c["file"]) for c in manifest["chosen"]]
+    pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--disable-pip-version-check"]
+    subprocess.run(pip + ["--target", str(work / "deps")] + deps, check=True)
+    subprocess.run(pip + ["--target", str(work / "patched"), str(bundle / manifest["patched_wheel"])], check=True)
+    # the release's own tree: the patched one with the release's files put back, proven by its RECORD
+    pristine = work / "pristine"
+    shutil.copytree(work / "patched" / "sglang", pristine / "sglang")
+    with zipfile.ZipFile(bundle / manifest["release_delta"]["file"]) as z:
+        for n in z.namelist():
+            if n.startswith("files/") and not n.endswith("/"):
+                (pristine / n[len("files/"):]).write_bytes(z.read(n))
+        for a in z.read("added.txt").decode().split():
+            (pristine / a).unlink()
+        record = z.read("RECORD").decode().splitlines()
+    bad = []
+    for line in record:
+        path, digest = line.split(",")[:2]
+        if not path.startswith("sglang/") or not digest:
+            continue
+        got = base64.urlsafe_b64encode(hashlib.sha256((pristine / path).read_bytes()).digest()).rstrip(b"=").decode()
+        if "sha256=" + got != digest:
+            bad.append(path)
+    if bad:
+        raise SystemExit(f"the rebuilt release tree differs from the release's RECORD: {bad[:5]}")
+    # sglang/utils.py imports IPython.display at module level (for notebooks); IPython and its
+    # dependencies are 7.5 MiB the bundle's budget has no room for: a stub stands in when the
+    # machine has none (reported as "ipython_stub")
+    import importlib.util
+    stub = importlib.util.find_spec("IPython") is None
+    if stub:
+        (work / "stubs" / "IPython").mkdir(parents=True)
+        (work / "stubs" / "IPython" / "__init__.py").write_text("")
+        (work / "stubs" / "IPython" / "display.py").write_text(
+            "class HTML(str):\n    pass\n\n\ndef display(*a, **k):\n    pass\n")
+    return {"ipython_stub": stub, "bundle_total": manifest["total"], "pristine_proven_files": sum(1 for l in record if l.startswith("sglang/"))}
+
+
+# --------------------------------------------------------------------------
+# models (config.json only: --load-format dummy)
+
+DENSE = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
+         "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+         "vocab_size": 151936, "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+         "hidden_act": "silu", "torch_dtype": "bfloat16", "tie_word_embeddings": True, "bos_token_id": 151643,
+         "eos_token_id": 151645, "attention_bias": False, "attention_dropout": 0.0}
+
+
+def make_models(work):
+    work = Path(work)
+    dense = work / "models" / "qwen3-dense"
+    dense.mkdir(parents=True, exist_ok=True)
+    (dense / "config.json").write_text(json.dumps(DENSE, indent=1))
+    big = work / "models" / "qwen3.6-27b"
+    draft = work / "models" / "qwen3.6-27b-dflash"
+    for d, src in ((big, "qwen3.6-27b"), (draft, "qwen3.6-27b-dflash")):
+        d.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "tests/plan/data" / src / "config.json", d / "config.json")
+    _processor(big, work)
+    return {"dense": dense, "big": big, "draft": draft}
+
+
+def _processor(d, work):
+    """Qwen3_5ForConditionalGeneration needs a processor even with
+    --skip-tokenizer-init: a tiny word-level tokenizer holding the vision
+    special tokens, and a Qwen3-VL processor around it."""
+    code = r'''
+import json, sys
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, AutoProcessor
+from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
+d = sys.argv[1]
+special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+vocab = {t: i for i, t in enumerate(special + ["a", "b", "c"])}
+tk = Tokenizer(models.WordLevel(vocab, unk_token="a"))
+tk.pre_tokenizer = pre_tokenizers.Whitespace()
+fast = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                               additional_special_tokens=special)
+fast.save_pretrained(d)
+try:
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+    video = Qwen3VLVideoProcessor()
+except Exception:
+    video = None
+p = Qwen3VLProcessor(image_processor=Qwen2VLImageProcessor(), tokenizer=fast, video_processor=video)
+p.save_pretrained(d)
+print("processor ok")
+'''
+    r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=f"{work / 'deps'}"))
+    if r.returncode != 0:
+        print("processor:", r.stderr[-3000:], file=sys.stderr)
+    return r.returncode == 0
+
+
+# --------------------------------------------------------------------------
+# servers
+
+COMMON = ["--load-format", "dummy", "--skip-tokenizer-init", "--attention-backend", "triton",
+          "--disable-cuda-graph", "--disable-piecewise-cuda-graph", "--log-level", "info", "--random-seed", "0"]
+BIG = ["--mm-attention-backend", "triton_attn", "--context-length", "32768", "--tp", "1", "--page-size", "1",
+       "--speculative-algorithm", "DFLASH", "--speculative-dflash-block-size", "16"]
+
+CASES = {
+    "dense": {"model": "dense", "free_gib": None,
+              "flags": ["--mem-fraction-static", "0.5", "--context-length", "4096"],
+              "expect": {"pristine": "ok", "patched": ["ok"], "same_outputs": True}},
+    # tools/sgl_overlay/harness/scenarios/zero-requests-dflash.toml (docs/incidents.md)
+    "zero-requests-dflash": {"model": "big", "free_gib": 94.24,
+                             "flags": BIG + ["--mamba-scheduler-strategy", "extra_buffer", "--max-running-requests", "4",
+                                             "--kv-cache-dtype", "fp8_e4m3", "--mem-fraction-static", "0.647166"],
+                             "expect": {"pristine_error": "max_running_request is zero", "patched": ["ok", "refused"]}},
+    # tools/sgl_overlay/harness/scenarios/dflash-smoke.toml
+    "dflash-smoke": {"model": "big", "free_gib": 94.24,
+                     "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
+                                     "--max-running-requests", "4", "--max-mamba-cache-size", "24",
+                                     "--mem-fraction-static", "0.6856901"],
+                     "expect": {"pristine": "ok", "patched": ["ok", "refused"]}},
+}
+
+BLOCKER = r'''
+import sys, time, torch
+target = float(sys.argv[1]) * (1 << 30)
+free, total = torch.cuda.mem_get_info()
+n = int(free - target)
+x = torch.empty(max(n, 0), dtype=torch.uint8, device="cuda") if n > 0 else None
+print(f"blocker: held {n / (1 << 30):.2f} GiB, free now {torch.cuda.mem_get_info()[0] / (1 << 30):.2f} GiB", flush=True)
+time.sleep(100000)
+'''
+
+
+def start_blocker(free_gib):
+    p = subprocess.Popen([sys.executable, "-c", BLOCKER, str(free_gib)], stdout=subprocess.PIPE, text=True)
+    return p, p.stdout.readline().strip()
+
+
+def _post(url, body, timeout=120):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def exercise(base):
+    """A batch of varied-length greedy /generate requests and one streaming one."""
+    out = {"n_requests": 0, "n_ok": 0, "outputs": []}
+    lengths = [5, 37, 300, 1200]
+    ids = [[(7 * i + 13 * n) % 20000 + 100 for i in range(n)] for n in lengths]
+    sp = {"temperature": 0, "max_new_tokens": 16, "ignore_eos": True}
+    t0 = time.time()
+    try:
+        res = json.loads(_post(base + "/generate", {"input_ids": ids, "sampling_params": sp}))
+        out["n_requests"] = len(ids)
+        out["outputs"] = [r.get("output_ids") for r in res]
+        out["n_ok"] = sum(1 for r in res if len(r.get("output_ids") or []) == 16)
+        out["batch_s"] = round(time.time() - t0, 2)
+        chunks = _post(base + "/generate", {"input_ids": ids[1], "sampling_params": sp, "stream": True})
+        data = [l[6:] for l in chunks.splitlines() if l.startswith("data: ")]
+        out["stream_chunks"] = len(data)
+        out["stream_ok"] = bool(data) and data[-1] == "[DONE]" and len(json.loads(data[-2]).get("output_ids", [])) >= 1
+        out["requests_ok"] = out["n_ok"] == len(ids) and out["stream_ok"]
+    except Exception as e:    # noqa: BLE001 - reported, not raised
+        out["requests_ok"] = False
+        out["request_error"] = f"{type(e).__name__}: {e}"[:500]
+    return out
+
+
+def run_server(tree, work, model, flags, prefix, port, start_timeout):
+    log = Path(f"{prefix}.log.full")
+    ledger = Path(f"{prefix}.ledger.json")
+    path = f"{work / tree}:{work / 'deps'}" + (f":{work / 'stubs'}" if (work / "stubs").exists() else "")
+    env = dict(os.environ, PYTHONPATH=path, SGLO_MEMORY_LEDGER=str(ledger),
+               PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--port", str(port),
+           "--host", "127.0.0.1"] + COMMON + flags
+    t0 = time.time()
+    with open(log, "w") as lf:
+        p = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    run = {"command": " ".join(cmd[1:]).replace(str(work), "$WORK"), "healthy": False}
+    base = f"http://127.0.0.1:{port}"
+    while time.time() - t0 < start_timeout and p.poll() is None:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                if r.status == 200:
+                    run["healthy"] = True
+                    break
+        except Exception:    # noqa: BLE001
+            time.sleep(2)
+    run["start_s"] = round(time.time() - t0, 1)
+    if run["healthy"]:
+        run.update(exercise(base))
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGINT)
+        try:
+            p.wait(60)
+            run["shutdown"] = "clean" if p.returncode in (0, -2, 130) else f"exit {p.returncode}"
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            run["shutdown"] = "killed after 60 s"
+    else:
+        run["exit_code"] = p.returncode
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    text = log.read_text(errors="replace")
+    run["log_figures"] = parse_log(text)
+    if ledger.exists():
+        run["ledger"] = parse_ledger(ledger.read_text())
+    # keep the log small: the lines the parser reads, and the last 60
+    keep = [l for l in text.splitlines() if any(k in l for k in ("avail mem", "Cache is allocated", "max_total_num_tokens",
+                                                                  "server_args=", "Error", "remedy:", "Memory ledger"))]
+    log.unlink()
+    Path(f"{prefix}.log").write_text("\n".join(keep[:200] + ["..."] + text.splitlines()[-60:]) + "\n")
+    return run
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bundle", default=str(ROOT / "build" / "bundle"))
+    ap.add_argument("--work", default="/tmp/sglo-e2e")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--trees", default="pristine,patched")
+    ap.add_argument("--start-timeout", type=float, default=300)
+    args = ap.parse_args(argv)
+    out, work = Path(args.out), Path(args.work)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": sys.version.split()[0], "cases": []}
+    if not (work / "pristine" / "sglang").exists():
+        shutil.rmtree(work, ignore_errors=True)
+        report["install"] = install(args.bundle, work)
+    report["install_s"] = round(time.time() - t0, 1)
+    try:
+        import torch
+        report["torch"] = torch.__version__
+        report["gpu"] = torch.cuda.get_device_name(0)
+        report["gpu_total_gib"] = round(torch.cuda.mem_get_info()[1] / GIB, 2)
+    except Exception as e:    # noqa: BLE001
+        report["torch"] = f"unavailable: {e}"
+    models = make_models(work)
+    port = 30123
+    for name in args.cases.split(","):
+        case = CASES[name]
+        c = {"name": name, "flags": case["flags"], "runs": {}}
+        blocker, note = (start_blocker(case["free_gib"]) if case["free_gib"] else (None, None))
+        c["blocker"] = note
+        try:
+            for tree in args.trees.split(","):
+                port += 1
+                r = run_server(tree, work, models[case["model"]], case["flags"], out / f"{name}.{tree}", port, args.start_timeout)
+                c["runs"][tree] = r
+                print(f"[e2e {time.time() - t0:6.1f}s] {name} {tree}: {outcome(r)} {r['log_figures']['errors'][-1:]}", flush=True)
+                if tree == "patched" and outcome(r) == "refused" and r["log_figures"]["remedies"]:
+                    rem = r["log_figures"]["remedies"][0]
+                    flags = list(case["flags"])
+                    f = "--" + rem["flag"]
+                    if f in flags:
+                        flags[flags.index(f) + 1] = rem["value"]
+                    else:
+                        flags += [f, rem["value"]]
+                    port += 1
+                    rr = run_server(tree, work, models[case["model"]], flags, out / f"{name}.patched+remedy", port, args.start_timeout)
+                    c["runs"]["patched+remedy"] = rr
+                    print(f"[e2e {time.time() - t0:6.1f}s] {name} patched+remedy ({f} {rem['value']}): {outcome(rr)}", flush=True)
+        finally:
+            if blocker:
+                blocker.kill()
+                blocker.wait()
+        c["check"] = check_case(case, c["runs"])
+        report["cases"].append(c)
+        (out / "e2e.json").write_text(json.dumps(report, indent=1) + "\n")
+    report["total_s"] = round(time.time() - t0, 1)
+    (out / "e2e.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "e2e.md").write_text(table(report))
+    print(table(report))
+    return 0 if all(c["check"]["pass"] for c in report["cases"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

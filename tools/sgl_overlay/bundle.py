@@ -1,0 +1,262 @@
+"""An offline bundle for a GPU machine without a network: the patched wheel
+for that machine's Python plus the runtime wheels SGLang imports for one
+configuration, within a size budget (docs/gpu.md).
+
+``choose`` is the decision, a pure function of the candidates, their sizes,
+the budget and the configuration; ``build`` downloads the candidates with
+``python -m pip download --no-deps`` (pip's own configuration decides the
+index), makes the slim variants, calls ``choose`` and writes the bundle and
+its manifest.
+"""
+import dataclasses
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from wheel.wheelfile import WheelFile
+
+from . import source, versions
+from .errors import OverlayError, UsageError
+
+MIB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    label: str                  # "full", "slim"
+    size: int                   # bytes of the wheel file
+    disables: str = ""          # what is missing with this variant ("" for the full wheel)
+    requires: tuple = ()        # (flag, value) pairs the configuration must have for this variant to serve
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    name: str
+    variants: tuple             # preferred first
+    required: bool = True       # False: the bundle may leave it out
+    why: str = ""               # what SGLang needs it for
+    disables: str = ""          # what leaving it out disables (optional candidates)
+
+
+def choose(candidates, budget, config):
+    """Which candidates go into a bundle of at most ``budget`` bytes for the
+    configuration ``config`` (``{flag: value}``, e.g. ``{"attention-backend":
+    "triton"}``).  Required candidates are placed first, in the given order,
+    then optional ones, in the given order; each takes its first variant
+    that serves the configuration and fits what is left.
+
+    Returns ``{"fits", "total", "budget", "chosen": [{name, variant, size,
+    disables}], "left_out": [{name, reason, disables, required}]}``;
+    ``fits`` is False when a required candidate could not be placed."""
+    left = budget
+    chosen, left_out = [], []
+    order = [c for c in candidates if c.required] + [c for c in candidates if not c.required]
+    for c in order:
+        reasons = []
+        pick = None
+        for v in c.variants:
+            unmet = [(f, val) for f, val in v.requires if config.get(f) != val]
+            if unmet:
+                reasons.append(f"{v.label} needs " + ", ".join(f"--{f} {val}" for f, val in unmet))
+                continue
+            if v.size > left:
+                reasons.append(f"{v.label} is {v.size / MIB:.1f} MiB, {left / MIB:.1f} MiB left")
+                continue
+            pick = v
+            break
+        if pick is None:
+            left_out.append({"name": c.name, "required": c.required, "reason": "; ".join(reasons) or "no variant",
+                             "disables": c.disables or c.why})
+            continue
+        left -= pick.size
+        chosen.append({"name": c.name, "variant": pick.label, "size": pick.size, "disables": pick.disables})
+        for v in c.variants[:c.variants.index(pick)]:
+            left_out.append({"name": f"{c.name} ({v.label})", "required": False,
+                             "reason": reasons[c.variants.index(v)],
+                             "disables": pick.disables})
+    return {"fits": not any(x["required"] for x in left_out), "total": budget - left, "budget": budget,
+            "chosen": chosen, "left_out": left_out}
+
+
+# --------------------------------------------------------------------------
+# what a GPU machine with torch 2.11, triton, numpy and safetensors lacks to
+# start SGLang 0.5.12.post1 with --skip-tokenizer-init: the set that started
+# servers on an H200 with Python 3.12 (docs/gpu.md).  Versions: the release's
+# own pins where it pins (upstream.lock [dependencies]), else ones known to work
+# with those pins.
+
+PROVIDED = ("torch", "triton", "numpy", "safetensors")
+
+RUNTIME = [
+    # name, requirement, why
+    ("sglang-kernel", "sglang-kernel=={sglang-kernel}", "SGLang's CUDA kernels"),
+    ("flashinfer-python", "flashinfer-python=={flashinfer_python}", "sampling and attention kernels"),
+    ("transformers", "transformers=={transformers}", "model configs"),
+    ("tokenizers", "tokenizers==0.22.2", "transformers 5.6.0 rejects tokenizers > 0.23"),
+    ("apache-tvm-ffi", "apache-tvm-ffi==0.1.9", "flashinfer's FFI (the release's pin)"),
+    ("pydantic", "pydantic==2.14.4", "API models"),
+    ("pydantic-core", "pydantic-core==2.50.5", "pydantic"),
+    ("annotated-types", "annotated-types", "pydantic"),
+    ("typing-inspection", "typing-inspection", "pydantic"),
+    ("fastapi", "fastapi==0.165.0", "the HTTP server"),
+    ("starlette", "starlette==1.10.0", "fastapi"),
+    ("uvicorn", "uvicorn==0.54.0", "the HTTP server"),
+    ("python-multipart", "python-multipart", "fastapi forms"),
+    ("opentelemetry-api", "opentelemetry-api", "tracing hooks imported at start"),
+    ("pyzmq", "pyzmq", "inter-process queues"),
+    ("orjson", "orjson", "responses"),
+    ("msgspec", "msgspec", "inter-process messages"),
+    ("pybase64", "pybase64", "request decoding"),
+    ("setproctitle", "setproctitle", "process names"),
+    ("partial-json-parser", "partial-json-parser", "function-call parsing (imported at start)"),
+    ("dill", "dill", "imported at start"),
+    ("compressed-tensors", "compressed-tensors==0.20.1", "quantization configs (imported at start)"),
+    ("loguru", "loguru", "imported at start"),
+    ("gguf", "gguf", "model loader (imported at start)"),
+    ("openai", "openai==2.6.1", "the OpenAI-compatible API (the release's pin)"),
+    ("jiter", "jiter", "openai"),
+    ("distro", "distro", "openai"),
+    ("sniffio", "sniffio", "openai"),
+    ("jsonschema", "jsonschema", "structured output (imported at start)"),
+    ("jsonschema-specifications", "jsonschema-specifications", "jsonschema"),
+    ("referencing", "referencing", "jsonschema"),
+    ("rpds-py", "rpds-py", "jsonschema"),
+    ("soundfile", "soundfile==0.13.1", "audio inputs (imported at start; the release's pin)"),
+    ("cffi", "cffi", "soundfile"),
+    ("pycparser", "pycparser", "cffi"),
+]
+
+# sglang-kernel's wheel is 322 MB because of FA3; without these members it is
+# about 16 MiB and `import sgl_kernel` works (flash_ops is imported only by
+# sgl_kernel.flash_attn).
+KERNEL_SLIM_DROP = ("sgl_kernel/flash_ops*.so", "sgl_kernel/sm100/*", "sgl_kernel/flashmla_ops*.so",
+                    "*mscclpp*")
+KERNEL_SLIM_DISABLES = ("FA3/FA4 attention (sgl_kernel.flash_ops), the sm100 (Blackwell datacenter) kernels, "
+                        "FlashMLA and mscclpp all-reduce: use --attention-backend triton (and for Qwen3.5 "
+                        "--mm-attention-backend triton_attn)")
+
+
+def slim_wheel(src, dest_dir, drop, label="slim"):
+    """A copy of the wheel ``src`` without the members matching ``drop``,
+    its version given the local label ``+<label>`` (it is not the published
+    file), RECORD rewritten by WheelFile.  Returns the new path."""
+    src = Path(src)
+    name, version, tags = versions.wheel(src.name)
+    new_version = f"{version}+{label}"
+    out = Path(dest_dir) / f"{name}-{new_version}-{tags}.whl"
+    old_info, new_info = f"{name}-{version}.dist-info/", f"{name}-{new_version}.dist-info/"
+    with zipfile.ZipFile(src) as z, WheelFile(out, "w") as w:
+        for info in z.infolist():
+            n = info.filename
+            if info.is_dir() or any(fnmatch.fnmatch(n, pat) for pat in drop) or n == old_info + "RECORD":
+                continue
+            data = z.read(info)
+            if n.startswith(old_info):
+                if n == old_info + "METADATA":
+                    data = re.sub(rb"(?m)^Version: .*$", b"Version: " + new_version.encode(), data, count=1)
+                n = new_info + n[len(old_info):]
+            zi = zipfile.ZipInfo(n, date_time=info.date_time)
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            zi.external_attr = info.external_attr
+            w.writestr(zi, data)
+    return out
+
+
+def _download(requirements, dest, python, platform):
+    tag = "cp" + python.replace(".", "")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet",
+           "--only-binary=:all:", "--implementation", "cp", "--python-version", python, "--abi", tag,
+           "--abi", "abi3", "--abi", "none", "-d", str(dest)]
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", platform)
+    plats = [platform]
+    if m:   # every manylinux tag the platform accepts, newest first
+        major, minor, arch = int(m[1]), int(m[2]), m[3]
+        plats = [f"manylinux_{major}_{n}_{arch}" for n in range(minor, 16, -1)] + [f"manylinux2014_{arch}"]
+    for p in plats + ["any"]:
+        cmd += ["--platform", p]
+    p = subprocess.run(cmd + list(requirements), capture_output=True, text=True)
+    if p.returncode != 0:
+        raise OverlayError(f"pip could not download the runtime wheels: {p.stderr.strip()[-2000:]}",
+                           hint="check that pip can reach your package index (pip config list)")
+
+
+def _find(dl, name):
+    norm = name.replace("-", "_").lower()
+    for f in sorted(Path(dl).glob("*.whl")):
+        if f.name.split("-")[0].lower() == norm:
+            return f
+    return None
+
+
+def release_delta(release_wheel, patched_wheel, out):
+    """A small zip from which the release's own ``sglang/`` is rebuilt out of
+    an installed patched wheel: the release's version of every file the
+    patched wheel changes, the list of files it adds, and the release's
+    RECORD (every file's sha256) to prove the rebuilt tree exact."""
+    with zipfile.ZipFile(release_wheel) as r, zipfile.ZipFile(patched_wheel) as p:
+        rel = {i.filename: i for i in r.infolist() if i.filename.startswith("sglang/") and not i.is_dir()}
+        pat = {i.filename: i for i in p.infolist() if i.filename.startswith("sglang/") and not i.is_dir()}
+        record = next(n for n in r.namelist() if n.endswith(".dist-info/RECORD"))
+        changed = sorted(n for n in rel if n in pat and r.read(n) != p.read(n))
+        added = sorted(set(pat) - set(rel))
+        removed = sorted(set(rel) - set(pat))
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+            for n in changed + removed:
+                z.writestr("files/" + n, r.read(n))
+            z.writestr("added.txt", "".join(a + "\n" for a in added))
+            z.writestr("RECORD", r.read(record))
+    return {"changed": changed, "added": added, "removed": removed}
+
+
+def build(lock, patched_wheel, release_wheel, out, python, platform, config, budget, dl_dir, progress=None):
+    say = progress or (lambda m: None)
+    out, dl_dir = Path(out), Path(dl_dir)
+    dl_dir.mkdir(parents=True, exist_ok=True)
+    reqs = [spec.format(**lock.dependencies) for _, spec, _ in RUNTIME]
+    missing = [r for (name, _, _), r in zip(RUNTIME, reqs) if _find(dl_dir, name) is None]
+    if missing:
+        say(f"downloading {len(missing)} runtime wheel(s) with pip")
+        _download(missing, dl_dir, python, platform)
+    cands = []
+    files = {}
+    for name, _, why in RUNTIME:
+        f = _find(dl_dir, name)
+        if f is None:
+            raise OverlayError(f"pip did not fetch {name}", hint="check the package index")
+        variants = [Variant("full", f.stat().st_size)]
+        files[(name, "full")] = f
+        if name == "sglang-kernel":
+            slim_dir = dl_dir / "slim"
+            slim_dir.mkdir(exist_ok=True)
+            s = next(iter(slim_dir.glob(f.name.split("-")[0] + "-*.whl")), None) or slim_wheel(f, slim_dir, KERNEL_SLIM_DROP)
+            variants.append(Variant("slim", s.stat().st_size, KERNEL_SLIM_DISABLES,
+                                    requires=(("attention-backend", "triton"),)))
+            files[(name, "slim")] = s
+        cands.append(Candidate(name, tuple(variants), True, why))
+    out.mkdir(parents=True, exist_ok=True)
+    delta = out / "sglang-release-delta.zip"
+    d = release_delta(release_wheel, patched_wheel, delta)
+    fixed = Path(patched_wheel).stat().st_size + delta.stat().st_size
+    decision = choose(cands, budget - fixed, config)
+    decision["budget"] = budget
+    decision["total"] += fixed
+    if not decision["fits"]:
+        return decision
+    for f in out.glob("*.whl"):
+        f.unlink()
+    shutil.copy2(patched_wheel, out)
+    for c in decision["chosen"]:
+        shutil.copy2(files[(c["name"], c["variant"])], out)
+        c["file"] = files[(c["name"], c["variant"])].name
+    decision.update({"python": python, "platform": platform, "config": config, "provided": list(PROVIDED),
+                     "patched_wheel": Path(patched_wheel).name, "release_wheel": Path(release_wheel).name,
+                     "release_delta": {"file": delta.name, **{k: len(v) for k, v in d.items()}}})
+    (out / "bundle.json").write_text(json.dumps(decision, indent=1) + "\n")
+    return decision

@@ -1,0 +1,70 @@
+"""An offline bundle for a GPU machine without a network (docs/gpu.md).
+
+  python tools/bundle.py --python 3.12 --attention-backend triton --max-mib 60 --out build/bundle
+
+Builds the patched wheel for --python (tools/apply.py --wheel --python),
+downloads the runtime wheels SGLang imports that the machine lacks
+(pip download --no-deps, pip's own configuration decides the index), and
+keeps the bundle within --max-mib: what it leaves out, or replaces by a slim
+variant, is stated with what that disables.
+
+Exit codes: 0 bundle written, 1 a required wheel does not fit the budget,
+2 bad usage, 3 integrity failure (docs/exit-codes.md).
+"""
+import argparse
+import os
+import types
+
+from .. import builder, bundle, cli, lock as lockmod, project, series, source
+from ..errors import FAILED, OK
+from .apply import build_for_python
+
+ROOT = str(project.ROOT)
+
+
+def parse(argv):
+    ap = cli.Parser(prog="python tools/bundle.py", description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--python", default="3.12", help="the GPU machine's Python (default 3.12)")
+    ap.add_argument("--platform", default="manylinux_2_34_x86_64", help="its platform tag")
+    ap.add_argument("--attention-backend", default="triton",
+                    help="the attention backend the servers will use (triton allows the slim sglang-kernel)")
+    ap.add_argument("--max-mib", type=float, default=60.0, help="size budget of the bundle in MiB (default 60)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "build", "bundle"), help="bundle directory")
+    ap.add_argument("--downloads", default=os.path.join(ROOT, "build", "bundle-downloads"),
+                    help="where downloaded wheels are kept between runs")
+    ap.add_argument("--cache", metavar="DIR", help="artifact cache (as tools/apply.py)")
+    ap.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("-q", "--quiet", action="store_true")
+    return ap.parse_args(argv)
+
+
+def text(d):
+    lines = [f"bundle: {d['total'] / bundle.MIB:.1f} MiB of {d['budget'] / bundle.MIB:.1f} MiB"]
+    for c in d["chosen"]:
+        lines.append(f"  {c.get('file', c['name'])}  {c['size'] / bundle.MIB:.1f} MiB ({c['variant']})")
+    for x in d["left_out"]:
+        lines.append(f"left out: {x['name']}: {x['reason']}" + (f"; disables {x['disables']}" if x["disables"] else ""))
+    if d.get("provided"):
+        lines.append("expected on the machine: " + ", ".join(d["provided"]))
+    return "\n".join(lines)
+
+
+def main(argv):
+    args = parse(argv)
+    progress = cli.Progress("bundle", quiet=args.quiet)
+    lock = lockmod.load(os.path.join(args.root, "upstream.lock"))
+    stack = series.load(args.root)
+    r = builder.build(lock, stack, os.path.join(args.root, "build", "sglang"), cache=args.cache, progress=progress)
+    wargs = types.SimpleNamespace(wheel=args.out + ".wheel", cache=args.cache)
+    w, note = build_for_python(lock, args.python, r["dest"], wargs, progress)
+    if note:
+        progress(note)
+    release = source.cache_dir(args.cache) / "artifacts" / w["artifact"]
+    d = bundle.build(lockmod.load(lock.path), w["path"], release, args.out, args.python, args.platform,
+                     {"attention-backend": args.attention_backend}, int(args.max_mib * bundle.MIB),
+                     args.downloads, progress)
+    d["sha256_note"] = note
+    cli.emit(d, args.json, text(d))
+    return OK if d["fits"] else FAILED
