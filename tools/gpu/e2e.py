@@ -253,6 +253,15 @@ def make_models(work):
     for d, src in ((big, "qwen3.6-27b"), (draft, "qwen3.6-27b-dflash")):
         d.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "tests/plan/data" / src / "config.json", d / "config.json")
+    # tests/plan/data keeps only the drafter fields the sizing reads; transformers
+    # needs a model type and the attention shape to build it (a Qwen3 decoder, as
+    # DFlash drafters are; these fields do not enter the KV or state sizing)
+    cfg = json.loads((draft / "config.json").read_text())
+    for k, v in {"model_type": "qwen3", "num_attention_heads": 40, "intermediate_size": 17408,
+                 "rms_norm_eps": 1e-6, "rope_theta": 10000000, "max_position_embeddings": 262144,
+                 "hidden_act": "silu", "attention_bias": False, "tie_word_embeddings": False}.items():
+        cfg.setdefault(k, v)
+    (draft / "config.json").write_text(json.dumps(cfg, indent=1))
     _processor(big, work)
     return {"dense": dense, "big": big, "draft": draft}
 
@@ -441,18 +450,21 @@ def main(argv=None):
     port = 30123
     for name in args.cases.split(","):
         case = CASES[name]
+        # the drafter of a DFLASH case: its config.json alone (make_models)
+        case_flags = case["flags"] + (["--speculative-draft-model-path", str(models["draft"])]
+                                      if "DFLASH" in case["flags"] else [])
         c = {"name": name, "flags": case["flags"], "runs": {}}
         blocker, note = (start_blocker(case["free_gib"]) if case["free_gib"] else (None, None))
         c["blocker"] = note
         try:
             for tree in args.trees.split(","):
                 port += 1
-                r = run_server(tree, work, models[case["model"]], case["flags"], out / f"{name}.{tree}", port, args.start_timeout)
+                r = run_server(tree, work, models[case["model"]], case_flags, out / f"{name}.{tree}", port, args.start_timeout)
                 c["runs"][tree] = r
                 print(f"[e2e {time.time() - t0:6.1f}s] {name} {tree}: {outcome(r)} {r['log_figures']['errors'][-1:]}", flush=True)
                 if tree == "patched" and outcome(r) == "refused" and r["log_figures"]["remedies"]:
                     rem = r["log_figures"]["remedies"][0]
-                    flags = list(case["flags"])
+                    flags = list(case_flags)
                     f = "--" + rem["flag"]
                     if f in flags:
                         flags[flags.index(f) + 1] = rem["value"]

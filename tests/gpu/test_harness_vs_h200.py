@@ -1,0 +1,72 @@
+"""The harness against reality: the start-ups recorded on the H200 on
+2026-12-01 (tests/gpu/data/h200-2026-12-01, docs/gpu.md) re-run through
+SGLang's real sizing code on a CPU, with the exact free bytes the patched
+tree's ledger recorded there (scenarios h200-*.toml).  Every figure the
+GPU's logs state must come out exactly: KV tokens, running requests and
+Mamba slots, on the pin and on the patched tree; the pin's failure and the
+patched tree's refusal, with the same remedies."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from sgl_overlay.harness import load_scenario, run_scenario, source_root
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parent / "data" / "h200-2026-12-01"
+spec = importlib.util.spec_from_file_location("e2e", ROOT / "tools/gpu/e2e.py")
+e2e = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(e2e)
+
+
+def gpu(name):
+    return e2e.parse_log((DATA / f"{name}.log").read_text())
+
+
+def harness(tree, scenario):
+    return run_scenario(source_root(tree), load_scenario(scenario), verify_remedy=False)
+
+
+@pytest.fixture(scope="module", params=["pristine", "patched"])
+def tree(request, pristine_tree, patched_tree):
+    return {"pristine": pristine_tree, "patched": patched_tree}[request.param], request.param
+
+
+def test_the_recorded_logs_say_what_docs_gpu_md_says():
+    smoke = {t: gpu(f"dflash-smoke.{t}") for t in ("pristine", "patched")}
+    for f in smoke.values():
+        assert (f["max_total_num_tokens"], f["max_running_requests"]) == (3079, 4)
+        assert f["mamba_cache"][0]["max_mamba_cache_size"] == 24
+        assert (f["load_begin_avail_gib"], f["load_end_avail_gib"]) == (93.57, 42.31)
+    zero = gpu("zero-requests-dflash.pristine")
+    assert "AssertionError: max_running_request is zero" in zero["errors"]
+    assert zero["kv_cache"][0]["tokens"] == 2007 and zero["mamba_cache"][0]["max_mamba_cache_size"] == 0
+
+
+def test_dflash_smoke_figures_equal_the_gpus(tree):
+    root, name = tree
+    f = gpu(f"dflash-smoke.{name}")
+    r = harness(root, "h200-dflash-smoke")
+    got = r["figures"]
+    assert r["outcome"] == "ok"
+    assert (got["max_total_num_tokens"], got["max_running_requests"], got["max_mamba_cache_size"]) == (
+        f["max_total_num_tokens"], f["max_running_requests"], f["mamba_cache"][0]["max_mamba_cache_size"])
+
+
+def test_zero_requests_on_the_pin_is_the_gpus_failure(pristine_tree):
+    f = gpu("zero-requests-dflash.pristine")
+    r = harness(pristine_tree, "h200-zero-requests-dflash")
+    got = r["figures"]
+    assert r["outcome"] == "broken"
+    assert got["max_running_requests"] == 0        # the GPU: AssertionError: max_running_request is zero
+    assert (got["max_total_num_tokens"], got["max_mamba_cache_size"]) == (
+        f["kv_cache"][0]["tokens"], f["mamba_cache"][0]["max_mamba_cache_size"])
+
+
+def test_zero_requests_on_the_patched_tree_refuses_with_the_gpus_remedies(patched_tree):
+    f = gpu("zero-requests-dflash.patched")
+    r = harness(patched_tree, "h200-zero-requests-dflash")
+    assert r["outcome"] == "refused"
+    stated = [(x["parsed"]["flag"], str(x["parsed"]["value"])) for x in r["remedies"]]
+    logged = list(dict.fromkeys(("--" + x["flag"].lstrip("-"), x["value"]) for x in f["remedies"]))  # logged twice
+    assert stated == logged == [("--max-running-requests", "1"), ("--mem-fraction-static", "0.726")]
