@@ -41,7 +41,13 @@ class Log:
         if self.path.exists():
             raise UsageError(f"log {self.path} already exists",
                              hint=f"continue it with --resume {self.path}, or choose another --log")
-        self.append({"type": "start", "schema": LOG_SCHEMA, "tool_version": TOOL_VERSION, **header})
+        tmp = self.path.parent / f".{self.path.name}.new"
+        with open(tmp, "w") as f:              # the log appears whole, with its start record, or not at all
+            f.write(json.dumps({"type": "start", "schema": LOG_SCHEMA, "tool_version": TOOL_VERSION, **header},
+                               sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
 
     def repair(self):
         """Cut a torn last line (a crash mid-write) before appending again."""

@@ -79,7 +79,7 @@ class TreeCache:
             if not fcntl_ok:
                 raise OverlayError(f"cached tree {entry} does not match its record, and another process is "
                                    "using it, so it cannot be rebuilt now",
-                                   hint=f"let the other bisect finish, then run again (or give this one another "
+                                   hint="let the other bisect finish, then run again (or give this one another "
                                         "--tree-cache)")
             shutil.rmtree(entry, ignore_errors=True)
             locking.try_lock(h.fd, True)                       # back to shared
