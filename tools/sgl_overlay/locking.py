@@ -106,8 +106,19 @@ def _record(fd, what):
         pass                                   # the pid is only for messages
 
 
+def _holder_soon(path):
+    """The holder's pid; it writes it right after taking the lock, so a
+    process that looked in between asks again a few times."""
+    for _ in range(20):
+        pid = holder(path)
+        if pid:
+            return pid
+        time.sleep(0.01)
+    return None
+
+
 def busy_message(what, path):
-    pid = holder(path)
+    pid = _holder_soon(path)
     return f"{what} is held by " + (f"pid {pid}" if pid else "another process") + f" (lock {path})"
 
 
@@ -127,7 +138,7 @@ def hold(path, what, wait=0, progress=None, shared=False, hint=None, poll=0.05):
             raise LockBusy(busy_message(what, path),
                            hint=hint or "wait for that process to finish, or pass --wait SECONDS to queue behind it; "
                                         "a lock whose process died is free again by itself")
-        pid = holder(path)
+        pid = _holder_soon(path)
         if progress:
             progress(f"waiting for {what} held by " + (f"pid {pid}" if pid else "another process")
                      + (f" (up to {wait:g} s)" if wait is not None else ""))

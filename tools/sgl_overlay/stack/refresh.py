@@ -89,10 +89,10 @@ def write_patches(root, texts, series_names=None, removed=()):
     try:
         new = tmp / "patches"
         shutil.copytree(patches, new, symlinks=True)
-        for name, text in texts.items():
-            (new / name).write_text(text)
         if series_names is not None:
             _rewrite_series(new, series_names)
+        for name, text in texts.items():
+            (new / name).write_text(text)
         for n in removed:
             (new / n).unlink(missing_ok=True)
         builder.swap_into_place(new, patches, tmp / "old")
