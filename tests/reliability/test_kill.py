@@ -53,7 +53,8 @@ def test_apply_killed_at_random_moments(tmp_path):
         ok = p.returncode == 0 and _state(project.out) == heads[new] \
             and not list(project.out.parent.glob(".sglang.tmp-*"))
         failures += not ok
-        assert ok, (delay, p.stderr)
+        assert ok, (delay, p.returncode, p.stderr, _state(project.out), heads, new,
+                    [(x, sorted(y.name for y in x.iterdir())) for x in project.out.parent.glob(".sglang.tmp-*")])
     record("kill -9 in apply.py (a rebuild over the other build)", len(samples), failures,
            moments=samples, undisturbed_s=round(took, 2))
 

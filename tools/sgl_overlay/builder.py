@@ -322,10 +322,11 @@ def _build(lock, stack, dest, repo, cache, three_way, force, progress):
     say = progress or (lambda m: None)
     source_kind = "git" if repo else "artifact"
     old = _up_to_date(dest, lock, stack, source_kind, repo, force)
+    if dest.parent.is_dir():
+        _clean_leftovers(dest)                 # e.g. a run killed after its swap left its scratch folder
     if old is not None:
         return {"status": "up-to-date", "dest": str(dest), "manifest": old}
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _clean_leftovers(dest)
     tmp, mark = locking.scratch(dest.parent, f".{dest.name}.tmp-")
     try:
         repo_dir = tmp / "tree"

@@ -211,7 +211,7 @@ def clean_scratch(parent, pattern):
             try:
                 if not try_lock(fd, False):
                     continue                   # alive
-                shutil.rmtree(d, ignore_errors=True)
+                _remove(d)
                 removed.append(d)
             finally:
                 os.close(fd)
@@ -224,6 +224,16 @@ def clean_scratch(parent, pattern):
                 shutil.rmtree(d, ignore_errors=True)
                 removed.append(d)
     return removed
+
+
+def _remove(d, tries=20):
+    """rmtree, again while a dead maker's orphaned child (git, pip) may
+    still be writing its last files there."""
+    for _ in range(tries):
+        shutil.rmtree(d, ignore_errors=True)
+        if not d.exists():
+            return
+        time.sleep(0.1)
 
 
 def dest_lock_path(dest):
