@@ -24,9 +24,12 @@ def main(argv=None):
         print(f"error: sgl-overlay: unknown command {argv[0]!r}", file=sys.stderr)
         print(f"hint: one of {', '.join(COMMANDS)}; see sgl-overlay --help", file=sys.stderr)
         return 2
-    command = importlib.import_module(f"{__package__}.commands.{argv[0]}")
-    from .cli import run
-    return run(command.main, argv[1:])
+    from . import cli
+    try:
+        command = importlib.import_module(f"{__package__}.commands.{argv[0]}")
+    except Exception as e:  # noqa: BLE001 - never a traceback on the terminal (cli.run's rule)
+        return cli._report(cli.unexpected(e, argv[0]), "--json" in argv)
+    return cli.run(command.main, argv[1:])
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import TOOL_VERSION, gitcmd, source
+from . import TOOL_VERSION, gitcmd, locking, source
 from .errors import ApplyError, UsageError
 from .paths import inside
 
 MANIFEST = ".sgl-overlay-build.json"
-TMP_MARK = ".sgl-overlay-tmp"
+TMP_MARK = locking.MARK
 
 
 # --------------------------------------------------------------------------
@@ -248,36 +248,87 @@ def _exchange(a, b):
     return rc == 0
 
 
+def swap_into_place(new, dest, trash):
+    """Put directory ``new`` at ``dest``: one rename exchange where the
+    system has it (the old tree lands at ``new``), else the old tree is
+    renamed to ``trash`` first.  Returns where the old tree now is."""
+    if not dest.exists():
+        os.rename(new, dest)
+        return None
+    if _exchange(new, dest):
+        return new
+    os.rename(dest, trash)
+    os.rename(new, dest)
+    return trash
+
+
 def _clean_leftovers(dest):
-    for d in dest.parent.glob(f".{dest.name}.tmp-*"):
-        if (d / TMP_MARK).exists():
-            shutil.rmtree(d, ignore_errors=True)
+    """Scratch directories of builds whose process died (their marker lock
+    is free); a live build's scratch directory is never touched."""
+    return locking.clean_scratch(dest.parent, f".{dest.name}.tmp-*")
 
 
-def build(lock, stack, dest, repo=None, cache=None, three_way=False, force=False, progress=None):
-    """Build the patched tree at ``dest``.  Returns a result dict with
-    ``status`` "built" or "up-to-date"."""
-    say = progress or (lambda m: None)
+def _up_to_date(dest, lock, stack, source_kind, repo, force):
+    """The old build's manifest if ``dest`` is this very build and clean;
+    None if it must be (re)built; UsageError if it may not be replaced."""
+    if not (dest.exists() or dest.is_symlink()):
+        return None
+    old = read_manifest(dest) if dest.is_dir() and not dest.is_symlink() else None
+    if old is None:
+        raise UsageError(f"{dest} exists and was not made by this tool (no {MANIFEST})",
+                         hint="choose another --out, or move that directory away yourself")
+    changes = _local_changes(dest)
+    if _same_build(old, lock, stack, source_kind, repo) and not changes and \
+            gitcmd.run(dest, "rev-parse", "HEAD", check=False).stdout.strip() == old.get("head"):
+        return old
+    if changes and not force:
+        raise UsageError(f"{dest} has local changes in {len(changes)} file(s) (first: {changes[0]}) "
+                         "that a rebuild would discard",
+                         hint="save them as a patch (git -C DEST format-patch patched..) or pass --force")
+    return None
+
+
+def lock_dest(dest, wait=0, progress=None):
+    """The destination's lock (``.NAME.lock`` beside it): one writer at a
+    time.  wait=0 refuses at once naming the holder's pid (exit 2)."""
     dest = Path(dest).absolute()
-    source_kind = "git" if repo else "artifact"
-    if dest.exists() or dest.is_symlink():
-        old = read_manifest(dest) if dest.is_dir() and not dest.is_symlink() else None
-        if old is None:
-            raise UsageError(f"{dest} exists and was not made by this tool (no {MANIFEST})",
-                             hint="choose another --out, or move that directory away yourself")
-        changes = _local_changes(dest)
-        if _same_build(old, lock, stack, source_kind, repo) and not changes and \
-                gitcmd.run(dest, "rev-parse", "HEAD", check=False).stdout.strip() == old.get("head"):
-            return {"status": "up-to-date", "dest": str(dest), "manifest": old}
-        if changes and not force:
-            raise UsageError(f"{dest} has local changes in {len(changes)} file(s) (first: {changes[0]}) "
-                             "that a rebuild would discard",
-                             hint="save them as a patch (git -C DEST format-patch patched..) or pass --force")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    _clean_leftovers(dest)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.tmp-"))
+    return locking.hold(locking.dest_lock_path(dest), f"the build of {dest}", wait=wait, progress=progress,
+                        hint=f"another tools/apply.py (or stack.py) is writing {dest}; wait for it, or pass "
+                             "--wait SECONDS to queue behind it (a lock whose process died is free again by itself)")
+
+
+def build(lock, stack, dest, repo=None, cache=None, three_way=False, force=False, progress=None, wait=0,
+          locked=True):
+    """Build the patched tree at ``dest``.  Returns a result dict with
+    ``status`` "built" or "up-to-date".  The destination's lock is held
+    throughout (``wait``: see lock_dest); ``locked=False`` only for the
+    benchmark that measures what the lock costs."""
+    dest = Path(dest).absolute()
+    if not locked:
+        return _build(lock, stack, dest, repo, cache, three_way, force, progress)
     try:
-        (tmp / TMP_MARK).write_text("an unfinished sgl-overlay build; safe to delete\n")
+        held = lock_dest(dest, wait, progress)
+    except locking.LockUnavailable:
+        # a destination we may not write: fine if it is already this build
+        old = _up_to_date(dest, lock, stack, "git" if repo else "artifact", repo, force)
+        if old is not None:
+            return {"status": "up-to-date", "dest": str(dest), "manifest": old}
+        raise
+    with held:
+        return _build(lock, stack, dest, repo, cache, three_way, force, progress)
+
+
+def _build(lock, stack, dest, repo, cache, three_way, force, progress):
+    say = progress or (lambda m: None)
+    source_kind = "git" if repo else "artifact"
+    old = _up_to_date(dest, lock, stack, source_kind, repo, force)
+    if dest.parent.is_dir():
+        _clean_leftovers(dest)                 # e.g. a run killed after its swap left its scratch folder
+    if old is not None:
+        return {"status": "up-to-date", "dest": str(dest), "manifest": old}
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp, mark = locking.scratch(dest.parent, f".{dest.name}.tmp-")
+    try:
         repo_dir = tmp / "tree"
         base = prepare_base(lock, repo_dir, repo, cache, progress)
         results = apply_all(stack, repo_dir, three_way, progress, keep_going=False)
@@ -289,15 +340,10 @@ def build(lock, stack, dest, repo=None, cache=None, three_way=False, force=False
         (repo_dir / MANIFEST).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
         with open(repo_dir / ".git" / "info" / "exclude", "a") as f:
             f.write(f"/{MANIFEST}\n")
-        if dest.exists():
-            if not _exchange(repo_dir, dest):
-                old_away = tmp / "old"
-                os.rename(dest, old_away)
-                os.rename(repo_dir, dest)
-        else:
-            os.rename(repo_dir, dest)
+        swap_into_place(repo_dir, dest, tmp / "old")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        mark.release()
     return {"status": "built", "dest": str(dest), "manifest": data, "patches": results}
 
 

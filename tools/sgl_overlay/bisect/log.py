@@ -4,7 +4,7 @@ import os
 import threading
 from pathlib import Path
 
-from .. import TOOL_VERSION
+from .. import TOOL_VERSION, locking
 from ..errors import UsageError
 
 LOG_SCHEMA = 1
@@ -17,13 +17,37 @@ class Log:
     def __init__(self, path):
         self.path = Path(path)
         self._lock = threading.Lock()
+        self.held = None
+
+    @property
+    def lock_path(self):
+        return self.path.parent / f".{self.path.name}.lock"
+
+    def own(self):
+        """Become the log's one live writer (``.NAME.lock`` beside it), or
+        refuse at once naming the pid that writes it (exit 2).  Held until
+        this process ends."""
+        try:
+            self.held = locking.hold(self.lock_path, f"the bisection log {self.path}", wait=0,
+                                     hint=f"another tools/bisect.py is writing this log; wait for it to end, or watch "
+                                          f"it with --replay {self.path} (a log whose bisect died is free again)")
+        except locking.LockUnavailable as e:
+            raise UsageError(e.message.replace("the lock file", "the log's lock file"), hint=e.hint) from None
+        return self
 
     def create(self, header):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.own()
         if self.path.exists():
             raise UsageError(f"log {self.path} already exists",
                              hint=f"continue it with --resume {self.path}, or choose another --log")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.append({"type": "start", "schema": LOG_SCHEMA, "tool_version": TOOL_VERSION, **header})
+        tmp = self.path.parent / f".{self.path.name}.new"
+        with open(tmp, "w") as f:              # the log appears whole, with its start record, or not at all
+            f.write(json.dumps({"type": "start", "schema": LOG_SCHEMA, "tool_version": TOOL_VERSION, **header},
+                               sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
 
     def repair(self):
         """Cut a torn last line (a crash mid-write) before appending again."""

@@ -64,7 +64,9 @@ def release_range(spec, progress=None):
 def _git_repo(repo, cache, progress):
     """The cached bare clone of ``repo``, with its branches and tags fetched now."""
     bare, key = source.bare_clone(repo, cache, progress)
-    p = gitcmd.run(bare, "fetch", "--quiet", "--tags", "--force", key, "+refs/heads/*:refs/heads/*", check=False)
+    with source.clone_lock(bare, progress):
+        p = gitcmd.run(bare, "fetch", "--quiet", "--tags", "--force", key, "+refs/heads/*:refs/heads/*",
+                       check=False)
     if p.returncode != 0 and progress:
         progress(f"could not refresh {repo} ({p.stderr.strip().splitlines()[-1:]}); using the cached clone")
     return bare

@@ -3,13 +3,11 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import threading
-import time
 from pathlib import Path
 
-from .. import builder, gitcmd, source
-from ..errors import ApplyError
+from .. import builder, gitcmd, locking, source
+from ..errors import ApplyError, OverlayError
 
 
 class StepSkip(Exception):
@@ -20,13 +18,37 @@ class TreeCache:
     """Directories keyed by (point, stack digest) under ``root``, each
     ``tree/`` plus ``entry.json``; least recently used ones are evicted past
     ``max_bytes``.  An entry whose tree no longer matches its record is
-    rebuilt, not trusted."""
+    rebuilt, not trusted.
+
+    Between processes: an entry in use is held with a shared lock
+    (``.KEY.lock``) from lookup to release; eviction and repair take it
+    exclusively without waiting, so they never remove a tree that another
+    bisect is using (they skip it)."""
 
     def __init__(self, root, max_bytes):
         self.root = Path(root)
         self.max_bytes = max_bytes
         self.in_use = set()
         self.lock = threading.Lock()
+        self.held = {}                          # key -> [locking.Held, count] (shared)
+        self.marks = {}                         # scratch dir -> locking.Held
+
+    def _lock_path(self, key):
+        return self.root / f".{key}.lock"
+
+    def _share(self, key):
+        with self.lock:
+            if key in self.held:
+                self.held[key][1] += 1
+                return
+        self.root.mkdir(parents=True, exist_ok=True)
+        h = locking.hold(self._lock_path(key), f"the cached tree {self.root / key}", wait=None, shared=True)
+        with self.lock:
+            if key in self.held:                # another thread of this process took it meanwhile
+                self.held[key][1] += 1
+                h.release()
+            else:
+                self.held[key] = [h, 1]
 
     @staticmethod
     def key(point_id, stack_digest):
@@ -37,6 +59,7 @@ class TreeCache:
         meta_path = entry / "entry.json"
         with self.lock:
             self.in_use.add(key)
+        self._share(key)
         if not meta_path.exists():
             return None
         try:
@@ -48,13 +71,25 @@ class TreeCache:
             ok, meta = False, None
         if not ok:
             say(f"cached tree {entry} does not match its record (modified or damaged): rebuilding it")
+            h = self.held[key][0]
+            try:
+                fcntl_ok = locking.try_lock(h.fd, False)      # upgrade: only if no other process uses it
+            except OSError:
+                fcntl_ok = False
+            if not fcntl_ok:
+                raise OverlayError(f"cached tree {entry} does not match its record, and another process is "
+                                   "using it, so it cannot be rebuilt now",
+                                   hint="let the other bisect finish, then run again (or give this one another "
+                                        "--tree-cache)")
             shutil.rmtree(entry, ignore_errors=True)
+            locking.try_lock(h.fd, True)                       # back to shared
             return None
         os.utime(meta_path)
         return meta
 
     def store(self, key, tmp_entry, meta):
         entry = self.root / key
+        (tmp_entry / locking.MARK).unlink(missing_ok=True)
         meta["bytes"] = _du(tmp_entry)
         (tmp_entry / "entry.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
         try:
@@ -67,6 +102,12 @@ class TreeCache:
     def release(self, key):
         with self.lock:
             self.in_use.discard(key)
+            h = self.held.get(key)
+            if h is not None:
+                h[1] -= 1
+                if h[1] <= 0:
+                    del self.held[key]
+                    h[0].release()
 
     def evict(self):
         with self.lock:
@@ -86,15 +127,35 @@ class TreeCache:
                 break
             if e.name in busy:
                 continue
-            shutil.rmtree(e, ignore_errors=True)
-            total -= size
+            fd = None
+            try:
+                fd = os.open(self._lock_path(e.name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                if not locking.try_lock(fd, False):
+                    continue                    # another process is using this tree
+                shutil.rmtree(e, ignore_errors=True)
+                total -= size
+            except OSError:
+                continue
+            finally:
+                if fd is not None:
+                    os.close(fd)
 
     def scratch(self):
+        """A scratch directory, locked while this process lives; those
+        that dead processes left are removed (never a live one's)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        for old in self.root.glob(".build-*"):
-            if time.time() - old.stat().st_mtime > 6 * 3600:
-                shutil.rmtree(old, ignore_errors=True)
-        return Path(tempfile.mkdtemp(dir=self.root, prefix=".build-"))
+        locking.clean_scratch(self.root, ".build-*")
+        d, mark = locking.scratch(self.root, ".build-")
+        with self.lock:
+            self.marks[d] = mark
+        return d
+
+    def done(self, scratch):
+        shutil.rmtree(scratch, ignore_errors=True)
+        with self.lock:
+            mark = self.marks.pop(scratch, None)
+        if mark is not None:
+            mark.release()
 
 
 def _du(path):
@@ -158,7 +219,7 @@ class Trees:
             self.trees.release(key)
             raise
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            self.trees.done(tmp)
         if skip:
             self.trees.release(key)
             raise StepSkip(skip)

@@ -41,6 +41,10 @@ def parse(argv):
                          "(trust on first use, reported)")
     ap.add_argument("--3way", dest="three_way", action="store_true", help="let git am fall back to a 3-way merge")
     ap.add_argument("--force", action="store_true", help="replace a build that has local changes")
+    ap.add_argument("--wait", type=float, default=0, metavar="SECONDS",
+                    help="if another process is writing the destination, wait up to this long for it "
+                         "(default 0: refuse at once, exit 2, naming its pid)")
+    ap.add_argument("--unlocked-for-bench", dest="unlocked", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
@@ -80,6 +84,8 @@ def build_for_python(lock, python, tree, args, progress):
 
 def main(argv):
     args = parse(argv)
+    if args.wait < 0:
+        raise UsageError(f"--wait must be 0 or more seconds, got {args.wait:g}", hint="e.g. --wait 600")
     progress = cli.Progress("apply", quiet=args.quiet or args.list)
     lock = lockmod.load(os.path.join(args.root, "upstream.lock"))
     if args.repo == "":
@@ -105,7 +111,7 @@ def main(argv):
         cli.emit(r, args.json, "\n".join(lines))
         return OK if r["status"] == "ok" else FAILED
     r = builder.build(lock, stack, args.out, repo=args.repo, cache=args.cache, three_way=args.three_way,
-                      force=args.force, progress=progress)
+                      force=args.force, progress=progress, wait=args.wait, locked=not args.unlocked)
     if r["status"] == "up-to-date":
         text = f"{r['dest']}: up to date ({len(stack.patches)} patch(es), stack {stack.digest[:12]})"
     else:

@@ -115,12 +115,16 @@ def setup(args, progress):
     lock = lockmod.load(Path(args.root) / "upstream.lock")
     if args.resume or args.replay:
         path = Path(args.resume or args.replay)
+        log = B.Log(path)
+        if args.resume:
+            if not path.is_file():
+                B.Log.read(path)                 # the usual "cannot read it" error, before any lock file
+            log.own()                            # one live writer: refused at once if another bisect has it
         header, results, verdict = B.Log.read(path)
         rng = B.Range.from_dict(header["range"])
         test = B.Test(root=ROOT, **header["test"])
         s = dict(fixed=header["fixed"], runs=header["runs"], jobs=args.jobs if args.jobs > 1 else header["jobs"])
         known = B.known_from(results, {p.id for p in rng.extra_old + rng.points})
-        log = B.Log(path)
         if args.resume and log.repair():
             progress(f"{path}: dropped a torn last line (the run was stopped mid-write)")
         return rng, test, header, log, known, results, verdict, s

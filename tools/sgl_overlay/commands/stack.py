@@ -26,10 +26,11 @@ integrity failure (docs/stack.md).
 
 
 import argparse
+import contextlib
 import tempfile
 from pathlib import Path
 
-from .. import builder, cli, lock as lockmod, project, series, source, stack, versions
+from .. import builder, cli, lock as lockmod, locking, project, series, source, stack, versions
 from ..errors import FAILED, OK, UsageError
 
 ROOT = str(project.ROOT)
@@ -44,6 +45,9 @@ def parse(argv):
     common.add_argument("-q", "--quiet", action="store_true")
     common.add_argument("--cache", metavar="DIR")
     common.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
+    common.add_argument("--wait", type=float, default=0, metavar="SECONDS",
+                        help="if another process is writing the series or the tree, wait up to this long "
+                             "(default 0: refuse at once, exit 2, naming its pid)")
     sub = ap.add_subparsers(dest="verb", required=True, parser_class=cli.Parser)
     r = sub.add_parser("rebase", parents=[common])
     r.add_argument("--onto", required=True, metavar="VERSION|COMMIT")
@@ -93,10 +97,35 @@ def strip_texts(report):
     return {**report, "patches": [{k: v for k, v in r.items() if k != "text"} for r in report["patches"]]}
 
 
+SERIES_LOCK = ".sgl-overlay-series.lock"
+
+
+def series_lock(root, wait, progress):
+    """One writer of patches/ and upstream.lock at a time (``.sgl-overlay-series.lock``)."""
+    return locking.hold(Path(root) / SERIES_LOCK, f"the patch series of {Path(root).resolve()}", wait=wait,
+                        progress=progress,
+                        hint="another tools/stack.py is writing patches/ or upstream.lock; wait for it, or pass "
+                             "--wait SECONDS (a lock whose process died is free again by itself)")
+
+
 def main(argv):
     args = parse(argv)
+    if args.wait < 0:
+        raise UsageError(f"--wait must be 0 or more seconds, got {args.wait:g}", hint="e.g. --wait 600")
     progress = cli.Progress("stack", quiet=args.quiet)
     root = Path(args.root)
+    with contextlib.ExitStack() as held:
+        writes = (args.verb == "refresh" and not args.check) or (args.verb == "rebase" and args.write)
+        if writes:
+            held.enter_context(series_lock(root, args.wait, progress))
+        if args.verb == "refresh" and args.tree:
+            held.enter_context(builder.lock_dest(args.tree, args.wait, progress))
+        if args.verb == "export":
+            held.enter_context(builder.lock_dest(args.out, args.wait, progress))
+        return _main(args, progress, root)
+
+
+def _main(args, progress, root):
     if args.verb == "lint":
         problems = stack.lint(root)
         cli.emit({"status": "ok" if not problems else "findings", "problems": problems}, args.json,

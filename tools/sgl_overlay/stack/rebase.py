@@ -9,7 +9,7 @@ from pathlib import Path
 from .. import builder, gitcmd, lock as lockmod, series, source, versions
 from ..errors import ApplyError, UsageError
 from .classify import APPLIES, LEAVES_SERIES, RESOLVED, UNRESOLVED, classify
-from .refresh import _rewrite_series
+from .refresh import write_patches
 from .texts import format_patch, noise_free, patch_id
 
 
@@ -196,18 +196,14 @@ def write_rebase(root, lock, stack, report, onto, cache=None, progress=None):
                          hint="resolve conflicts (refresh the patch on the new upstream) and confirm "
                               "probably-upstream patches by dropping them, then run again")
     new = new_lock(lock, onto, cache, progress)
-    written, dropped = [], []
+    written, dropped, texts = [], [], {}
     for r in report["patches"]:
-        path = Path(root) / "patches" / r["patch"]
         if r["status"] in LEAVES_SERIES:
             dropped.append(r["patch"])
         elif r.get("changed"):
-            path.write_text(r["text"])
+            texts[r["patch"]] = r["text"]
             written.append(r["patch"])
-    if dropped:
-        _rewrite_series(Path(root) / "patches", [n for n in series.read_series(Path(root) / "patches")
-                                                  if n not in dropped])
-        for n in dropped:
-            (Path(root) / "patches" / n).unlink()
+    keep = [n for n in series.read_series(Path(root) / "patches") if n not in dropped] if dropped else None
+    write_patches(root, texts, keep, dropped)      # patches/ in one swap, then the lock (atomic replace)
     lockmod.write(new, Path(root) / "upstream.lock")
     return {"lock": new.as_dict(), "written": written, "dropped": dropped}

@@ -1,8 +1,9 @@
 """Refresh: regenerate patches/ from the commits of an edited build tree,
 rewriting only the patches whose change or message changed."""
+import shutil
 from pathlib import Path
 
-from .. import gitcmd, series
+from .. import builder, gitcmd, locking, series
 from .texts import format_patch, noise_free, slug
 
 
@@ -53,7 +54,7 @@ def refresh(root, tree, write=True):
     stack = series.load(root, strict=False)
     by_subject = {p.subject: p for p in stack.patches}
     commits = tree_commits(tree)
-    names, changes = [], []
+    names, changes, texts = [], [], {}
     for i, (c, subject) in enumerate(commits):
         text = format_patch(tree, c)
         old = stack.patches[i] if i < len(stack.patches) and stack.patches[i].subject == subject else \
@@ -67,14 +68,34 @@ def refresh(root, tree, write=True):
         else:
             continue
         if write:
-            (root / "patches" / name).write_text(text)
+            texts[name] = text
     removed = [p.name for p in stack.patches if p.name not in names]
     changes += [{"patch": n, "change": "removed"} for n in removed]
     order_changed = names != [p.name for p in stack.patches if p.name in names] or bool(removed) or \
         any(c["change"] == "added" for c in changes)
-    if write:
-        if order_changed:
-            _rewrite_series(root / "patches", names)
-        for n in removed:
-            (root / "patches" / n).unlink()
+    if write and (texts or order_changed):
+        write_patches(root, texts, names if order_changed else None, removed)
     return {"changes": changes, "series_changed": order_changed, "patches": names}
+
+
+def write_patches(root, texts, series_names=None, removed=()):
+    """Change patches/ as one step: a copy is changed beside it
+    (``.patches.tmp-*``) and swapped into place with one rename exchange,
+    so a run killed at any moment leaves either the old patches/ or the new
+    one, never a mix.  The caller holds the series lock."""
+    patches = Path(root) / "patches"
+    locking.clean_scratch(root, ".patches.tmp-*")
+    tmp, mark = locking.scratch(root, ".patches.tmp-")
+    try:
+        new = tmp / "patches"
+        shutil.copytree(patches, new, symlinks=True)
+        if series_names is not None:
+            _rewrite_series(new, series_names)
+        for name, text in texts.items():
+            (new / name).write_text(text)
+        for n in removed:
+            (new / n).unlink(missing_ok=True)
+        builder.swap_into_place(new, patches, tmp / "old")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        mark.release()

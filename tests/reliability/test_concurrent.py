@@ -1,0 +1,122 @@
+"""Two (four) processes at once: apply.py on one destination, release_tree
+for the same and different releases, two bisects on one log."""
+import json
+import re
+import subprocess
+import sys
+import time
+
+from sgl_overlay import builder, gitcmd, source
+from tests.apply.support import ROOT, Project
+from tests.bisect.scripts import version_test
+from tests.reliability.support import local_index_env, record, start_together, tool, tree_digest
+
+LOCK_ERROR = re.compile(r"^error: the build of (\S+) is held by pid (\d+) \(lock (\S+)\)$", re.M)
+NOTE = "python/sglang/sgl_overlay_round.py"
+
+
+def _verified(project):
+    """The destination is a complete build of the current stack: manifest,
+    HEAD, clean tree (apply.py's own up-to-date check), no scratch dirs."""
+    p = project.apply("-q")
+    assert p.returncode == 0 and "up to date" in p.stdout, p.stderr
+    data = builder.read_manifest(project.out)
+    assert gitcmd.out(project.out, "rev-parse", "HEAD") == data["head"]
+    assert not list(project.out.parent.glob(".sglang.tmp-*"))
+    return data
+
+
+def test_four_applies_on_one_destination_20_rounds(tmp_path):
+    project = Project(tmp_path / "proj", (ROOT / "upstream.lock").read_text())
+    runs = failures = 0
+    for rnd in range(20):
+        if rnd % 5 == 0:                       # a new stack: these rounds really build (and swap)
+            project.overlay(NOTE, f"ROUND = {rnd}\n")
+        wait = ["--wait", "300"] if rnd % 2 else []           # odd rounds: all must succeed
+        cmd = [sys.executable, str(ROOT / "tools" / "apply.py"), "--root", str(project.root),
+               "--out", str(project.out), *wait]
+        done = start_together([cmd] * 4)
+        for rc, out, err in done:
+            runs += 1
+            assert "Traceback" not in err + out
+            if rc == 0:
+                continue
+            m = LOCK_ERROR.search(err)
+            ok = rc == 2 and not wait and m and m.group(1) == str(project.out)
+            failures += not ok
+            assert ok, (rnd, rc, err)
+        assert any(rc == 0 for rc, _, _ in done)
+        if wait:
+            assert all(rc == 0 for rc, _, _ in done), done
+        data = _verified(project)
+        assert f"ROUND = {rnd - rnd % 5}" in (project.out / NOTE).read_text()
+        assert data["overlay"] == [NOTE]
+    record("4 concurrent apply.py on one destination (20 rounds, 4 of them real builds)", runs, failures)
+
+
+RELEASES = ["0.5.8", "0.5.9"]
+GET = "import sys; from sgl_overlay import source\n" \
+      "for v in sys.argv[1:]:\n" \
+      "    print(source.release_tree(v, progress=lambda m: print(m, file=sys.stderr, flush=True)))\n"
+
+
+def test_release_tree_from_four_processes_downloads_each_release_once(tmp_path):
+    cache = tmp_path / "cache"
+    env = local_index_env(cache)
+    orders = [RELEASES, RELEASES[::-1], [RELEASES[0]], RELEASES]       # the same and different releases
+    done = start_together([[sys.executable, "-c", GET, *o] for o in orders], env=env, cwd=tmp_path)
+    assert all(rc == 0 for rc, _, _ in done), done
+    errs = "".join(e for _, _, e in done)
+    assert "Traceback" not in errs
+    for v in RELEASES:
+        assert errs.count(f"downloading sglang {v} with pip") == 1, errs
+        assert errs.count(f"unpacking sglang-{v}-") == 1, errs
+    # every tree is exactly its archive's sglang/, and every process got the same path
+    for v in RELEASES:
+        tree = cache / "releases" / v
+        art = next((cache / "artifacts").glob(f"sglang-{v}-*.whl"))
+        want = {rel: __import__("hashlib").sha256(read()).hexdigest() for rel, read in source.iter_members(art, "sglang")}
+        got = tree_digest(tree / "sglang")
+        assert got == want
+        assert source.sha256_file(art) == (art.parent / (art.name + ".sha256")).read_text().split()[0]
+    assert not [p for p in (cache / "artifacts").iterdir() if p.name.startswith(".download-")]
+    assert not [p for p in (cache / "releases").iterdir() if p.is_dir() and p.name.startswith(".")]
+    record("release_tree from 4 processes (2 releases, same and different)", 4, 0, downloads=2)
+
+
+RANGE = ["--releases", "0.5.11..0.5.16"]
+
+
+def _bisect(log, test, *extra):
+    return [sys.executable, str(ROOT / "tools" / "bisect.py"), *RANGE, "--log", str(log), *extra, "--", *test]
+
+
+def test_two_bisects_on_one_log_and_a_resume_of_a_live_log(tmp_path):
+    log = tmp_path / "log.jsonl"
+    slow = version_test(tmp_path / "t.py", tmp_path / "calls", first_bad="0.5.13.post1")
+    slow = [sys.executable, "-c", "import time, subprocess, sys; time.sleep(0.4); "
+                                  "sys.exit(subprocess.call(sys.argv[1:]))", *slow]
+    first = subprocess.Popen(_bisect(log, slow, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(600):
+        if log.exists():
+            break
+        time.sleep(0.05)
+    refused = []
+    for cmd in (_bisect(log, slow), tool("bisect", "--resume", log)):
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        refused.append(p)
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err
+    verdict = json.loads(out)
+    failures = 0
+    for p in refused:
+        ok = p.returncode == 2 and f"error: the bisection log {log} is held by pid {first.pid}" in p.stderr \
+            and "Traceback" not in p.stderr
+        failures += not ok
+        assert ok, p.stderr
+    points = [r["point"] for r in map(json.loads, log.read_text().splitlines()) if r["type"] == "result"]
+    assert len(points) == len(set(points)) == verdict["executions"]
+    # once the owner has ended, --resume takes the log (finished: prints the verdict, runs nothing)
+    p = subprocess.run(tool("bisect", "--resume", log), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    record("a second bisect on the same --log, and --resume of a live log", 2, failures)
