@@ -100,12 +100,12 @@ def _select_kernel(
     tl.store(scr_ptr + row * (2 * KP2) + c, ck, mask=c < K)
     tl.debug_barrier()
     kk = tl.arange(0, KP2)
-    top = tl.load(scr_ptr + row * (2 * KP2) + kk, mask=kk < K, other=pad_key)
+    top = tl.load(scr_ptr + row * (2 * KP2) + kk, mask=(kk < K) & (kk < NCH_P2), other=pad_key)
     _, eidx = _unpack(top, MAXIDX)
     chunk = eidx // CHUNK
     cj = tl.arange(0, CHUNK)
     idx = chunk[:, None] * CHUNK + cj[None, :]
-    mask = (kk[:, None] < K) & (idx < V)
+    mask = (kk[:, None] < K) & (kk[:, None] < NCH_P2) & (idx < V)
     x = tl.load(x_ptr + row * stride_row + idx, mask=mask, other=float("-inf")).to(tl.float32)
     key = _pack(x, tl.where(mask, idx, MAXIDX), MAXIDX)
     key = tl.sort(tl.reshape(key, [KP2 * CHUNK]), descending=True)
