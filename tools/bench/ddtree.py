@@ -4,8 +4,12 @@ Both sides start from draft logits [R, L, V] on --device and end with, per
 request, the tree (tokens, depths, parents) and its visibility matrix:
   baseline: per request, torch top-K + logsumexp on the device, copy to host,
             Python heap, numpy incremental visibility (tests/ddtree/baseline.py)
-  ours:     topk_logprobs + build_ddtree + ancestor_mask for the whole batch
-            (on cuda also replayed as one CUDA graph)
+  ours:     topk_logprobs + build_ddtree + ancestor_mask for the whole batch,
+            pure-torch path (on cuda also replayed as one CUDA graph)
+  fused:    (cuda, when triton imports) the same through ddtree_triton's
+            kernels: fused top-K + logsumexp, one-kernel heap build that also
+            writes the ancestor mask and the LCRS verify arrays; eager and
+            as a CUDA graph; tree_verify_arrays is included in its time
 Reports medians (ms per batch) and baseline/ours ratios measured in the same
 run, checks that the trees are identical node for node, and reports expected
 accepted length (surrogate and Monte-Carlo) of DDTree vs the chain.
@@ -14,11 +18,18 @@ accepted length (surrogate and Monte-Carlo) of DDTree vs the chain.
   python tools/bench/ddtree.py --device cuda      # GPU
 """
 
-import argparse
+import os
+import sys
+
+# tools/bench/bisect.py would shadow the standard library's bisect (imported
+# through random/tempfile): drop this script's folder from the path first
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+import argparse  # noqa: E402
 import importlib.util
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -82,23 +93,32 @@ def run_baseline(logits, B):
 
 def run_ours(logits, B):
     V = logits.shape[-1]
-    ids, lp = dd.topk_logprobs(logits, min(B, V))
-    t = dd.build_ddtree(ids, lp, B)
+    ids, lp = dd.topk_logprobs(logits, min(B, V), method="torch")
+    t = dd.build_ddtree(ids, lp, B, method="torch")
     anc = dd.ancestor_mask(t)
     return t, anc
 
 
-def graphed(logits, B):
+def run_fused(logits, B):
+    V = logits.shape[-1]
+    ids, lp = dd.topk_logprobs(logits, min(B, V), method="triton")
+    t = dd.build_ddtree(ids, lp, B, method="triton")
+    anc = dd.ancestor_mask(t)
+    dd.tree_verify_arrays(t)
+    return t, anc
+
+
+def graphed(logits, B, fn=run_ours):
     static = logits.clone()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(3):
-            run_ours(static, B)
+            fn(static, B)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = run_ours(static, B)
+        out = fn(static, B)
     return g, static, out
 
 
@@ -151,6 +171,7 @@ def main():
     ap.add_argument("--reps", type=int, default=0, help="0: 5 on cpu, 20 on cuda")
     ap.add_argument("--mc", type=int, default=64)
     ap.add_argument("--no-tau", action="store_true")
+    ap.add_argument("--no-fused", action="store_true", help="skip the Triton path on cuda")
     ap.add_argument("--out", default="")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads on CPU (0: keep torch's default)")
     a = ap.parse_args()
@@ -165,9 +186,15 @@ def main():
     if dev.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name()
     rows = []
+    tk = dd.triton_kernels() if dev.type == "cuda" and not a.no_fused else None
+    info["fused"] = tk is not None
+    if tk is not None:
+        import triton
+        info["triton"] = triton.__version__
     print(json.dumps(info))
-    print("| batch | budget | baseline ms | ours ms | ratio | ours graph ms | ratio graph | identical |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| batch | budget | baseline ms | ours ms | ratio | ours graph ms | ratio graph | identical |"
+          + (" fused ms | ratio | fused graph ms | ratio graph | fused identical |" if tk else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|---|---|---|---|" if tk else ""))
     for R in batches:
         logits = make_logits(R, a.L, a.V, seed=R, device=dev)
         for B in budgets:
@@ -202,10 +229,61 @@ def main():
                 row["ours_graph_ms"] = tg
                 row["ratio_graph"] = tb / tg
                 del g
+            fused_txt = ""
+            if tk is not None:
+                k = min(B, a.V)
+                if tk.supports_topk(a.V, k) and tk.supports_build(a.L, k, B):
+                    ft, fa = run_fused(logits, B)  # compile + warm-up
+                    sync(dev)
+                    row["fused_identical"] = identical(base, ft, fa)
+                    tf_l, tb2_l = [], []
+                    for _ in range(reps):
+                        tb2_l.append(timed(lambda: run_baseline(logits, B), 1, dev))
+                        tf_l.append(timed(lambda: run_fused(logits, B), 1, dev))
+                    tb2, tf = statistics.median(tb2_l), statistics.median(tf_l)
+                    g, static, out = graphed(logits, B, run_fused)
+                    g.replay()
+                    torch.cuda.synchronize()
+                    row["fused_identical_graph"] = identical(base, out[0], out[1])
+                    # graph replays: many, as CUDA events give sub-ms resolution
+                    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    gl = []
+                    for _ in range(reps):
+                        st.record()
+                        for _ in range(10):
+                            g.replay()
+                        en.record()
+                        en.synchronize()
+                        gl.append(st.elapsed_time(en) / 10)
+                    tfg = statistics.median(gl)
+                    del g
+                    row.update(baseline2_ms=tb2, fused_ms=tf, fused_ratio=tb2 / tf,
+                               fused_graph_ms=tfg, fused_ratio_graph=tb2 / tfg)
+                    fused_txt = (f" {tf:.3f} | {tb2 / tf:.1f}x | {tfg:.3f} | {tb2 / tfg:.1f}x | "
+                                 f"{row['fused_identical'] and row['fused_identical_graph']} |")
+                else:
+                    fused_txt = " - | - | - | - | (unsupported size) |"
             rows.append(row)
             print(f"| {R} | {B} | {tb:.2f} | {to:.2f} | {tb / to:.1f}x | "
                   f"{row.get('ours_graph_ms', float('nan')):.3f} | {row.get('ratio_graph', float('nan')):.1f}x | "
-                  f"{same and row.get('identical_graph', True)} |", flush=True)
+                  f"{same and row.get('identical_graph', True)} |" + fused_txt, flush=True)
+    goal = []
+    for row in rows:
+        if "fused_ms" not in row:
+            continue
+        best = min(row["fused_ms"], row["fused_graph_ms"])
+        gbps = row["batch"] * a.L * a.V * 4 / (best * 1e-3) / 1e9
+        row["fused_best_ms"], row["fused_logits_GBps"] = best, gbps
+        if (row["batch"], row["budget"]) == (32, 64):
+            ok = best <= 0.35 and row["baseline2_ms"] / best >= 30 and row["fused_identical"] and row["fused_identical_graph"]
+            goal.append(f"goal batch 32 / budget 64: fused {best:.3f} ms (<= 0.35), {row['baseline2_ms'] / best:.1f}x baseline (>= 30), "
+                        f"{gbps:.0f} GB/s of fp32 logits, identical {row['fused_identical'] and row['fused_identical_graph']}: {'MET' if ok else 'NOT MET'}")
+        if (row["batch"], row["budget"]) == (1, 16):
+            ok = best <= row["baseline2_ms"] and row["fused_identical"] and row["fused_identical_graph"]
+            goal.append(f"goal batch 1 / budget 16: fused {best:.3f} ms vs baseline {row['baseline2_ms']:.3f} ms, "
+                        f"identical {row['fused_identical'] and row['fused_identical_graph']}: {'MET' if ok else 'NOT MET'}")
+    for line in goal:
+        print(line)
     taus = []
     if not a.no_tau:
         logits = make_logits(32, a.L, a.V, seed=99, device=dev)
@@ -219,7 +297,7 @@ def main():
                   f"{t['mc_chain']:.3f} | {t['mc_noisy_tree']:.3f} | {t['mc_noisy_chain']:.3f} | {t['chain_nodes']} |", flush=True)
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"info": info, "rows": rows, "tau": taus}, f, indent=1)
+            json.dump({"info": info, "rows": rows, "goal": goal, "tau": taus}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,9 @@ Conventions
 from __future__ import annotations
 
 from dataclasses import dataclass
+import importlib
+import importlib.util
+import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -66,6 +69,42 @@ __all__ = [
 TREE_MODE_TOPK = 2
 
 _INVALID_KEY = 1 << 62
+
+
+# --------------------------------------------------------------------------
+# Optional Triton kernels (ddtree_triton.py, next to this file)
+# --------------------------------------------------------------------------
+
+_TRITON = None  # None: not tried; False: unavailable; else the module
+
+
+def triton_kernels():
+    """The fused Triton kernels module, or None when triton does not import.
+
+    Imported lazily: as ``<package>.ddtree_triton`` inside SGLang's tree, by
+    file path when this module itself was loaded by path."""
+    global _TRITON
+    if _TRITON is None:
+        try:
+            if __package__:
+                _TRITON = importlib.import_module(__package__ + ".ddtree_triton")
+            else:
+                path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddtree_triton.py")
+                spec = importlib.util.spec_from_file_location("ddtree_triton", path)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+                _TRITON = mod
+        except Exception:  # no triton, or no working backend
+            _TRITON = False
+    return _TRITON or None
+
+
+def _triton_for(device: torch.device):
+    """The kernels module when the fused path applies to tensors on ``device``
+    (CUDA and triton imports), else None.  CPU keeps the pure-torch path."""
+    if device.type != "cuda":
+        return None
+    return triton_kernels()
 
 
 # --------------------------------------------------------------------------
@@ -121,7 +160,11 @@ def topk_logprobs(
     V logits of that position), computed in float32 (as the paper's code does).
 
     method: "torch" (torch.topk), "chunked" (exact chunk-maxima top-k, faster
-    on CPU for large V), "auto" (chunked on CPU when V >= 4096, else torch).
+    on CPU for large V), "triton" (one fused pass over the logits, see
+    ddtree_triton; among equal values the smaller token id first), "auto"
+    (triton on CUDA when triton imports and k <= 256; else chunked on CPU
+    when V >= 4096, else torch).  A token whose logit is -inf gets log-prob
+    -inf (also in an all -inf row, where logit - logsumexp would be NaN).
     """
     squeeze = draft_logits.dim() == 2
     x = draft_logits.unsqueeze(0) if squeeze else draft_logits
@@ -129,7 +172,19 @@ def topk_logprobs(
     k = min(int(k), V)
     flat = x.reshape(R * L, V)
     if method == "auto":
-        method = "chunked" if (flat.device.type == "cpu" and V >= 4096) else "torch"
+        tk = _triton_for(flat.device)
+        if tk is not None and tk.supports_topk(V, k):
+            method = "triton"
+        else:
+            method = "chunked" if (flat.device.type == "cpu" and V >= 4096) else "torch"
+    if method == "triton":
+        tk = triton_kernels()
+        if tk is None:
+            raise RuntimeError("method='triton' needs triton")
+        ids, lp = tk.fused_topk_logprobs(flat if flat.stride(-1) == 1 else flat.contiguous(), k)
+        ids = ids.reshape(R, L, k)
+        lp = lp.reshape(R, L, k)
+        return (ids[0], lp[0]) if squeeze else (ids, lp)
     if method == "chunked":
         flat32 = flat.float()
         vals, ids = _topk_chunked(flat32, k)
@@ -140,7 +195,7 @@ def topk_logprobs(
         lse = torch.logsumexp(flat.float(), dim=-1)
     else:
         raise ValueError(f"unknown method {method!r}")
-    lp = vals - lse.unsqueeze(-1)
+    lp = torch.where(vals == float("-inf"), float("-inf"), vals - lse.unsqueeze(-1))
     ids = ids.reshape(R, L, k)
     lp = lp.reshape(R, L, k)
     if squeeze:
@@ -176,6 +231,11 @@ class DDTree:
     valid: torch.Tensor
     num_nodes: torch.Tensor
     max_depth: int
+    # filled by the fused (Triton) builder, which computes them in the same
+    # kernel; None otherwise (ancestor_mask / tree_verify_arrays compute them)
+    ancestor: Optional[torch.Tensor] = None
+    next_token: Optional[torch.Tensor] = None
+    next_sibling: Optional[torch.Tensor] = None
 
     @property
     def budget(self) -> int:
@@ -230,6 +290,7 @@ def build_ddtree(
     budget: int,
     *,
     force_spine: bool = False,
+    method: str = "auto",
 ) -> DDTree:
     """Best-first DDTree of the ``budget`` most probable draft prefixes.
 
@@ -246,6 +307,12 @@ def build_ddtree(
     level only, pruned by the static rule (i+1)(r+1) <= budget-d+1 (frontier
     slot i in score order, rank r), then merged with G by a two-key stable sort
     (score desc, lexicographic rank-tuple key asc).  L fixed steps; no host sync.
+
+    method: "torch" (the above), "triton" (ddtree_triton's one-kernel heap
+    procedure, which also fills ``ancestor``, ``next_token`` and
+    ``next_sibling``; not with force_spine), "auto" (triton on CUDA when triton
+    imports, force_spine is off and budget <= 256; else torch).  Both give the
+    same tree.
     """
     squeeze = ids.dim() == 2
     if squeeze:
@@ -254,6 +321,18 @@ def build_ddtree(
     if budget < 1:
         raise ValueError("budget must be >= 1")
     R, L, K = ids.shape
+    if method == "auto":
+        tk = _triton_for(ids.device)
+        use = tk is not None and not force_spine and budget <= 256 and tk.supports_build(L, K, int(budget))
+        method = "triton" if use else "torch"
+    if method == "triton":
+        tk = triton_kernels()
+        if tk is None or force_spine or not tk.supports_build(L, K, int(budget)):
+            raise ValueError("method='triton' needs triton, force_spine off and a supported size")
+        f = tk.fused_build(ids, logprobs.float(), int(budget))
+        return DDTree(max_depth=L, **f)
+    if method != "torch":
+        raise ValueError(f"unknown method {method!r}")
     B = int(budget)
     dev = ids.device
     kc = min(K, B)
@@ -420,7 +499,10 @@ def ancestor_mask(tree: DDTree) -> torch.Tensor:
     """[R, N, N] bool; [r, i, j] True iff j == i or j is an ancestor of i.
 
     Padding nodes see only themselves.  Built by pointer jumping along parents
-    (max_depth gather+scatter steps, no host sync)."""
+    (max_depth gather+scatter steps, no host sync), unless the fused builder
+    already computed it."""
+    if tree.ancestor is not None:
+        return tree.ancestor
     R, N = tree.parents.shape
     dev = tree.parents.device
     ext = torch.zeros((R, N * N + 1), dtype=torch.bool, device=dev)  # last column: dump
@@ -453,6 +535,8 @@ def tree_verify_arrays(tree: DDTree) -> Tuple[torch.Tensor, torch.Tensor, torch.
     dev = tree.parents.device
     idx = torch.arange(N, device=dev).expand(R, N)
     retrive_index = idx + torch.arange(R, device=dev).unsqueeze(1) * N
+    if tree.next_token is not None and tree.next_sibling is not None:
+        return retrive_index, tree.next_token, tree.next_sibling
     par = tree.parents
     has_par = par >= 0
     # first child: min child index per parent (slot N is a dump for no parent)
