@@ -1,5 +1,5 @@
 """Side by side with `git bisect run`, same repository, same command
-(tools/bench/bisect.py): no more bisection runs than git needs, the two
+(tools/bench/bisect_vs_git.py): no more bisection runs than git needs, the two
 endpoint checks on top (git trusts the endpoints you give it), and the
 issue's ceiling of ceil(log2 N) + 2 executions."""
 import math

@@ -18,17 +18,10 @@ accepted length (surrogate and Monte-Carlo) of DDTree vs the chain.
   python tools/bench/ddtree.py --device cuda      # GPU
 """
 
-import os
-import sys
-
-# tools/bench/bisect.py would shadow the standard library's bisect (imported
-# through random/tempfile): drop this script's folder from the path first
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-
-import argparse  # noqa: E402
+import argparse
 import importlib.util
 import json
+import sys
 import statistics
 import time
 from pathlib import Path

@@ -1,6 +1,6 @@
 """tools/bisect.py side by side with `git bisect run`: the same release
 history, the same test command, the executions of each counted.  Used by
-tools/bench/bisect.py and tests/bisect."""
+tools/bench/bisect_vs_git.py and tests/bisect."""
 import json
 import re
 import shutil

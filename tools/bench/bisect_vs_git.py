@@ -1,6 +1,6 @@
 """Count test executions: tools/bisect.py against `git bisect run`, same repo, same command.
 
-  python tools/bench/bisect.py [--case NAME ...] [--json]
+  python tools/bench/bisect_vs_git.py [--case NAME ...] [--json]
 
 The repository has one commit per published release (the release's
 sglang/ as python/sglang, tagged vVERSION), built from the cached release
@@ -21,7 +21,7 @@ from sgl_overlay.release_history import release_history, releases_between
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(prog="python tools/bench/bisect.py", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python tools/bench/bisect_vs_git.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--case", action="append", choices=sorted(CASES), help="run only this case (repeatable)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--sweep", metavar="OLD..NEW",

@@ -1,0 +1,24 @@
+"""Scripts run as `python tools/DIR/NAME.py` have their folder as sys.path[0]:
+a script there named like a standard-library module would be imported in its
+place by every script beside it (tools/bench/bisect.py once broke
+tools/bench/ddtree.py through random -> bisect).  The shims in tools/ are
+the exception that proves it: they import only os and sys, then re-execute
+with -P."""
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_no_script_folder_shadows_the_standard_library():
+    shadows = [str(f.relative_to(ROOT)) for d in ("tools/bench", "tools/gpu") for f in (ROOT / d).glob("*.py")
+               if f.stem in sys.stdlib_module_names]
+    assert shadows == []
+
+
+def test_the_shims_import_nothing_but_os_and_sys_before_re_executing():
+    for shim in (ROOT / "tools").glob("*.py"):
+        code = [line for line in shim.read_text().splitlines() if line and not line.startswith(('"', "#"))]
+        assert code[0] == "import os, sys  # noqa: E401", shim
+        assert code[1].startswith('os.execv(sys.executable, [sys.executable, "-P", "-m", "sgl_overlay", '), shim
+        assert len(code) == 2, shim
