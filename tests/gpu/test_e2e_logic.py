@@ -1,16 +1,13 @@
 """tools/gpu/e2e.py's own logic (log and ledger parsing, outcome, case checks, table) on CPU,
 against start-up logs recorded on the H200 (tests/gpu/data, docs/gpu.md)."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.gpu.e2e_script import e2e
+
 DATA = Path(__file__).parent / "data"
-spec = importlib.util.spec_from_file_location("e2e", ROOT / "tools/gpu/e2e.py")
-e2e = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(e2e)
 
 
 def test_missing_module_is_a_failure_not_a_refusal():

@@ -5,18 +5,15 @@ tree's ledger recorded there (scenarios h200-*.toml).  Every figure the
 GPU's logs state must come out exactly: KV tokens, running requests and
 Mamba slots, on the pin and on the patched tree; the pin's failure and the
 patched tree's refusal, with the same remedies."""
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from tests.gpu.e2e_script import e2e
+
 from sgl_overlay.harness import load_scenario, run_scenario, source_root
 
-ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "h200-2026-12-01"
-spec = importlib.util.spec_from_file_location("e2e", ROOT / "tools/gpu/e2e.py")
-e2e = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(e2e)
 
 
 def gpu(name):
