@@ -3,7 +3,6 @@ against start-up logs recorded on the H200 (tests/gpu/data, docs/gpu.md)."""
 import json
 from pathlib import Path
 
-import pytest
 
 from tests.gpu.e2e_script import e2e
 
