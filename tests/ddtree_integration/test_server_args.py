@@ -30,7 +30,8 @@ def without(flag, argv=BASE, takes_value=True):
 # (command line, substrings the refusal must contain): each names the thing and the remedy.
 REFUSALS = {
     "overlap": (without("--disable-overlap-schedule", takes_value=False), ["overlap scheduling", "--disable-overlap-schedule"]),
-    "grammar": (without("--grammar-backend"), ["grammar-constrained decoding", "--grammar-backend none"]),
+    "grammar": (without("--grammar-backend") + ["--grammar-backend", "outlines"],
+                ["grammar-constrained decoding (--grammar-backend outlines)", "--grammar-backend none"]),
     "cuda-graph": (without("--disable-cuda-graph", takes_value=False), ["CUDA graphs", "--disable-cuda-graph"]),
     "attention": (BASE[:-1] + ["fa3"], ["attention backend fa3", "--attention-backend flashinfer"]),
     "page-size": (BASE + ["--page-size", "16"], ["--page-size 16", "--page-size 1"]),
@@ -55,8 +56,13 @@ def check_registration(tree):
     assert v["overlap_refusal"] and "DDTREE" in v["overlap_refusal"], v
 
 
+# SGLang's default flags for grammar (no --grammar-backend: xgrammar at the pin):
+# DDTREE starts with grammar turned off (a warning; grammar requests refused one by one)
+DEFAULT_GRAMMAR = without("--grammar-backend")
+
+
 def check_rules(tree):
-    argvs = [BASE + ["--speculative-ddtree-budget", "63"], BASE]
+    argvs = [BASE + ["--speculative-ddtree-budget", "63"], BASE, DEFAULT_GRAMMAR]
     argvs += [argv for argv, _ in REFUSALS.values()]
     results = probe(tree, "server_rules_many", argvs=argvs)
     assert results["ok"], results
@@ -71,7 +77,9 @@ def check_rules(tree):
     assert res[1]["ok"], res[1]
     assert res[1]["value"]["speculative_ddtree_budget"] == 15, "default budget = block - 1"
     assert res[1]["value"]["speculative_num_draft_tokens"] == 16
-    for (name, (_, needles)), r in zip(REFUSALS.items(), res[2:]):
+    assert res[2]["ok"], f"DDTREE with SGLang's default grammar backend was refused: {res[2]}"
+    assert res[2]["value"]["grammar_backend"] == "none", res[2]
+    for (name, (_, needles)), r in zip(REFUSALS.items(), res[3:]):
         assert not r["ok"] and r["type"] == "ValueError", f"{name}: not refused: {r}"
         for needle in needles:
             assert needle in r["message"], f"{name}: refusal {r['message']!r} lacks {needle!r}"

@@ -45,6 +45,8 @@ NAME = "DDTREE"
 # Target attention backends whose TARGET_VERIFY honours a per-request bool custom
 # mask in FULL_MASK layout (EagleVerifyInput.generate_attn_arg_prefill).
 SUPPORTED_ATTENTION_BACKENDS = ("flashinfer", "triton")
+# What ServerArgs._handle_grammar_backend makes of an unset --grammar-backend at the pin.
+DEFAULT_GRAMMAR_BACKEND = "xgrammar"
 # Above this many verify tokens the hybrid tree conv kernel's JIT compile takes minutes.
 HYBRID_TREE_COMPILE_WARN_TOKENS = 64
 
@@ -86,12 +88,24 @@ def validate_ddtree_server_args(args: "ServerArgs") -> None:
             "the DDTREE worker is the spec-v1 DFlash worker with a tree verify",
             "Start with --disable-overlap-schedule.",
         )
-    if args.grammar_backend not in (None, "none"):
+    if args.grammar_backend in (None, DEFAULT_GRAMMAR_BACKEND):
+        # SGLang's default (None, resolved to xgrammar by _handle_grammar_backend):
+        # start without grammar rather than refuse a command line with no grammar
+        # flag at all; requests that ask for a grammar are refused one by one
+        if args.grammar_backend is not None:
+            logger.warning(
+                "--speculative-algorithm DDTREE: grammar-constrained decoding is turned off "
+                "(--grammar-backend %s -> none): the tree verify applies no grammar mask; requests "
+                "asking for json_schema, regex, ebnf or structural_tag are refused.",
+                args.grammar_backend,
+            )
+        args.grammar_backend = "none"
+    elif args.grammar_backend != "none":
         _refuse(
             f"grammar-constrained decoding (--grammar-backend {args.grammar_backend})",
             "the tree verify applies no grammar mask",
-            "Start with --grammar-backend none; requests asking for json_schema, regex, "
-            "ebnf or structural_tag are then refused per request.",
+            "Start with --grammar-backend none (or without --grammar-backend); requests asking "
+            "for json_schema, regex, ebnf or structural_tag are then refused per request.",
         )
     if args.enable_return_hidden_states:
         _refuse(
