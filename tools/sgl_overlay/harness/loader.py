@@ -36,6 +36,45 @@ class StubRegistry:
 
     touched: set[str] = set()
     fakes: dict = {}
+    # The tree the finder serves, for the literal constants a stand-in hands out
+    source_root: Path | None = None
+
+
+# Stand-ins of these modules hand out the tree's own *literal* top-level
+# constants (e.g. utils.common's SUPPORTED_LORA_TARGET_MODULES, which v0.5.16+
+# ServerArgs field annotations concatenate): the value as written, no code run.
+LITERAL_CONSTANT_MODULES = ("sglang.srt.utils.common", "sglang.srt.utils")
+
+
+def tree_literal(module: str, name: str):
+    """(True, value) when the tree's file of ``module`` assigns ``name`` a
+    literal at top level, else (False, None)."""
+    import re
+
+    root = StubRegistry.source_root
+    if root is None or module not in LITERAL_CONSTANT_MODULES:
+        return False, None
+    base = Path(root).joinpath(*module.split("."))
+    path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+    if not path.is_file():
+        return False, None
+    text = path.read_text(encoding="utf-8")
+    m = re.search(rf"^{re.escape(name)}\s*(?::[^=\n]+)?=", text, re.M)
+    if not m:
+        return False, None
+    lines = text[m.start():].splitlines()
+    stmt = [lines[0]]
+    for line in lines[1:]:  # up to the next top-level statement
+        if line and not line[0].isspace() and line[0] not in ")]}":
+            break
+        stmt.append(line)
+        if line and line[0] in ")]}":
+            break
+    try:
+        node = ast.parse("\n".join(stmt)).body[0]
+        return True, ast.literal_eval(node.value)
+    except (SyntaxError, ValueError, IndexError, AttributeError):
+        return False, None
 
 
 class _StubMeta(type):
@@ -137,6 +176,11 @@ class StubModule(types.ModuleType):
             raise AttributeError(name)
         if name in StubRegistry.fakes:
             return StubRegistry.fakes[name]
+        if name.isupper() or name.lstrip("_").isupper():
+            found, literal = tree_literal(self.__name__, name)
+            if found:
+                setattr(self, name, literal)
+                return literal
         value = make_stub_class(f"{self.__name__}.{name}")
         setattr(self, name, value)
         return value
@@ -208,6 +252,7 @@ def install(source_root: Path, real: list[str] | set[str]) -> TreeFinder:
         if name == ROOT_PACKAGE or name.startswith(ROOT_PACKAGE + "."):
             del sys.modules[name]
     finder = TreeFinder(source_root, set(real))
+    StubRegistry.source_root = Path(source_root)
     sys.meta_path.insert(0, finder)
     return finder
 

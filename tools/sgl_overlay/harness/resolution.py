@@ -1,0 +1,416 @@
+"""The release's own flag resolution: its ``ServerArgs`` construction, run on
+the scenario's flags, with only the hardware probes answered from the scenario.
+
+``resolve(ctx, model_config)`` builds the tree's real ``ServerArgs`` dataclass
+(its ``__init__``, then its ``__post_init__`` and every rule method that calls,
+in the release's own order; from v0.5.23 ``resolve_once`` and its resolution
+pipeline).  What the harness answers, and nothing else:
+
+* the hardware probes, from the scenario's ``[gpu]`` table: ``torch.cuda``'s
+  ``is_available`` / ``device_count`` / ``get_device_capability`` /
+  ``get_device_name`` / ``get_device_properties`` / ``mem_get_info`` and
+  ``torch.version.cuda`` (patched only while the rules run), and
+  ``get_device_memory_capacity`` / ``get_nvgpu_memory_capacity`` (nvidia-smi);
+  the tree's own probe helpers (``is_cuda``, ``get_device_sm``,
+  ``is_sm100_supported`` ...) run on those answers (``loader.definitions``);
+* the model: ``get_model_config()`` returns the harness's model-config view,
+  ``get_config(path)`` the scenario's HF config (target or drafter).
+
+Every rule that changes a field is recorded: ``changes`` lists
+``{"flag", "given", "resolved", "rule"}`` for each field whose final value
+differs from what the scenario gave (its value right after ``__init__``).
+The rule is the innermost release method or hook (``ServerArgs._handle_x``,
+``arg_groups.speculative_hook._handle_dflash``) during which the field changed,
+or the ``source`` a v0.5.19+ rule names through ``declare_resolution``.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import copy
+import dataclasses
+import functools
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+from . import loader
+from .standins import MissingInput
+
+MIB = 1 << 20
+
+# The probe helpers of sglang/srt/utils/common.py run from the tree on the
+# patched torch.cuda answers (their own code, not a restatement).
+PROBES = (
+    "is_cuda", "is_hip", "is_npu", "is_xpu", "is_cpu", "is_mps", "is_musa", "is_hpu", "is_cuda_alike",
+    "get_device_sm", "get_device_name", "get_device_capability", "get_device", "get_device_count",
+    "is_sm90_supported", "is_sm100_supported", "is_sm120_supported", "is_blackwell_supported",
+    "is_hopper_with_cuda_12_3", "is_host_cpu_arm64", "cpu_has_amx_support", "xpu_has_xmx_support",
+    "is_blackwell", "is_sm80_supported",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """The scenario's device, as the probes report it."""
+
+    name: str
+    capability: tuple
+    total_mib: int
+    count: int
+    cuda: str = "12.9"
+
+    @classmethod
+    def of(cls, gpu: dict, world_size: int) -> "Hardware":
+        missing = [k for k in ("device_name", "capability", "total_mib") if k not in gpu]
+        if missing:
+            raise MissingInput("gpu", ", ".join(missing))
+        return cls(str(gpu["device_name"]), tuple(int(x) for x in gpu["capability"]), int(gpu["total_mib"]),
+                   int(gpu.get("gpu_count", world_size)), str(gpu.get("cuda", "12.9")))
+
+
+@contextlib.contextmanager
+def torch_cuda_answers(hw: Hardware, free_bytes: int):
+    """torch.cuda's probes answer the scenario's device, for the block only."""
+    props = types.SimpleNamespace(name=hw.name, major=hw.capability[0], minor=hw.capability[1],
+                                  total_memory=hw.total_mib * MIB, multi_processor_count=0)
+    fakes = dict(
+        is_available=lambda: True,
+        device_count=lambda: hw.count,
+        get_device_capability=lambda *a, **k: hw.capability,
+        get_device_name=lambda *a, **k: hw.name,
+        get_device_properties=lambda *a, **k: props,
+        mem_get_info=lambda *a, **k: (free_bytes, hw.total_mib * MIB),
+        current_device=lambda: 0,
+    )
+    saved = {k: getattr(torch.cuda, k) for k in fakes}
+    saved_version = torch.version.cuda
+    try:
+        for k, v in fakes.items():
+            setattr(torch.cuda, k, v)
+        torch.version.cuda = hw.cuda
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(torch.cuda, k, v)
+        torch.version.cuda = saved_version
+
+
+def tree_functions(path: Path, wanted, ns: dict, skip=()) -> dict:
+    """The top-level functions ``wanted`` of a tree's file, and the top-level
+    functions and constants they use, defined from the tree's own source in
+    file order in a namespace of their own (``ns`` first)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    defs = {}
+    for n in list(tree.body):
+        if isinstance(n, ast.ClassDef):  # wanted "Class.method": the method, as a plain function
+            for m in n.body:
+                if isinstance(m, ast.FunctionDef) and f"{n.name}.{m.name}" in wanted:
+                    fn = copy.deepcopy(m)
+                    fn.name = f"{n.name}__{m.name}"
+                    fn.decorator_list = []
+                    defs[f"{n.name}.{m.name}"] = fn
+                    tree.body.append(fn)
+        if isinstance(n, ast.FunctionDef):
+            defs[n.name] = n
+        elif isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) for t in n.targets):
+            for t in n.targets:
+                defs.setdefault(t.id, n)
+    want, seen = [n for n in wanted if n in defs], set()
+    while want:
+        name = want.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(defs[name]):
+            if isinstance(node, ast.Name) and node.id in defs and node.id not in seen and node.id not in skip:
+                want.append(node.id)
+    glb = dict(ns, __name__="tree." + path.stem)
+    done = set()
+    for node in tree.body:  # in file order, one at a time: one that fails to define is skipped
+        if any(defs.get(n) is node for n in seen) and id(node) not in done:
+            done.add(id(node))
+            try:
+                exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), glb)
+            except Exception:  # noqa: BLE001
+                pass
+    return {n: glb[n.replace(".", "__")] for n in seen if n.replace(".", "__") in glb}
+
+
+def _probe_closure(root: Path, hw: Hardware) -> dict:
+    """The tree's own probe helpers (and the helpers they call), defined in a
+    namespace of their own; the memory-capacity probes answer the scenario."""
+    path = root / "sglang" / "srt" / "utils" / "common.py"
+    if not path.is_file():
+        path = root / "sglang" / "srt" / "utils.py"
+    if not path.is_file():
+        return {}
+    memory = lambda *a, **k: hw.total_mib  # noqa: E731 - nvidia-smi's memory.total, MiB
+    answered = dict(get_device_memory_capacity=memory, get_nvgpu_memory_capacity=memory,
+                    # the release's pinned flashinfer is installed on a GPU machine
+                    is_flashinfer_available=lambda *a, **k: True)
+    import importlib
+    import logging
+    import os
+    import platform
+
+    ns = {"torch": torch, "lru_cache": functools.lru_cache, "functools": functools, "sys": sys,
+          "platform": platform, "os": os, "find_spec": importlib.util.find_spec, "importlib": importlib,
+          "logger": logging.getLogger("sglang.probes"), "Tuple": tuple, "Optional": object, **answered}
+    out = tree_functions(path, PROBES, ns, skip=tuple(answered))
+    out.update(answered)
+    return out
+
+
+def _init_assignments(path: Path) -> list:
+    """``self.NAME = EXPR`` statements of ``ModelConfig.__init__`` (top level
+    of the method, source order), as (NAME, compiled EXPR, called names)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = []
+    for cls in tree.body:
+        if not (isinstance(cls, ast.ClassDef) and cls.name == "ModelConfig"):
+            continue
+        for fn in cls.body:
+            if not (isinstance(fn, ast.FunctionDef) and fn.name == "__init__"):
+                continue
+            for node in fn.body:
+                if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                        and isinstance(node.targets[0], ast.Attribute)
+                        and isinstance(node.targets[0].value, ast.Name) and node.targets[0].value.id == "self"):
+                    called = {c.func.id for c in ast.walk(node.value)
+                              if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+                    expr = compile(ast.Expression(node.value), str(path), "eval")
+                    out.append((node.targets[0].attr, expr, called))
+    return out
+
+
+# Model-type predicates ModelConfig.__init__ combines with the architecture
+# helpers: the harness's models are none of these (as GPU.module_fakes).
+_NOT_THIS_MODEL = ("is_deepseek_nsa", "is_deepseek_dsa", "is_deepseek_v4", "is_minimax_sparse")
+
+
+def _complete_model_config(root: Path, mc) -> None:
+    """The ModelConfig attributes the rules read that ``ModelConfig.__init__``
+    computes from the HF config: each ``self.NAME = EXPR`` of the tree's own
+    ``__init__`` that the harness's view lacks is evaluated on the view, with
+    the tree's own module-level helpers (configs/model_config.py); one that
+    needs more than the view holds stays missing (read -> MissingInput).
+    ``has_attention_sinks`` by the tree's ``ModelConfig._detect_attention_sinks``."""
+    if mc is None:
+        return
+    path = root / "sglang" / "srt" / "configs" / "model_config.py"
+    if not path.is_file():
+        return
+    assigns = _init_assignments(path)
+    called = set().union(*(c for _, _, c in assigns)) if assigns else set()
+    helpers = tree_functions(path, tuple(called) + ("ModelConfig._detect_attention_sinks",),
+                             {"List": list, "any": any, "Optional": object})
+    ns = dict(helpers, getattr=getattr, hasattr=hasattr, self=mc,
+              enable_multimodal=getattr(mc, "is_multimodal", False),
+              **{n: (lambda *a, **k: False) for n in _NOT_THIS_MODEL})
+    for name, expr, _ in assigns:
+        try:
+            object.__getattribute__(mc, name)
+            continue  # the harness's view already says
+        except AttributeError:
+            pass
+        try:
+            object.__setattr__(mc, name, eval(expr, ns))  # noqa: S307 - the tree's own expression
+        except Exception:  # noqa: BLE001 - needs more than the view holds: stays missing
+            pass
+    fn = helpers.get("ModelConfig._detect_attention_sinks")
+    if fn is not None:
+        try:
+            object.__getattribute__(mc, "has_attention_sinks")
+        except AttributeError:
+            object.__setattr__(mc, "has_attention_sinks", bool(fn(mc)))
+
+
+def _fields(cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _snap(obj, names):
+    out = {}
+    for n in names:
+        try:
+            v = object.__getattribute__(obj, n)
+        except AttributeError:
+            continue
+        try:
+            out[n] = copy.deepcopy(v)
+        except Exception:  # noqa: BLE001
+            out[n] = v
+    return out
+
+
+def _differs(a, b) -> bool:
+    try:
+        return bool(a != b)
+    except Exception:  # noqa: BLE001
+        return a is not b
+
+
+class Recorder:
+    """Attributes each field change to the innermost release rule running."""
+
+    def __init__(self, obj, names):
+        self.obj, self.names = obj, names
+        self.rule_of: dict = {}
+        self.depth = 0
+
+    def wrap(self, fn, label):
+        rec = self
+
+        @functools.wraps(fn)
+        def traced(*a, **k):
+            before = _snap(rec.obj, rec.names)
+            claimed_before = dict(rec.rule_of)
+            rec.depth += 1
+            try:
+                return fn(*a, **k)
+            finally:
+                rec.depth -= 1
+                after = _snap(rec.obj, rec.names)
+                for n in rec.names:
+                    if n in after and (n not in before or _differs(before[n], after[n])):
+                        if rec.rule_of.get(n) == claimed_before.get(n):  # no inner rule claimed it
+                            rec.rule_of[n] = label
+        return traced
+
+    def declare(self, args, source, **fields):
+        for k, v in fields.items():
+            object.__setattr__(args, k, v)
+            self.rule_of[k] = f"declare_resolution({source})"
+
+
+def _hook_modules():
+    return [m for name, m in sorted(sys.modules.items())
+            if name.startswith("sglang.srt.arg_groups.") and not isinstance(m, loader.StubModule)]
+
+
+def resolve(ctx, cls, model_config, hf_configs: dict):
+    """Build the tree's ServerArgs from the scenario's flags; returns
+    (instance, changes, notes).  ``cls`` is the tree's ServerArgs."""
+    server = dict(ctx.req["server"])
+    names = _fields(cls)
+    if "mamba_scheduler_strategy" in server and "mamba_scheduler_strategy" not in names \
+            and "mamba_radix_cache_strategy" in names:
+        server["mamba_radix_cache_strategy"] = server.pop("mamba_scheduler_strategy")
+    given = {k: v for k, v in server.items() if k in names}
+    unknown = {k: v for k, v in server.items() if k not in names}
+    given.setdefault("model_path", "scenario-model")
+    hw = Hardware.of(ctx.req["gpu"], ctx.gpu.world.world_size)
+    reads = ctx.reads
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name.startswith("_"):
+            raise AttributeError(name)
+        raise MissingInput("server_args", name)
+
+    def __getattribute__(self, name):
+        if not name.startswith("_"):
+            reads.add(f"server_args.{name}")
+        return object.__getattribute__(self, name)
+
+    sub = type("ScenarioServerArgs", (cls,), {"__getattr__": __getattr__, "__getattribute__": __getattribute__,
+                                              "__module__": cls.__module__})
+    obj = object.__new__(sub)
+    object.__setattr__(obj, "model_config", model_config)
+    rec = Recorder(obj, names)
+    # The release's rules: every method of its ServerArgs (and of its bases in the
+    # tree), and every function of its arg_groups hooks, traced.
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("sglang."):
+            continue
+        for attr, fn in list(vars(klass).items()):
+            if isinstance(fn, types.FunctionType) and not attr.startswith("__") and attr not in vars(sub):
+                setattr(sub, attr, rec.wrap(fn, f"{klass.__name__}.{attr}"))
+    target_hf = hf_configs.get("target")
+    draft_hf = hf_configs.get("draft")
+    draft_path = server.get("speculative_draft_model_path")
+
+    def get_config(path=None, *a, **k):
+        if draft_path is not None and path == draft_path and draft_hf is not None:
+            return draft_hf
+        if target_hf is None:
+            raise MissingInput("hf_config", f"get_config({path!r})")
+        return target_hf
+
+    _complete_model_config(ctx.root, model_config)
+    probes = _probe_closure(ctx.root, hw)
+    fakes = dict(probes, get_config=get_config, declare_resolution=rec.declare,
+                 get_model_config=lambda *a, **k: model_config)
+    hooks_patched = []
+    import importlib
+
+    for name in sorted(ctx.finder.real):  # every rule module imported before its names are answered
+        if name.startswith("sglang.srt.arg_groups") and name not in sys.modules:
+            importlib.import_module(name)
+    for modname, mod in list(sys.modules.items()):
+        if not modname.startswith("sglang"):
+            continue
+        d = getattr(mod, "__dict__", {})
+        for name, fake in fakes.items():
+            if name in d and (loader.is_stub(d[name]) or (name == "declare_resolution" and modname != "")):
+                hooks_patched.append((mod, name, d[name]))
+                setattr(mod, name, fake)
+        if modname.startswith("sglang.srt.arg_groups.") and not isinstance(mod, loader.StubModule):
+            for attr, fn in list(d.items()):
+                if isinstance(fn, types.FunctionType) and fn.__module__ == mod.__name__ \
+                        and (attr.startswith("_handle") or attr.startswith("handle_")
+                             or attr.startswith("_resolve") or attr.startswith("resolve_")):
+                    hooks_patched.append((mod, attr, fn))
+                    setattr(mod, attr, rec.wrap(fn, f"{modname.rsplit('.', 1)[-1]}.{attr}"))
+    saved_fakes = dict(loader.StubRegistry.fakes)
+    loader.StubRegistry.fakes.update(fakes)  # names imported lazily inside the rules
+    init_values = {}
+    try:
+        with torch_cuda_answers(hw, int(float(ctx.req["gpu"]["pre_load_free_gib"]) * (1 << 30))):
+            post_init = getattr(cls, "__post_init__", None)
+            # __init__ assigns the fields, then calls __post_init__: snapshot in between
+            orig = vars(sub).get("__post_init__")
+
+            def post(self):
+                init_values.update(_snap(self, names))
+                if post_init is not None:
+                    rec.wrap(post_init, f"{cls.__name__}.__post_init__")(self)
+
+            sub.__post_init__ = post
+            cls.__init__(obj, **given)
+            if orig is None:
+                del sub.__post_init__
+            if hasattr(cls, "resolve_once"):
+                cls.resolve_once(obj)
+    finally:
+        loader.StubRegistry.fakes.clear()
+        loader.StubRegistry.fakes.update(saved_fakes)
+        for mod, name, value in reversed(hooks_patched):
+            setattr(mod, name, value)
+    for k, v in unknown.items():
+        object.__setattr__(obj, k, v)
+    final = _snap(obj, names)
+    changes = []
+    for n in names:
+        if n in final and n in init_values and _differs(init_values[n], final[n]):
+            changes.append({"flag": n, "given": _plain(init_values[n]), "resolved": _plain(final[n]),
+                            "rule": rec.rule_of.get(n, f"{cls.__name__}.__post_init__"),
+                            "from_scenario": n in given})
+    notes = [f"--{k.replace('_', '-')} is not a field of this release's ServerArgs; set as given"
+             for k in unknown]
+    return obj, changes, notes
+
+
+def _plain(v):
+    if isinstance(v, (int, float, str, bool, type(None))):
+        return v
+    if isinstance(v, (list, tuple)) and all(isinstance(x, (int, float, str, bool, type(None))) for x in v):
+        return list(v)
+    return repr(v)[:120]
+
+
+def format_change(c: dict) -> str:
+    return f"{c['flag']}: {c['given']!r} -> {c['resolved']!r}, by {c['rule']}"
