@@ -128,7 +128,17 @@ def tree_functions(path: Path, wanted, ns: dict, skip=()) -> dict:
         for node in ast.walk(defs[name]):
             if isinstance(node, ast.Name) and node.id in defs and node.id not in seen and node.id not in skip:
                 want.append(node.id)
-    glb = dict(ns, __name__="tree." + path.stem)
+    glb = {"__name__": "tree." + path.stem}
+    for node in tree.body:  # the file's own imports of the standard library (and of what is loaded)
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0):
+            tops = {(node.module or "").split(".")[0]} if isinstance(node, ast.ImportFrom) \
+                else {a.name.split(".")[0] for a in node.names}
+            if all(t and t != "sglang" and (t in sys.stdlib_module_names or t in sys.modules) for t in tops):
+                try:
+                    exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), glb)
+                except Exception:  # noqa: BLE001
+                    pass
+    glb.update(ns)
     done = set()
     for node in tree.body:  # in file order, one at a time: one that fails to define is skipped
         if any(defs.get(n) is node for n in seen) and id(node) not in done:
@@ -229,6 +239,45 @@ def _complete_model_config(root: Path, mc) -> None:
             object.__setattr__(mc, "has_attention_sinks", bool(fn(mc)))
 
 
+# The model-path helpers the rules call (GGUF / ModelScope / Mistral checks):
+# the tree's own code, on a local model directory (so none reaches a hub).
+PATH_HELPERS = ("check_gguf_file", "resolve_hf_gguf_reference", "is_remote_url")
+
+
+def _path_helpers(root: Path) -> dict:
+    import glob
+    import os
+
+    out = {}
+    for rel in ("utils/hf_transformers/common.py", "utils/hf_transformers_utils.py", "utils/common.py"):
+        path = root / "sglang" / "srt" / rel
+        if path.is_file():
+            found = tree_functions(path, [n for n in PATH_HELPERS if n not in out],
+                                   {"os": os, "glob": glob, "Optional": object, "Union": object, "Path": Path,
+                                    "List": list})
+            out.update(found)
+    return out
+
+
+def model_directory(hf) -> str:
+    """A local model directory holding the scenario's config.json (what
+    the server is started with: a path on disk)."""
+    import json
+    import os
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="sglo-model-")
+    cfg = {}
+    for k, v in (vars(hf).items() if hf is not None else ()):
+        if k.startswith("_"):
+            continue
+        if isinstance(v, (int, float, str, bool, type(None), list, dict)):
+            cfg[k] = v
+    with open(os.path.join(d, "config.json"), "w") as fh:
+        json.dump(cfg, fh)
+    return d
+
+
 def _fields(cls) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
@@ -302,7 +351,9 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
         server["mamba_radix_cache_strategy"] = server.pop("mamba_scheduler_strategy")
     given = {k: v for k, v in server.items() if k in names}
     unknown = {k: v for k, v in server.items() if k not in names}
-    given.setdefault("model_path", "scenario-model")
+    model_dir = None
+    if "model_path" not in given:
+        model_dir = given["model_path"] = model_directory(hf_configs.get("target"))
     hw = Hardware.of(ctx.req["gpu"], ctx.gpu.world.world_size)
     reads = ctx.reads
 
@@ -320,6 +371,8 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
                                               "__module__": cls.__module__})
     obj = object.__new__(sub)
     object.__setattr__(obj, "model_config", model_config)
+    # v0.5.19+: model_config_of(record) hands back a memo "a fixture supplied" as it is
+    object.__setattr__(obj, "_model_config", model_config)
     rec = Recorder(obj, names)
     # The release's rules: every method of its ServerArgs (and of its bases in the
     # tree), and every function of its arg_groups hooks, traced.
@@ -331,10 +384,15 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
                 setattr(sub, attr, rec.wrap(fn, f"{klass.__name__}.{attr}"))
     target_hf = hf_configs.get("target")
     draft_hf = hf_configs.get("draft")
-    draft_path = server.get("speculative_draft_model_path")
+    draft_path = given.get("speculative_draft_model_path")
+    draft_dir = None
+    if draft_path is not None and hf_configs.get("draft") is not None:
+        # A hub name would send the rules to the hub (GGUF / ModelScope checks):
+        # the drafter is a local directory holding its config.json, as downloaded.
+        draft_dir = given["speculative_draft_model_path"] = model_directory(hf_configs["draft"])
 
     def get_config(path=None, *a, **k):
-        if draft_path is not None and path == draft_path and draft_hf is not None:
+        if draft_hf is not None and path in (draft_path, draft_dir):
             return draft_hf
         if target_hf is None:
             raise MissingInput("hf_config", f"get_config({path!r})")
@@ -342,7 +400,7 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
 
     _complete_model_config(ctx.root, model_config)
     probes = _probe_closure(ctx.root, hw)
-    fakes = dict(probes, get_config=get_config, declare_resolution=rec.declare,
+    fakes = dict(probes, **_path_helpers(ctx.root), get_config=get_config, declare_resolution=rec.declare,
                  get_model_config=lambda *a, **k: model_config)
     hooks_patched = []
     import importlib
@@ -392,6 +450,13 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
             setattr(mod, name, value)
     for k, v in unknown.items():
         object.__setattr__(obj, k, v)
+    import shutil
+
+    for d in (model_dir, draft_dir):
+        if d is not None:
+            shutil.rmtree(d, ignore_errors=True)
+    if draft_dir is not None and getattr(obj, "speculative_draft_model_path", None) == draft_dir:
+        object.__setattr__(obj, "speculative_draft_model_path", draft_path)
     final = _snap(obj, names)
     changes = []
     for n in names:

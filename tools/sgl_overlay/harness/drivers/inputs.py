@@ -36,6 +36,24 @@ class _Group:
         return value() if callable(value) else value
 
 
+class _RuntimeContext:
+    """v0.5.19+'s ``get_context()``: reads from the resolved server args; its
+    ``override(source, **fields)`` (RuntimeContext.override: write resolved
+    leaves onto the config bags the accessors read) writes them there."""
+
+    def __init__(self, sa):
+        self.__dict__["_sa"] = sa
+        self.__dict__["overrides"] = []
+
+    def __getattr__(self, name):
+        return getattr(self._sa, name)
+
+    def override(self, source=None, **fields):
+        self.overrides.append((source, fields))
+        for k, v in fields.items():
+            object.__setattr__(self._sa, k, v)
+
+
 @dataclasses.dataclass(frozen=True)
 class RunnerInputs:
     attrs: dict                     # the runner's attributes, by upstream's names
@@ -110,7 +128,8 @@ def _install_runtime_context(ctx: Context, sa) -> dict:
             object.__setattr__(sa, k, v)
     accessors = {name: (lambda: sa) for name in (
         "get_schedule", "get_parallel", "get_exec", "get_disagg", "get_mm", "get_memory",
-        "get_spec", "get_model", "get_context")}
+        "get_spec", "get_model")}
+    accessors["get_context"] = lambda: _RuntimeContext(sa)
     loader.set_fakes(accessors)
     # v0.5.20+ read resolved flags through arg_groups.overrides.resolving_view(server_args)
     loader.set_fakes({"resolving_view": lambda args, *a, **k: args})
