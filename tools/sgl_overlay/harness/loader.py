@@ -40,10 +40,11 @@ class StubRegistry:
     source_root: Path | None = None
 
 
-# Stand-ins of these modules hand out the tree's own *literal* top-level
-# constants (e.g. utils.common's SUPPORTED_LORA_TARGET_MODULES, which v0.5.16+
-# ServerArgs field annotations concatenate): the value as written, no code run.
-LITERAL_CONSTANT_MODULES = ("sglang.srt.utils.common", "sglang.srt.utils")
+# A stand-in hands out the tree's own *literal* top-level UPPER_CASE constants
+# of its module's file (e.g. utils.common's SUPPORTED_LORA_TARGET_MODULES, which
+# v0.5.16+ ServerArgs field annotations concatenate; the FLA kernels' CHUNK_SIZE
+# the Mamba page-size rule reads): the value as written, no code run.
+_TEXTS: dict = {}
 
 
 def tree_literal(module: str, name: str):
@@ -52,13 +53,15 @@ def tree_literal(module: str, name: str):
     import re
 
     root = StubRegistry.source_root
-    if root is None or module not in LITERAL_CONSTANT_MODULES:
+    if root is None:
         return False, None
-    base = Path(root).joinpath(*module.split("."))
-    path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
-    if not path.is_file():
+    if module not in _TEXTS:
+        base = Path(root).joinpath(*module.split("."))
+        path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+        _TEXTS[module] = path.read_text(encoding="utf-8") if path.is_file() else ""
+    text = _TEXTS[module]
+    if not text:
         return False, None
-    text = path.read_text(encoding="utf-8")
     m = re.search(rf"^{re.escape(name)}\s*(?::[^=\n]+)?=", text, re.M)
     if not m:
         return False, None
@@ -267,6 +270,7 @@ def uninstall(finder: TreeFinder) -> None:
         if name == ROOT_PACKAGE or name.startswith(ROOT_PACKAGE + "."):
             del sys.modules[name]
     StubRegistry.fakes.clear()
+    _TEXTS.clear()
 
 
 @contextlib.contextmanager

@@ -49,7 +49,7 @@ PROBES = (
     "get_device_sm", "get_device_name", "get_device_capability", "get_device", "get_device_count",
     "is_sm90_supported", "is_sm100_supported", "is_sm120_supported", "is_blackwell_supported",
     "is_hopper_with_cuda_12_3", "is_host_cpu_arm64", "cpu_has_amx_support", "xpu_has_xmx_support",
-    "is_blackwell", "is_sm80_supported",
+    "is_blackwell", "is_sm80_supported", "is_sm100_or_sm110_supported",
 )
 
 
@@ -278,6 +278,39 @@ def model_directory(hf) -> str:
     return d
 
 
+class Platform:
+    """v0.5.19+'s ``get_platform()`` (runtime_context.PlatformContext): each
+    fact is the probe its own tables (``_PLATFORM_PROBES``, ``_PLATFORM_VALUES``,
+    read from the tree) name, called on the scenario's answers."""
+
+    def __init__(self, table: dict, probes: dict):
+        self._table, self._probes = table, probes
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        probe = self._table.get(name)
+        if probe is None or probe not in self._probes:
+            raise MissingInput("platform", name)
+        return self._probes[probe]()
+
+
+def _platform(root: Path, probes: dict):
+    path = root / "sglang" / "srt" / "runtime_context.py"
+    if not path.is_file():
+        return None
+    table = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        if isinstance(target, ast.Name) and target.id in ("_PLATFORM_PROBES", "_PLATFORM_VALUES"):
+            try:
+                table.update(ast.literal_eval(node.value))
+            except ValueError:
+                pass
+    return Platform(table, probes) if table else None
+
+
 def _fields(cls) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
@@ -400,6 +433,9 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
 
     _complete_model_config(ctx.root, model_config)
     probes = _probe_closure(ctx.root, hw)
+    platform = _platform(ctx.root, probes)
+    if platform is not None:
+        probes = dict(probes, get_platform=lambda: platform)
     fakes = dict(probes, **_path_helpers(ctx.root), get_config=get_config, declare_resolution=rec.declare,
                  get_model_config=lambda *a, **k: model_config)
     hooks_patched = []
@@ -443,6 +479,10 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
                 del sub.__post_init__
             if hasattr(cls, "resolve_once"):
                 cls.resolve_once(obj)
+    except BaseException:
+        # the release refused (or failed) mid-resolution: what it changed so far
+        ctx.figures["resolution"] = _changes(obj, names, init_values, rec, cls, given, draft_dir, draft_path)
+        raise
     finally:
         loader.StubRegistry.fakes.clear()
         loader.StubRegistry.fakes.update(saved_fakes)
@@ -457,16 +497,26 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
             shutil.rmtree(d, ignore_errors=True)
     if draft_dir is not None and getattr(obj, "speculative_draft_model_path", None) == draft_dir:
         object.__setattr__(obj, "speculative_draft_model_path", draft_path)
-    final = _snap(obj, names)
-    changes = []
-    for n in names:
-        if n in final and n in init_values and _differs(init_values[n], final[n]):
-            changes.append({"flag": n, "given": _plain(init_values[n]), "resolved": _plain(final[n]),
-                            "rule": rec.rule_of.get(n, f"{cls.__name__}.__post_init__"),
-                            "from_scenario": n in given})
+    changes = _changes(obj, names, init_values, rec, cls, given, draft_dir, draft_path)
     notes = [f"--{k.replace('_', '-')} is not a field of this release's ServerArgs; set as given"
              for k in unknown]
     return obj, changes, notes
+
+
+def _changes(obj, names, init_values, rec, cls, given, draft_dir=None, draft_path=None) -> list:
+    final = _snap(obj, names)
+    out = []
+    for n in names:
+        if n not in final or n not in init_values:
+            continue
+        before, after = init_values[n], final[n]
+        if draft_dir is not None and n == "speculative_draft_model_path":
+            before = draft_path if before == draft_dir else before
+            after = draft_path if after == draft_dir else after
+        if _differs(before, after):
+            out.append({"flag": n, "given": _plain(before), "resolved": _plain(after),
+                        "rule": rec.rule_of.get(n, f"{cls.__name__}.__post_init__"), "from_scenario": n in given})
+    return out
 
 
 def _plain(v):

@@ -43,6 +43,7 @@ class Context:
         extra = [
             "sglang.srt.server_args",  # first: the release's own flag resolution (resolution.py)
             "sglang.srt.model_executor.cuda_graph_config",  # the CudaGraphConfig records its rules fill (v0.5.16+)
+            "sglang.srt.configs.linear_attn_model_registry",  # which hybrid models support the Mamba radix cache
             "sglang.srt.environ",
             "sglang.srt.speculative.spec_info",
             "sglang.srt.speculative.spec_registry",
