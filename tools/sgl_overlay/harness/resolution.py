@@ -312,7 +312,12 @@ def _platform(root: Path, probes: dict):
 
 
 def _fields(cls) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
+    """The ServerArgs fields: a dataclass up to v0.5.21, a msgspec Struct from v0.5.22."""
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls)]
+    import msgspec.structs
+
+    return [f.name for f in msgspec.structs.fields(cls)]
 
 
 def _snap(obj, names):
@@ -364,9 +369,37 @@ class Recorder:
         return traced
 
     def declare(self, args, source, **fields):
+        """In place of declare_resolution where the tree's is a stand-in."""
         for k, v in fields.items():
-            object.__setattr__(args, k, v)
-            self.rule_of[k] = f"declare_resolution({source})"
+            force_set(args, k, v)
+            self.rule_of[k] = str(source)
+
+    def publish(self, obj) -> None:
+        """v0.5.19+: rules declare their results into ``_resolved_overrides``
+        (arg_groups.overrides.declare_resolution); the launcher projects that
+        stash onto the published config.  Project it onto the fields, in
+        order, each attributed to the source its rule named."""
+        try:
+            stash = object.__getattribute__(obj, "_resolved_overrides")
+        except AttributeError:
+            return
+        for source, fields in stash or ():
+            for k, v in fields.items():
+                force_set(obj, k, v)
+                self.rule_of[k] = str(source)
+
+
+def force_set(obj, name, value) -> None:
+    """Set a field or attribute, also on a msgspec Struct (ServerArgs from v0.5.22)."""
+    try:
+        object.__setattr__(obj, name, value)
+    except TypeError:
+        import msgspec.structs
+
+        if name in getattr(type(obj), "__struct_fields__", ()):
+            msgspec.structs.force_setattr(obj, name, value)
+        else:
+            obj.__dict__[name] = value
 
 
 def _hook_modules():
@@ -402,11 +435,17 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
 
     sub = type("ScenarioServerArgs", (cls,), {"__getattr__": __getattr__, "__getattribute__": __getattribute__,
                                               "__module__": cls.__module__})
-    obj = object.__new__(sub)
-    object.__setattr__(obj, "model_config", model_config)
-    # v0.5.19+: model_config_of(record) hands back a memo "a fixture supplied" as it is
-    object.__setattr__(obj, "_model_config", model_config)
-    rec = Recorder(obj, names)
+    is_struct = not dataclasses.is_dataclass(cls)
+    obj = None if is_struct else object.__new__(sub)
+
+    def attach_model(o):
+        force_set(o, "model_config", model_config)
+        # v0.5.19+: model_config_of(record) hands back a memo "a fixture supplied" as it is
+        force_set(o, "_model_config", model_config)
+
+    if obj is not None:
+        attach_model(obj)
+    rec = Recorder(obj, names)  # obj is set below for a Struct (built by its own constructor)
     # The release's rules: every method of its ServerArgs (and of its bases in the
     # tree), and every function of its arg_groups hooks, traced.
     for klass in cls.__mro__:
@@ -449,7 +488,7 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
             continue
         d = getattr(mod, "__dict__", {})
         for name, fake in fakes.items():
-            if name in d and (loader.is_stub(d[name]) or (name == "declare_resolution" and modname != "")):
+            if name in d and loader.is_stub(d[name]):
                 hooks_patched.append((mod, name, d[name]))
                 setattr(mod, name, fake)
         if modname.startswith("sglang.srt.arg_groups.") and not isinstance(mod, loader.StubModule):
@@ -469,16 +508,27 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
             orig = vars(sub).get("__post_init__")
 
             def post(self):
+                if rec.obj is None:
+                    rec.obj = self
+                    attach_model(self)
                 init_values.update(_snap(self, names))
                 if post_init is not None:
                     rec.wrap(post_init, f"{cls.__name__}.__post_init__")(self)
 
             sub.__post_init__ = post
-            cls.__init__(obj, **given)
-            if orig is None:
+            if is_struct:  # msgspec: the constructor assigns the fields and calls the
+                obj = sub(**given)  # class's own __post_init__ (which leaves resolution to resolve_once)
+                if rec.obj is None:
+                    rec.obj = obj
+                    attach_model(obj)
+                    init_values.update(_snap(obj, names))
+            else:
+                cls.__init__(obj, **given)
+            if orig is None and not is_struct:
                 del sub.__post_init__
             if hasattr(cls, "resolve_once"):
                 cls.resolve_once(obj)
+            rec.publish(obj)
     except BaseException:
         # the release refused (or failed) mid-resolution: what it changed so far
         ctx.figures["resolution"] = _changes(obj, names, init_values, rec, cls, given, draft_dir, draft_path)
@@ -489,14 +539,14 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
         for mod, name, value in reversed(hooks_patched):
             setattr(mod, name, value)
     for k, v in unknown.items():
-        object.__setattr__(obj, k, v)
+        force_set(obj, k, v)
     import shutil
 
     for d in (model_dir, draft_dir):
         if d is not None:
             shutil.rmtree(d, ignore_errors=True)
     if draft_dir is not None and getattr(obj, "speculative_draft_model_path", None) == draft_dir:
-        object.__setattr__(obj, "speculative_draft_model_path", draft_path)
+        force_set(obj, "speculative_draft_model_path", draft_path)
     changes = _changes(obj, names, init_values, rec, cls, given, draft_dir, draft_path)
     notes = [f"--{k.replace('_', '-')} is not a field of this release's ServerArgs; set as given"
              for k in unknown]

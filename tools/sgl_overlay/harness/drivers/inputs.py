@@ -51,7 +51,7 @@ class _RuntimeContext:
     def override(self, source=None, **fields):
         self.overrides.append((source, fields))
         for k, v in fields.items():
-            object.__setattr__(self._sa, k, v)
+            resolution.force_set(self._sa, k, v)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +125,7 @@ def _install_runtime_context(ctx: Context, sa) -> dict:
         graph=_ns(cuda_graph_config=_ns(prefill=_ns(full_prefill_max_req=None, backend=None))),
     ).items():
         if getattr(sa, k, None) is None:
-            object.__setattr__(sa, k, v)
+            resolution.force_set(sa, k, v)
     accessors = {name: (lambda: sa) for name in (
         "get_schedule", "get_parallel", "get_exec", "get_disagg", "get_mm", "get_memory",
         "get_spec", "get_model")}
