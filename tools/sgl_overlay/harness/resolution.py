@@ -176,16 +176,17 @@ def _probe_closure(root: Path, hw: Hardware) -> dict:
 
 
 def _init_assignments(path: Path) -> list:
-    """``self.NAME = EXPR`` statements of ``ModelConfig.__init__`` (top level
-    of the method, source order), as (NAME, compiled EXPR, called names)."""
+    """``self.NAME = EXPR`` statements of ``ModelConfig``'s methods (top level
+    of each method body; ``__init__`` first, then the others in source order:
+    v0.5.22+ moved some into helpers it calls), as (NAME, compiled EXPR, called names)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     out = []
     for cls in tree.body:
         if not (isinstance(cls, ast.ClassDef) and cls.name == "ModelConfig"):
             continue
-        for fn in cls.body:
-            if not (isinstance(fn, ast.FunctionDef) and fn.name == "__init__"):
-                continue
+        methods = [f for f in cls.body if isinstance(f, ast.FunctionDef)]
+        methods.sort(key=lambda f: f.name != "__init__")
+        for fn in methods:
             for node in fn.body:
                 if (isinstance(node, ast.Assign) and len(node.targets) == 1
                         and isinstance(node.targets[0], ast.Attribute)
