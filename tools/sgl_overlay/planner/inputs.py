@@ -65,7 +65,10 @@ class Deployment:
         return {
             "name": "plan",
             "gpu": {"pre_load_free_gib": m.pre_free_gib, "post_load_free_gib": m.post_free_gib,
-                    "weights_gib": m.weights_gib, "world_size": self.tp},
+                    "weights_gib": m.weights_gib, "world_size": self.tp,
+                    # the hardware probes of the release's own flag resolution
+                    **({"device_name": self.gpu.device_name, "capability": list(self.gpu.capability),
+                        "total_mib": self.gpu.total_mib} if self.gpu else {})},
             "model": self.model.harness_model(self.context_len(overrides)),
             "server": server,
             "draft": self.draft,

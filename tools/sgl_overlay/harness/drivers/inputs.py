@@ -10,7 +10,7 @@ import dataclasses
 import torch
 
 from .. import loader
-from ..standins import GIB, ModelConfigView, ServerArgsView, View
+from ..standins import GIB, ModelConfigView, View
 from .context import Context, Untestable
 from .defaults import KV_DTYPES
 from .. import resolution
@@ -57,7 +57,7 @@ class _RuntimeContext:
 @dataclasses.dataclass(frozen=True)
 class RunnerInputs:
     attrs: dict                     # the runner's attributes, by upstream's names
-    server_args: ServerArgsView     # the same view as attrs["server_args"]
+    server_args: object             # the release's own resolved ServerArgs, as attrs["server_args"]
     accessors: dict                 # runtime-context accessors (v0.5.16+): name -> () -> server_args
 
 
