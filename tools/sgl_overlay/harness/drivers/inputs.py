@@ -36,6 +36,28 @@ class _Group:
         return value() if callable(value) else value
 
 
+class _NsGroup:
+    """v0.5.22+'s config bags (``get_exec()``, ``get_exec().features`` ...),
+    laid out by the release's own namespace map (``ServerArgs._NS_BY_FIELD``,
+    what runtime_context._build_config_bags projects at publish): a name that
+    is a sub-namespace gives the sub-bag, any other the resolved server
+    args' value (then the harness's own group of that name, e.g. ``mamba``)."""
+
+    def __init__(self, sa, path: str, nsmap: dict, harness: dict):
+        self.__dict__.update(_sa=sa, _path=path, _nsmap=nsmap, _harness=harness)
+
+    def __getattr__(self, name):
+        sub = f"{self._path}.{name}"
+        if any(p == sub or p.startswith(sub + ".") for p in self._nsmap.values()):
+            return _NsGroup(self._sa, sub, self._nsmap, self._harness)
+        try:
+            return getattr(self._sa, name)
+        except AttributeError:
+            if name in self._harness:
+                return self._harness[name]
+            raise
+
+
 class _RuntimeContext:
     """v0.5.19+'s ``get_context()``: reads from the resolved server args; its
     ``override(source, **fields)`` (RuntimeContext.override: write resolved
@@ -129,6 +151,13 @@ def _install_runtime_context(ctx: Context, sa) -> dict:
     accessors = {name: (lambda: sa) for name in (
         "get_schedule", "get_parallel", "get_exec", "get_disagg", "get_mm", "get_memory",
         "get_spec", "get_model")}
+    nsmap = getattr(type(sa), "_NS_BY_FIELD", None)
+    if nsmap:  # v0.5.22+: the bags by the release's own namespace map
+        tops = {p.split(".")[0] for p in nsmap.values()}
+        harness = {"mamba": getattr(sa, "mamba", None), "graph": getattr(sa, "graph", None)}
+        for top in tops:
+            if f"get_{top}" in accessors and top != "parallel":
+                accessors[f"get_{top}"] = (lambda t=top: _NsGroup(sa, t, nsmap, harness))
     accessors["get_context"] = lambda: _RuntimeContext(sa)
     loader.set_fakes(accessors)
     # v0.5.20+ read resolved flags through arg_groups.overrides.resolving_view(server_args)
