@@ -72,7 +72,8 @@ def _drive_configurator(ctx: Context) -> dict:
     view, whose fields carry the same names.
     """
     for extra in ("sglang.srt.mem_cache.draft_kv_budget", "sglang.srt.configs.hybrid_arch",
-                  "sglang.srt.mem_cache.layout.fused_draft"):  # HOST_KINDS registry (v0.5.23)
+                  "sglang.srt.mem_cache.layout.fused_draft",  # HOST_KINDS registry (v0.5.23)
+                  "sglang.srt.mem_cache.allocation_sizing"):  # get_mamba_tracking_slots (v0.5.22+)
         if ctx.exists(extra):
             loader.add_real(ctx.finder, extra)
     kmod = ctx.load(ctx.layout.entry)

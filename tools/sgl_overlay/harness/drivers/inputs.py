@@ -50,12 +50,36 @@ class _NsGroup:
         sub = f"{self._path}.{name}"
         if any(p == sub or p.startswith(sub + ".") for p in self._nsmap.values()):
             return _NsGroup(self._sa, sub, self._nsmap, self._harness)
+        derived = self._derived(name)
+        if derived is not None:
+            return derived()
         try:
             return getattr(self._sa, name)
         except AttributeError:
             if name in self._harness:
                 return self._harness[name]
             raise
+
+    def _derived(self, name):
+        """A leaf the release derives at publish (``Derived(fn=...)`` in its
+        namespace class; runtime_context._install_derived_leaves): its own fn,
+        on the release's resolved_view of the server args."""
+        import importlib
+
+        for source in getattr(type(self._sa), "_NAMESPACES", ()) or ():
+            if getattr(source, "_NS_PATH", None) != self._path:
+                continue
+            decl = vars(source).get(name)
+            fn = getattr(decl, "fn", None)
+            if type(decl).__name__ != "Derived":
+                continue
+            if not fn:
+                default = getattr(decl, "default", None)
+                return lambda: default if type(default).__name__ != "_NoDefault" else None
+            module, _, attr = fn.rpartition(".")
+            overrides = importlib.import_module("sglang.srt.arg_groups.overrides")
+            return lambda: getattr(importlib.import_module(module), attr)(overrides.resolved_view(self._sa))
+        return None
 
 
 class _RuntimeContext:
