@@ -99,10 +99,59 @@ def torch_cuda_answers(hw: Hardware, free_bytes: int):
         torch.version.cuda = saved_version
 
 
+def _code_cache(path: Path, key: tuple, build):
+    """What ``build()`` returns for the tree file ``path`` (marshal-able: code
+    objects, lists, strings), kept on disk by the file's size and mtime, so a
+    run does not parse a large module (utils/common.py, configs/model_config.py)
+    again.  In $SGL_OVERLAY_CACHE (else ~/.cache/sgl-overlay)/harness-code."""
+    import hashlib
+    import marshal
+    import os
+
+    st = path.stat()
+    ident = repr((str(path), st.st_size, st.st_mtime_ns, key, sys.version_info[:2])).encode()
+    base = os.environ.get("SGL_OVERLAY_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "sgl-overlay")
+    file = Path(base) / "harness-code" / (hashlib.sha256(ident).hexdigest()[:32] + ".marshal")
+    try:
+        return marshal.loads(file.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    value = build()
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(marshal.dumps(value))
+        os.replace(tmp, file)
+    except OSError:
+        pass
+    return value
+
+
 def tree_functions(path: Path, wanted, ns: dict, skip=()) -> dict:
-    """The top-level functions ``wanted`` of a tree's file, and the top-level
-    functions and constants they use, defined from the tree's own source in
-    file order in a namespace of their own (``ns`` first)."""
+    """As ``_tree_function_code``, defined in a namespace of their own."""
+    imports, body, seen = _code_cache(path, ("functions", tuple(sorted(wanted)), tuple(sorted(skip))),
+                                      lambda: _tree_function_code(path, wanted, skip))
+    glb = {"__name__": "tree." + path.stem}
+    for top, code in imports:  # the file's own imports of the standard library (and of what is loaded)
+        if all(t in sys.stdlib_module_names or t in sys.modules for t in top):
+            try:
+                exec(code, glb)
+            except Exception:  # noqa: BLE001
+                pass
+    glb.update(ns)
+    for code in body:  # in file order, one at a time: one that fails to define is skipped
+        try:
+            exec(code, glb)
+        except Exception:  # noqa: BLE001
+            pass
+    return {n: glb[n.replace(".", "__")] for n in seen if n.replace(".", "__") in glb}
+
+
+def _tree_function_code(path: Path, wanted, skip=()) -> tuple:
+    """(imports, statements, names): the compiled top-level functions ``wanted``
+    of a tree's file and the top-level functions and constants they use, in
+    file order, and the file's imports of other packages than sglang."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     defs = {}
     for n in list(tree.body):
@@ -128,26 +177,17 @@ def tree_functions(path: Path, wanted, ns: dict, skip=()) -> dict:
         for node in ast.walk(defs[name]):
             if isinstance(node, ast.Name) and node.id in defs and node.id not in seen and node.id not in skip:
                 want.append(node.id)
-    glb = {"__name__": "tree." + path.stem}
-    for node in tree.body:  # the file's own imports of the standard library (and of what is loaded)
+    imports = []
+    for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0):
-            tops = {(node.module or "").split(".")[0]} if isinstance(node, ast.ImportFrom) \
-                else {a.name.split(".")[0] for a in node.names}
-            if all(t and t != "sglang" and (t in sys.stdlib_module_names or t in sys.modules) for t in tops):
-                try:
-                    exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), glb)
-                except Exception:  # noqa: BLE001
-                    pass
-    glb.update(ns)
-    done = set()
-    for node in tree.body:  # in file order, one at a time: one that fails to define is skipped
-        if any(defs.get(n) is node for n in seen) and id(node) not in done:
-            done.add(id(node))
-            try:
-                exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), glb)
-            except Exception:  # noqa: BLE001
-                pass
-    return {n: glb[n.replace(".", "__")] for n in seen if n.replace(".", "__") in glb}
+            tops = [(node.module or "").split(".")[0]] if isinstance(node, ast.ImportFrom) \
+                else [a.name.split(".")[0] for a in node.names]
+            if all(t and t != "sglang" for t in tops):
+                imports.append((tops, compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec")))
+    chosen = {id(defs[n]) for n in seen}
+    body = [compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec")
+            for node in tree.body if id(node) in chosen]
+    return imports, body, sorted(seen)
 
 
 def _probe_closure(root: Path, hw: Hardware) -> dict:
@@ -215,7 +255,8 @@ def _complete_model_config(root: Path, mc) -> None:
     path = root / "sglang" / "srt" / "configs" / "model_config.py"
     if not path.is_file():
         return
-    assigns = _init_assignments(path)
+    assigns = [(n, e, set(c)) for n, e, c in _code_cache(
+        path, ("init_assignments",), lambda: [(n, e, sorted(c)) for n, e, c in _init_assignments(path)])]
     called = set().union(*(c for _, _, c in assigns)) if assigns else set()
     helpers = tree_functions(path, tuple(called) + ("ModelConfig._detect_attention_sinks",),
                              {"List": list, "any": any, "Optional": object})
@@ -328,11 +369,17 @@ def _snap(obj, names):
             v = object.__getattribute__(obj, n)
         except AttributeError:
             continue
+        if type(v) in _IMMUTABLE:
+            out[n] = v
+            continue
         try:
             out[n] = copy.deepcopy(v)
         except Exception:  # noqa: BLE001
             out[n] = v
     return out
+
+
+_IMMUTABLE = (int, float, str, bool, type(None), bytes)
 
 
 def _differs(a, b) -> bool:
