@@ -210,6 +210,49 @@ class _ShellLoader(importlib.abc.Loader):
         module.__path__ = [str(self.path)]
 
 
+class _CachedSourceLoader(importlib.machinery.SourceFileLoader):
+    """A real module of the tree, its compiled code kept in the harness's own
+    code cache ($SGL_OVERLAY_CACHE/harness-code, by path, size and mtime):
+    the release trees are not written to (no __pycache__ in them), and
+    PYTHONDONTWRITEBYTECODE does not make every run compile them again."""
+
+    def get_code(self, fullname):
+        import hashlib
+        import marshal
+        import os
+
+        path = Path(self.get_filename(fullname))
+        try:
+            st = path.stat()
+        except OSError:
+            return super().get_code(fullname)
+        ident = repr((str(path), st.st_size, st.st_mtime_ns, sys.version_info[:2])).encode()
+        base = os.environ.get("SGL_OVERLAY_CACHE") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "sgl-overlay")
+        file = Path(base) / "harness-code" / ("m-" + hashlib.sha256(ident).hexdigest()[:32] + ".marshal")
+        try:
+            return marshal.loads(file.read_bytes())
+        except (OSError, ValueError, EOFError, TypeError):
+            pass
+        code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(marshal.dumps(code))
+            os.replace(tmp, file)
+        except OSError:
+            pass
+        return code
+
+
+def _spec(fullname, file, package_dir=None):
+    loader = _CachedSourceLoader(fullname, str(file))
+    if package_dir is not None:
+        return importlib.util.spec_from_file_location(fullname, file, loader=loader,
+                                                      submodule_search_locations=[str(package_dir)])
+    return importlib.util.spec_from_file_location(fullname, file, loader=loader)
+
+
 class TreeFinder(importlib.abc.MetaPathFinder):
     """Resolves ``sglang.*``: real modules from the tree, shells, or stand-ins."""
 
@@ -231,13 +274,10 @@ class TreeFinder(importlib.abc.MetaPathFinder):
         base = self._path_of(fullname)
         if fullname in self.real:
             if base.is_dir():
-                init = base / "__init__.py"
-                return importlib.util.spec_from_file_location(
-                    fullname, init, submodule_search_locations=[str(base)]
-                )
+                return _spec(fullname, base / "__init__.py", base)
             file = base.with_suffix(".py")
             if file.is_file():
-                return importlib.util.spec_from_file_location(fullname, file)
+                return _spec(fullname, file)
             raise ModuleNotFoundError(f"{fullname}: no {file} in the tree", name=fullname)
         if fullname in self.shells and base.is_dir():
             spec = importlib.machinery.ModuleSpec(fullname, _ShellLoader(base), is_package=True)
