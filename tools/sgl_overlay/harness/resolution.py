@@ -59,31 +59,38 @@ class Hardware:
 
     name: str
     capability: tuple
-    total_mib: int
+    total_mib: int | None
     count: int
     cuda: str = "12.9"
 
     @classmethod
     def of(cls, gpu: dict, world_size: int) -> "Hardware":
+        """From a scenario's [gpu] table.  Each of device_name, capability and
+        total_mib must be present; an explicit null (the planner without --gpu)
+        is a device the probes cannot name: name "", capability (0, 0), no
+        memory figure (the release's own "gpu_mem is None" branches)."""
         missing = [k for k in ("device_name", "capability", "total_mib") if k not in gpu]
         if missing:
             raise MissingInput("gpu", ", ".join(missing))
-        return cls(str(gpu["device_name"]), tuple(int(x) for x in gpu["capability"]), int(gpu["total_mib"]),
+        cap = gpu["capability"]
+        return cls(str(gpu["device_name"] or ""), tuple(int(x) for x in cap) if cap else (0, 0),
+                   int(gpu["total_mib"]) if gpu["total_mib"] is not None else None,
                    int(gpu.get("gpu_count", world_size)), str(gpu.get("cuda", "12.9")))
 
 
 @contextlib.contextmanager
 def torch_cuda_answers(hw: Hardware, free_bytes: int):
     """torch.cuda's probes answer the scenario's device, for the block only."""
+    total = (hw.total_mib or 0) * MIB
     props = types.SimpleNamespace(name=hw.name, major=hw.capability[0], minor=hw.capability[1],
-                                  total_memory=hw.total_mib * MIB, multi_processor_count=0)
+                                  total_memory=total, multi_processor_count=0)
     fakes = dict(
         is_available=lambda: True,
         device_count=lambda: hw.count,
         get_device_capability=lambda *a, **k: hw.capability,
         get_device_name=lambda *a, **k: hw.name,
         get_device_properties=lambda *a, **k: props,
-        mem_get_info=lambda *a, **k: (free_bytes, hw.total_mib * MIB),
+        mem_get_info=lambda *a, **k: (free_bytes, total),
         current_device=lambda: 0,
     )
     saved = {k: getattr(torch.cuda, k) for k in fakes}
