@@ -619,8 +619,12 @@ def _changes(obj, names, init_values, rec, cls, given, draft_dir=None, draft_pat
             before = draft_path if before == draft_dir else before
             after = draft_path if after == draft_dir else after
         if _differs(before, after):
-            out.append({"flag": n, "given": _plain(before), "resolved": _plain(after),
-                        "rule": rec.rule_of.get(n, f"{cls.__name__}.__post_init__"), "from_scenario": n in given})
+            row = {"flag": n, "given": _plain(before), "resolved": _plain(after),
+                   "rule": rec.rule_of.get(n, f"{cls.__name__}.__post_init__"), "from_scenario": n in given}
+            if loader.is_stub(after):  # a stand-in's answer reached the field: say so, never a value
+                row["resolved"] = f"<stand-in {getattr(after, '__stub_name__', type(after).__stub_name__)}>"
+                row["standin"] = True
+            out.append(row)
     return out
 
 
