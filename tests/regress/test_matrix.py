@@ -76,8 +76,8 @@ FIGURES_NOT_DERIVED = {
 # must then get a derived expectation.
 UNKNOWN = {
     ("0.5.23", "zero-requests-dflash"): (
-        "v0.5.23 not derived by hand; the harness cannot drive it (untestable: get_mamba_tracking_slots "
-        "is a stand-in where the tree's function is needed)", True),
+        "v0.5.23 not derived by hand; the harness reports the release's own refusal (3 Mamba slots at a "
+        "ratio of 5: no request), not checked against its code or a log", True),
     ("0.5.23", "dflash-smoke"): (
         "v0.5.23 not derived by hand; the harness reports the release's 'Loaded weights leave no GPU "
         "memory' refusal, and whether it accounts for everything v0.5.19+ count (draft weights) is "

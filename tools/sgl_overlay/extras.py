@@ -14,7 +14,7 @@ from .errors import UsageError
 EXTRAS = {
     # SGLang's own sizing modules, run on a CPU by tools/regress.py,
     # tools/plan.py and tools/bisect.py --scenario
-    "harness": ("torch", "numpy", "msgspec"),
+    "harness": ("torch", "numpy", "msgspec", "orjson"),
 }
 
 

@@ -36,6 +36,48 @@ class StubRegistry:
 
     touched: set[str] = set()
     fakes: dict = {}
+    # The tree the finder serves, for the literal constants a stand-in hands out
+    source_root: Path | None = None
+
+
+# A stand-in hands out the tree's own *literal* top-level UPPER_CASE constants
+# of its module's file (e.g. utils.common's SUPPORTED_LORA_TARGET_MODULES, which
+# v0.5.16+ ServerArgs field annotations concatenate; the FLA kernels' CHUNK_SIZE
+# the Mamba page-size rule reads): the value as written, no code run.
+_TEXTS: dict = {}
+
+
+def tree_literal(module: str, name: str):
+    """(True, value) when the tree's file of ``module`` assigns ``name`` a
+    literal at top level, else (False, None)."""
+    import re
+
+    root = StubRegistry.source_root
+    if root is None:
+        return False, None
+    if module not in _TEXTS:
+        base = Path(root).joinpath(*module.split("."))
+        path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+        _TEXTS[module] = path.read_text(encoding="utf-8") if path.is_file() else ""
+    text = _TEXTS[module]
+    if not text:
+        return False, None
+    m = re.search(rf"^{re.escape(name)}\s*(?::[^=\n]+)?=", text, re.M)
+    if not m:
+        return False, None
+    lines = text[m.start():].splitlines()
+    stmt = [lines[0]]
+    for line in lines[1:]:  # up to the next top-level statement
+        if line and not line[0].isspace() and line[0] not in ")]}":
+            break
+        stmt.append(line)
+        if line and line[0] in ")]}":
+            break
+    try:
+        node = ast.parse("\n".join(stmt)).body[0]
+        return True, ast.literal_eval(node.value)
+    except (SyntaxError, ValueError, IndexError, AttributeError):
+        return False, None
 
 
 class _StubMeta(type):
@@ -137,6 +179,11 @@ class StubModule(types.ModuleType):
             raise AttributeError(name)
         if name in StubRegistry.fakes:
             return StubRegistry.fakes[name]
+        if name.isupper() or name.lstrip("_").isupper():
+            found, literal = tree_literal(self.__name__, name)
+            if found:
+                setattr(self, name, literal)
+                return literal
         value = make_stub_class(f"{self.__name__}.{name}")
         setattr(self, name, value)
         return value
@@ -163,6 +210,49 @@ class _ShellLoader(importlib.abc.Loader):
         module.__path__ = [str(self.path)]
 
 
+class _CachedSourceLoader(importlib.machinery.SourceFileLoader):
+    """A real module of the tree, its compiled code kept in the harness's own
+    code cache ($SGL_OVERLAY_CACHE/harness-code, by path, size and mtime):
+    the release trees are not written to (no __pycache__ in them), and
+    PYTHONDONTWRITEBYTECODE does not make every run compile them again."""
+
+    def get_code(self, fullname):
+        import hashlib
+        import marshal
+        import os
+
+        path = Path(self.get_filename(fullname))
+        try:
+            st = path.stat()
+        except OSError:
+            return super().get_code(fullname)
+        ident = repr((str(path), st.st_size, st.st_mtime_ns, sys.version_info[:2])).encode()
+        base = os.environ.get("SGL_OVERLAY_CACHE") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "sgl-overlay")
+        file = Path(base) / "harness-code" / ("m-" + hashlib.sha256(ident).hexdigest()[:32] + ".marshal")
+        try:
+            return marshal.loads(file.read_bytes())
+        except (OSError, ValueError, EOFError, TypeError):
+            pass
+        code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(marshal.dumps(code))
+            os.replace(tmp, file)
+        except OSError:
+            pass
+        return code
+
+
+def _spec(fullname, file, package_dir=None):
+    loader = _CachedSourceLoader(fullname, str(file))
+    if package_dir is not None:
+        return importlib.util.spec_from_file_location(fullname, file, loader=loader,
+                                                      submodule_search_locations=[str(package_dir)])
+    return importlib.util.spec_from_file_location(fullname, file, loader=loader)
+
+
 class TreeFinder(importlib.abc.MetaPathFinder):
     """Resolves ``sglang.*``: real modules from the tree, shells, or stand-ins."""
 
@@ -184,13 +274,10 @@ class TreeFinder(importlib.abc.MetaPathFinder):
         base = self._path_of(fullname)
         if fullname in self.real:
             if base.is_dir():
-                init = base / "__init__.py"
-                return importlib.util.spec_from_file_location(
-                    fullname, init, submodule_search_locations=[str(base)]
-                )
+                return _spec(fullname, base / "__init__.py", base)
             file = base.with_suffix(".py")
             if file.is_file():
-                return importlib.util.spec_from_file_location(fullname, file)
+                return _spec(fullname, file)
             raise ModuleNotFoundError(f"{fullname}: no {file} in the tree", name=fullname)
         if fullname in self.shells and base.is_dir():
             spec = importlib.machinery.ModuleSpec(fullname, _ShellLoader(base), is_package=True)
@@ -208,6 +295,7 @@ def install(source_root: Path, real: list[str] | set[str]) -> TreeFinder:
         if name == ROOT_PACKAGE or name.startswith(ROOT_PACKAGE + "."):
             del sys.modules[name]
     finder = TreeFinder(source_root, set(real))
+    StubRegistry.source_root = Path(source_root)
     sys.meta_path.insert(0, finder)
     return finder
 
@@ -222,6 +310,7 @@ def uninstall(finder: TreeFinder) -> None:
         if name == ROOT_PACKAGE or name.startswith(ROOT_PACKAGE + "."):
             del sys.modules[name]
     StubRegistry.fakes.clear()
+    _TEXTS.clear()
 
 
 @contextlib.contextmanager

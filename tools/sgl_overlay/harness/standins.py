@@ -54,35 +54,6 @@ class View:
         return f"<{self._owner} view>"
 
 
-class ServerArgsView(View):
-    """The ServerArgs fields the sizing code reads, from the scenario's flags."""
-
-    # Used only where the tree's own ServerArgs methods cannot be bound
-    # (drivers.inputs.server_args binds the real ones when server_args.py loads).
-    # Same rule as ServerArgs.enable_mamba_extra_buffer{,_lazy} of v0.5.14-v0.5.15
-    # (the last releases whose server_args.py loads with stand-ins).
-    def enable_mamba_extra_buffer(self) -> bool:
-        strategy = getattr(self, "mamba_scheduler_strategy", "no_buffer")
-        return self.disable_radix_cache is False and strategy in ("extra_buffer", "extra_buffer_lazy")
-
-    def enable_mamba_extra_buffer_lazy(self) -> bool:
-        strategy = getattr(self, "mamba_scheduler_strategy", "no_buffer")
-        return self.disable_radix_cache is False and strategy == "extra_buffer_lazy"
-
-    def override(self, *args, **kwargs):
-        for k, v in kwargs.items():
-            object.__setattr__(self, k, v)
-        return _NullContext()
-
-
-class _NullContext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 class ModelConfigView(View):
     def get_num_kv_heads(self, tensor_parallel_size, *args, **kwargs) -> int:
         # Same rule as upstream's ModelConfig.get_num_kv_heads for replicated heads.

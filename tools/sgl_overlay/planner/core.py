@@ -42,6 +42,8 @@ def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KN
         "why": base.why,
         "ledger": base.ledger,
         "error": base.to_dict()["error"],
+        # every flag the release's own ServerArgs resolution changed (harness/resolution.py)
+        "resolution": base.figures.get("resolution") or [],
     }
     if with_sensitivity and base.verdict != UNKNOWN:
         out["sensitivity"] = sensitivity(dep, base)

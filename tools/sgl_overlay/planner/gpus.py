@@ -36,6 +36,10 @@ class Gpu:
     total_mib: int
     source: str
     aliases: tuple[str, ...] = ()
+    # What torch.cuda reports for the card (the release's own flag resolution
+    # reads both: harness/resolution.py): get_device_name, get_device_capability
+    device_name: str = ""
+    capability: tuple[int, int] = (0, 0)
 
     @property
     def total_gib(self) -> float:
@@ -45,18 +49,20 @@ class Gpu:
 _SRC = "nvidia-smi Memory-Usage total in public logs ('/ {}MiB' next to '{}')"
 
 GPUS = (
-    Gpu("RTX 5090", 32607, _SRC.format(32607, "NVIDIA GeForce RTX 5090"), ("5090", "geforce rtx 5090")),
+    Gpu("RTX 5090", 32607, _SRC.format(32607, "NVIDIA GeForce RTX 5090"), ("5090", "geforce rtx 5090"),
+        "NVIDIA GeForce RTX 5090", (12, 0)),
     Gpu("RTX PRO 6000 Blackwell", 97887,
         _SRC.format(97887, "NVIDIA RTX PRO 6000 Blackwell") + "; the incident log in docs/incidents.md",
         ("rtx pro 6000", "pro 6000", "rtx pro 6000 blackwell server edition",
-         "rtx pro 6000 blackwell workstation edition")),
-    Gpu("L40S", 46068, _SRC.format(46068, "NVIDIA L40S")),
+         "rtx pro 6000 blackwell workstation edition"),
+        "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", (12, 0)),
+    Gpu("L40S", 46068, _SRC.format(46068, "NVIDIA L40S"), (), "NVIDIA L40S", (8, 9)),
     Gpu("A100 80GB", 81920, _SRC.format(81920, "NVIDIA A100 80GB PCIe / A100-SXM4-80GB"),
-        ("a100", "a100-80gb", "a100 80gb pcie", "a100-sxm4-80gb")),
+        ("a100", "a100-80gb", "a100 80gb pcie", "a100-sxm4-80gb"), "NVIDIA A100 80GB PCIe", (8, 0)),
     Gpu("H100 80GB", 81559, _SRC.format(81559, "NVIDIA H100 80GB HBM3 / H100 PCIe"),
-        ("h100", "h100 80gb hbm3", "h100 pcie", "h100-sxm")),
-    Gpu("H200", 143771, _SRC.format(143771, "NVIDIA H200"), ("h200 sxm", "h200 141gb")),
-    Gpu("B200", 183359, _SRC.format(183359, "NVIDIA B200")),
+        ("h100", "h100 80gb hbm3", "h100 pcie", "h100-sxm"), "NVIDIA H100 80GB HBM3", (9, 0)),
+    Gpu("H200", 143771, _SRC.format(143771, "NVIDIA H200"), ("h200 sxm", "h200 141gb"), "NVIDIA H200", (9, 0)),
+    Gpu("B200", 183359, _SRC.format(183359, "NVIDIA B200"), (), "NVIDIA B200", (10, 0)),
 )
 
 

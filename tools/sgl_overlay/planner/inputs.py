@@ -65,7 +65,13 @@ class Deployment:
         return {
             "name": "plan",
             "gpu": {"pre_load_free_gib": m.pre_free_gib, "post_load_free_gib": m.post_free_gib,
-                    "weights_gib": m.weights_gib, "world_size": self.tp},
+                    "weights_gib": m.weights_gib, "world_size": self.tp,
+                    # the hardware probes of the release's own flag resolution
+                    # (no --gpu: a device the probes cannot name; the rules take their
+                    # own unknown-memory branches: stated in the plan's assumptions)
+                    **({"device_name": self.gpu.device_name, "capability": list(self.gpu.capability),
+                        "total_mib": self.gpu.total_mib} if self.gpu else
+                       {"device_name": None, "capability": None, "total_mib": None})},
             "model": self.model.harness_model(self.context_len(overrides)),
             "server": server,
             "draft": self.draft,
@@ -146,14 +152,17 @@ def memory_for(mi: model_mod.ModelInput, gpu: gpus_mod.Gpu | None, tp: int, free
     weights_rank = mi.weights_bytes / GIB / tp
     if free_gib:
         pre = float(free_gib[0])
+        unnamed = [] if gpu is not None else [
+            "no --gpu: the release's flag resolution sees a CUDA device it cannot name, of unknown "
+            "capability and memory (its own fallback branches, e.g. chunked prefill and CUDA-graph sizes)"]
         if len(free_gib) > 1:
             post = float(free_gib[1])
             return Memory(pre, post, pre - post, "given",
                           [f"free memory given: {pre} GiB before the weights, {post} GiB after "
-                           f"(so {pre - post:.2f} GiB of weights per rank)"])
+                           f"(so {pre - post:.2f} GiB of weights per rank)"] + unnamed)
         return Memory(pre, pre - weights_rank, weights_rank, "given",
                       [f"free memory before the weights given: {pre} GiB",
-                       f"weights per rank: {mi.weights_source}, divided by TP {tp}"])
+                       f"weights per rank: {mi.weights_source}, divided by TP {tp}"] + unnamed)
     if gpu is None:
         raise UsageError("no GPU and no free-memory figures",
                          hint=f"pass --gpu NAME (one of: {', '.join(gpus_mod.names())}) or --free-gib PRE[,POST]")

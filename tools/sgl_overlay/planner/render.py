@@ -50,6 +50,13 @@ def ledger_rows(ledgers: list[dict]) -> list[list[str]]:
     return rows
 
 
+def resolution_line(c: dict) -> str:
+    def short(v):
+        s = repr(v)
+        return s if len(s) <= 60 else s[:57] + "..."
+    return f"{c['flag']}: {short(c['given'])} -> {short(c['resolved'])}, by {c['rule']}"
+
+
 def text(report: dict) -> str:
     r = report
     lines = [f"SGLang {r['tree']['release']} ({r['tree']['layout']} layout) at {r['tree']['root']}",
@@ -62,6 +69,10 @@ def text(report: dict) -> str:
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in r["assumptions"]]
     lines.append("")
+    if r.get("resolution"):
+        lines.append("flags the release's own ServerArgs resolution changed (flag: given -> resolved, by RULE):")
+        lines += [f"  {resolution_line(c)}" for c in r["resolution"]]
+        lines.append("")
     lines.append(table(ledger_rows([r["ledger"]]), ["ledger", "value"]))
     lines.append("")
     lines.append(f"VERDICT: {r['verdict'].upper()}")

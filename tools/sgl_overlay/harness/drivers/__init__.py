@@ -13,11 +13,11 @@ from __future__ import annotations
 from .configurator import _drive_configurator
 from .configurator_fields import CONFIGURATOR_FIELD_DEFAULTS
 from .context import Context, Untestable
-from .defaults import FALLBACK_DEFAULTS, KV_DTYPES
+from .defaults import KV_DTYPES
 from .inputs import RunnerInputs, runner_inputs
 from .runner import _drive_runner
 
-__all__ = ["CONFIGURATOR_FIELD_DEFAULTS", "FALLBACK_DEFAULTS", "KV_DTYPES", "Context", "RunnerInputs",
+__all__ = ["CONFIGURATOR_FIELD_DEFAULTS", "KV_DTYPES", "Context", "RunnerInputs",
            "Untestable", "drive", "runner_inputs"]
 
 

@@ -12,6 +12,57 @@ from .inputs import runner_inputs
 from .recorders import _install_pool_recorders, _wrap_configurator_factory
 
 
+SPEC_AUX = "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state"
+
+
+def _spec_aux_config(ctx: Context, attrs: dict, draft_mc):
+    """The runner's ``spec_aux_config``: the tree's own
+    ``resolve_spec_aux_hidden_state_config`` (v0.5.16+; the drafter's DFLASH
+    layer choice and its KV bytes per token), with ``ModelConfig.from_server_args``
+    for the drafter answering the scenario's drafter."""
+    spec = attrs["spec_algorithm"]
+    if not ctx.exists(SPEC_AUX) or not getattr(spec, "is_dflash", lambda: False)() or draft_mc is None:
+        return View("spec_aux_config", ctx.reads, dflash_draft_num_layers=attrs["dflash_draft_num_layers"],
+                    draft_model_config=draft_mc if attrs["dflash_draft_num_layers"] else None,
+                    dflash_draft_cell_size_per_token=None)
+    for extra in (SPEC_AUX, "sglang.srt.mem_cache.kv_cache_dtype"):
+        if ctx.exists(extra):
+            loader.add_real(ctx.finder, extra)
+    mod = ctx.load(SPEC_AUX)
+
+    class _DraftModelConfig:  # only the drafter is built here (is_draft_model=True)
+        @staticmethod
+        def from_server_args(*a, **k):
+            if not k.get("is_draft_model"):
+                return attrs["model_config"]
+            return draft_mc
+
+    mod.ModelConfig = _DraftModelConfig
+    import logging
+
+    warnings = []
+
+    class _Catch(logging.Handler):
+        def emit(self, record):
+            warnings.append(record.getMessage())
+
+    handler = _Catch(logging.WARNING)
+    logging.getLogger(mod.__name__).addHandler(handler)
+    try:
+        cfg = mod.resolve_spec_aux_hidden_state_config(
+            server_args=attrs["server_args"], model_config=attrs["model_config"], spec_algorithm=spec,
+            is_draft_worker=False)
+    finally:
+        logging.getLogger(mod.__name__).removeHandler(handler)
+    for w in warnings:  # the release's own fallback (layer-count scaling) must not hide a harness gap
+        if "Could not resolve DFLASH draft KV bytes" in w:
+            from .context import Untestable
+
+            raise Untestable(f"the release could not resolve the drafter's KV bytes per token here: {w}")
+    ctx.figures["dflash_draft_cell_size_per_token"] = getattr(cfg, "dflash_draft_cell_size_per_token", None)
+    return cfg
+
+
 def _drive_configurator(ctx: Context) -> dict:
     """Era configurator (v0.5.16+): the real KVCacheConfigurator dataclass.
 
@@ -21,7 +72,8 @@ def _drive_configurator(ctx: Context) -> dict:
     view, whose fields carry the same names.
     """
     for extra in ("sglang.srt.mem_cache.draft_kv_budget", "sglang.srt.configs.hybrid_arch",
-                  "sglang.srt.mem_cache.layout.fused_draft"):  # HOST_KINDS registry (v0.5.23)
+                  "sglang.srt.mem_cache.layout.fused_draft",  # HOST_KINDS registry (v0.5.23)
+                  "sglang.srt.mem_cache.allocation_sizing"):  # get_mamba_tracking_slots (v0.5.22+)
         if ctx.exists(extra):
             loader.add_real(ctx.finder, extra)
     kmod = ctx.load(ctx.layout.entry)
@@ -52,6 +104,7 @@ def _drive_configurator(ctx: Context) -> dict:
             "draft_model_config", ctx.reads, num_key_value_heads=draft["num_key_value_heads"],
             head_dim=draft["head_dim"], v_head_dim=draft["head_dim"], num_hidden_layers=draft["num_hidden_layers"],
             num_attention_layers=draft["num_hidden_layers"], is_hybrid_swa=False, attention_arch="MHA",
+            dtype=attrs["model_config"].dtype,  # the drafter checkpoint's dtype: the target's (bf16)
             hf_config=View("draft_hf_config", ctx.reads, architectures=["DFlashDraftModel"],
                            num_hidden_layers=draft["num_hidden_layers"], block_size=draft.get("block_size")),
         )
@@ -63,8 +116,7 @@ def _drive_configurator(ctx: Context) -> dict:
         ps=View("ps", ctx.reads, attn_dp_size=1, attn_tp_size=tp, attn_cp_size=1, attn_dcp_size=1, pp_size=1,
                 tp_size=tp, moe_dp_size=1),
         model_dtype=mc.dtype,
-        spec_aux_config=View("spec_aux_config", ctx.reads, dflash_draft_num_layers=attrs["dflash_draft_num_layers"],
-                             draft_model_config=draft_mc if attrs["dflash_draft_num_layers"] else None),
+        spec_aux_config=_spec_aux_config(ctx, attrs, draft_mc),
         layer_info=View("layer_info", ctx.reads, start_layer=0, end_layer=attrs["end_layer"],
                         num_effective_layers=attrs["num_effective_layers"], full_attention_layer_ids=layer_ids,
                         swa_attention_layer_ids=[], is_hybrid_swa_mtp_draft=False,

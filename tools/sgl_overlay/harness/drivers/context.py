@@ -41,6 +41,9 @@ class Context:
             for name in ("triton", "triton.language"):
                 _sys.modules.setdefault(name, loader.StubModule(name))
         extra = [
+            "sglang.srt.server_args",  # first: the release's own flag resolution (resolution.py)
+            "sglang.srt.model_executor.cuda_graph_config",  # the CudaGraphConfig records its rules fill (v0.5.16+)
+            "sglang.srt.configs.linear_attn_model_registry",  # which hybrid models support the Mamba radix cache
             "sglang.srt.environ",
             "sglang.srt.speculative.spec_info",
             "sglang.srt.speculative.spec_registry",
@@ -53,6 +56,11 @@ class Context:
             "sglang.srt.speculative.ddtree_algo",  # DDTREE's registration and rules (patched trees)
             "sglang.srt.model_executor.memory_budget",  # the memory patches' module (patched trees)
         ]
+        # The release's flag-resolution package (v0.5.13+): every module of it real.
+        groups = root / "sglang" / "srt" / "arg_groups"
+        if groups.is_dir():
+            extra += sorted(".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+                            for p in groups.rglob("*.py"))
         real = [m for m in list(layout.real) + extra if self.exists(m)]
         self.finder = loader.install(root, real)
         loader.set_fakes(self.gpu.module_fakes())

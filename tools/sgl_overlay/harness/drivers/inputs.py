@@ -10,9 +10,10 @@ import dataclasses
 import torch
 
 from .. import loader
-from ..standins import GIB, ModelConfigView, ServerArgsView, View
+from ..standins import GIB, ModelConfigView, View
 from .context import Context, Untestable
-from .defaults import FALLBACK_DEFAULTS, KV_DTYPES
+from .defaults import KV_DTYPES
+from .. import resolution
 
 
 def _ns(**kw):
@@ -35,10 +36,74 @@ class _Group:
         return value() if callable(value) else value
 
 
+class _NsGroup:
+    """v0.5.22+'s config bags (``get_exec()``, ``get_exec().features`` ...),
+    laid out by the release's own namespace map (``ServerArgs._NS_BY_FIELD``,
+    what runtime_context._build_config_bags projects at publish): a name that
+    is a sub-namespace gives the sub-bag, any other the resolved server
+    args' value (then the harness's own group of that name, e.g. ``mamba``)."""
+
+    def __init__(self, sa, path: str, nsmap: dict, harness: dict):
+        self.__dict__.update(_sa=sa, _path=path, _nsmap=nsmap, _harness=harness)
+
+    def __getattr__(self, name):
+        sub = f"{self._path}.{name}"
+        if any(p == sub or p.startswith(sub + ".") for p in self._nsmap.values()):
+            return _NsGroup(self._sa, sub, self._nsmap, self._harness)
+        derived = self._derived(name)
+        if derived is not None:
+            return derived()
+        try:
+            return getattr(self._sa, name)
+        except AttributeError:
+            if name in self._harness:
+                return self._harness[name]
+            raise
+
+    def _derived(self, name):
+        """A leaf the release derives at publish (``Derived(fn=...)`` in its
+        namespace class; runtime_context._install_derived_leaves): its own fn,
+        on the release's resolved_view of the server args."""
+        import importlib
+
+        for source in getattr(type(self._sa), "_NAMESPACES", ()) or ():
+            if getattr(source, "_NS_PATH", None) != self._path:
+                continue
+            decl = vars(source).get(name)
+            fn = getattr(decl, "fn", None)
+            if type(decl).__name__ != "Derived":
+                continue
+            if not fn:
+                default = getattr(decl, "default", None)
+                return lambda: default if type(default).__name__ != "_NoDefault" else None
+            module, _, attr = fn.rpartition(".")
+            overrides = importlib.import_module("sglang.srt.arg_groups.overrides")
+            return lambda: getattr(importlib.import_module(module), attr)(overrides.resolved_view(self._sa))
+        return None
+
+
+class _RuntimeContext:
+    """v0.5.19+'s ``get_context()``: reads from the resolved server args; its
+    ``override(source, **fields)`` (RuntimeContext.override: write resolved
+    leaves onto the config bags the accessors read) writes them there."""
+
+    def __init__(self, sa):
+        self.__dict__["_sa"] = sa
+        self.__dict__["overrides"] = []
+
+    def __getattr__(self, name):
+        return getattr(self._sa, name)
+
+    def override(self, source=None, **fields):
+        self.overrides.append((source, fields))
+        for k, v in fields.items():
+            resolution.force_set(self._sa, k, v)
+
+
 @dataclasses.dataclass(frozen=True)
 class RunnerInputs:
     attrs: dict                     # the runner's attributes, by upstream's names
-    server_args: ServerArgsView     # the same view as attrs["server_args"]
+    server_args: object             # the release's own resolved ServerArgs, as attrs["server_args"]
     accessors: dict                 # runtime-context accessors (v0.5.16+): name -> () -> server_args
 
 
@@ -54,73 +119,40 @@ def spec_algorithm(ctx: Context):
         ) from None
 
 
-def server_args(ctx: Context) -> ServerArgsView:
+def server_args(ctx: Context, mc=None):
+    """The tree's own ServerArgs, built from the scenario's flags by the
+    release's own resolution (``resolution.resolve``): its ``__post_init__``
+    and every rule it calls, in its order, with only the hardware probes and
+    the model answered from the scenario."""
     if ctx.req["server"].get("speculative_algorithm"):
         spec_algorithm(ctx)  # a tree without the algorithm is untestable, said first
-    values = dict(FALLBACK_DEFAULTS)
-    defaults, sa_mod = _server_args_defaults(ctx)
-    values.update(defaults)
-    values.update(ctx.req["server"])
-    values.setdefault("device", "cuda")
-    if values.get("device") is None:
-        values["device"] = "cuda"  # the scenarios model CUDA GPUs
-    values.pop("kv_cache_dtype", None)  # the runner holds the torch dtype
-    values["kv_cache_dtype"] = ctx.req["server"].get("kv_cache_dtype", "auto")
-    # Releases from v0.5.14 renamed --mamba-scheduler-strategy's field.
-    if "mamba_radix_cache_strategy" in values and "mamba_scheduler_strategy" in ctx.req["server"]:
-        values["mamba_radix_cache_strategy"] = ctx.req["server"]["mamba_scheduler_strategy"]
-    view = ServerArgsView("server_args", ctx.reads, **values)
-    if sa_mod is not None:
-        import types as _types
-
-        for name in ("enable_mamba_extra_buffer", "enable_mamba_extra_buffer_lazy"):
-            fn = getattr(sa_mod.ServerArgs, name, None)
-            if fn is not None:
-                object.__setattr__(view, name, _types.MethodType(fn, view))
-    if values.get("speculative_algorithm"):
-        _release_spec_rules(ctx, view, sa_mod)
-    return view
-
-
-def _server_args_defaults(ctx: Context) -> tuple:
-    """(field defaults of the tree's own ServerArgs, its module), when its
-    module loads; else ({}, None)."""
     if not ctx.exists("sglang.srt.server_args"):
-        return {}, None
-    try:
-        loader.add_real(ctx.finder, "sglang.srt.server_args")
-        sa = ctx.load("sglang.srt.server_args")
-        out = {}
-        for f in dataclasses.fields(sa.ServerArgs):
-            if f.default is not dataclasses.MISSING:
-                out[f.name] = f.default
-            elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                try:
-                    out[f.name] = f.default_factory()  # type: ignore[misc]
-                except Exception:
-                    pass
-        return out, sa
-    except Exception as e:  # the module does not load with stand-ins in this release
-        ctx.notes.append(f"ServerArgs defaults not loaded ({type(e).__name__}: {e}); using harness defaults")
-        return {}, None
+        raise Untestable("this tree has no sglang/srt/server_args.py")
+    sa_mod = ctx.load("sglang.srt.server_args")
+    hf = {"target": getattr(mc, "hf_config", None), "draft": draft_hf_config(ctx)}
+    sa, changes, notes = resolution.resolve(ctx, sa_mod.ServerArgs, mc, hf)
+    ctx.figures["resolution"] = changes
+    ctx.notes.extend(notes)
+    ctx.notes.append(f"ServerArgs resolved by the release's own rules: {len(changes)} flag(s) changed")
+    return sa
 
 
-def _release_spec_rules(ctx: Context, view: ServerArgsView, sa) -> None:
-    """Apply the tree's own ServerArgs rules for the speculative algorithm."""
-    algo = view.speculative_algorithm
-    if ctx.exists("sglang.srt.arg_groups.speculative_hook"):
-        hook = ctx.load("sglang.srt.arg_groups.speculative_hook")
-        fn = getattr(hook, f"_handle_{algo.lower()}", None)
-        if fn is None:
-            raise Untestable(f"sglang/srt/arg_groups/speculative_hook.py has no _handle_{algo.lower()}")
-        fn(view)
-        ctx.notes.append(f"ServerArgs rules: arg_groups.speculative_hook._handle_{algo.lower()}")
-        return
-    if sa is None or not hasattr(sa.ServerArgs, "_handle_speculative_decoding"):
-        raise Untestable("cannot run this tree's ServerArgs speculative-decoding rules (server_args.py did not load)")
-    sa._resolve_speculative_algorithm_alias = lambda algo, *a, **k: algo
-    sa.ServerArgs._handle_speculative_decoding(view)
-    ctx.notes.append("ServerArgs rules: ServerArgs._handle_speculative_decoding")
+def draft_hf_config(ctx: Context):
+    """The drafter's HF config: its config.json where the planner passes it,
+    else the scenario's [draft] table."""
+    import types as _types
+
+    draft = ctx.req.get("draft") or {}
+    if draft.get("hf_config") is not None:
+        return _types.SimpleNamespace(**draft["hf_config"])
+    if not draft:
+        return None
+    return _types.SimpleNamespace(
+        architectures=list(draft.get("architectures", ["DFlashDraftModel"])),
+        num_hidden_layers=draft["num_hidden_layers"], num_key_value_heads=draft.get("num_key_value_heads"),
+        head_dim=draft.get("head_dim"), block_size=draft.get("block_size"),
+        dflash_config={"block_size": draft.get("block_size")} if draft.get("block_size") else None,
+    )
 
 
 def _install_runtime_context(ctx: Context, sa) -> dict:
@@ -139,10 +171,18 @@ def _install_runtime_context(ctx: Context, sa) -> dict:
         graph=_ns(cuda_graph_config=_ns(prefill=_ns(full_prefill_max_req=None, backend=None))),
     ).items():
         if getattr(sa, k, None) is None:
-            object.__setattr__(sa, k, v)
+            resolution.force_set(sa, k, v)
     accessors = {name: (lambda: sa) for name in (
         "get_schedule", "get_parallel", "get_exec", "get_disagg", "get_mm", "get_memory",
-        "get_spec", "get_model", "get_context")}
+        "get_spec", "get_model")}
+    nsmap = getattr(type(sa), "_NS_BY_FIELD", None)
+    if nsmap:  # v0.5.22+: the bags by the release's own namespace map
+        tops = {p.split(".")[0] for p in nsmap.values()}
+        harness = {"mamba": getattr(sa, "mamba", None), "graph": getattr(sa, "graph", None)}
+        for top in tops:
+            if f"get_{top}" in accessors and top != "parallel":
+                accessors[f"get_{top}"] = (lambda t=top: _NsGroup(sa, t, nsmap, harness))
+    accessors["get_context"] = lambda: _RuntimeContext(sa)
     loader.set_fakes(accessors)
     # v0.5.20+ read resolved flags through arg_groups.overrides.resolving_view(server_args)
     loader.set_fakes({"resolving_view": lambda args, *a, **k: args})
@@ -206,9 +246,6 @@ def model(ctx: Context):
             dtype=getattr(torch, m.get("dtype", "bfloat16")), is_hybrid_swa_compress=False,
             swa_attention_layer_ids=[],
         )
-        params = text.mamba2_cache_params
-        ctx.figures["mamba_cache_per_req_bytes"] = int(params.mamba_cache_per_req)
-        ctx.figures["mamba_layers"] = len(params.layers)
         return mc, text, text.num_hidden_layers
     raise Untestable(f"model kind {kind!r} is not one the harness builds (dense, qwen3_5)")
 
@@ -219,9 +256,13 @@ def runner_inputs(ctx: Context) -> RunnerInputs:
     utilities first, with the GPU stand-ins)."""
     if ctx.exists("sglang.srt.speculative.dflash_utils"):
         ctx.patch(loader.load("sglang.srt.speculative.dflash_utils"))
-    sa = server_args(ctx)
-    accessors = _install_runtime_context(ctx, sa)
     mc, mambaish, num_layers = model(ctx)
+    sa = server_args(ctx, mc)
+    accessors = _install_runtime_context(ctx, sa)
+    if mambaish is not None:  # after the runtime context: v0.5.16+ read the TP layout through it
+        params = mambaish.mamba2_cache_params
+        ctx.figures["mamba_cache_per_req_bytes"] = int(params.mamba_cache_per_req)
+        ctx.figures["mamba_layers"] = len(params.layers)
     spec = spec_algorithm(ctx)
     draft = ctx.req.get("draft") or {}
     ctx.figures["speculative_num_draft_tokens"] = sa.speculative_num_draft_tokens
