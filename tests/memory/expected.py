@@ -128,3 +128,61 @@ def smallest_mfs(sc, n=None) -> float:
             if fits(sc, p, min_tokens=ctx):
                 return k / 1000
     raise AssertionError("no mem_fraction_static below 1 fits")
+
+
+# -- do no harm (over-budget-start.patch): the pin's pools and the reserve ----
+MIB = 1 << 20
+
+
+def activation_reserve_bytes(server) -> int:
+    """v0.5.12.post1's own activation + CUDA-graph estimate (docs/memory.md,
+    "The reserve"): ServerArgs._handle_gpu_memory_settings's ``reserved_mem`` in
+    MiB without its 10 GiB floor, unset sizes at its no-GPU fallbacks (4096, 160)."""
+    chunk = server.get("chunked_prefill_size") or 4096
+    graph_bs = server.get("cuda_graph_max_bs") or 160
+    mib = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + server.get("tp_size", 1) * 1 / 8 * 1024
+    algo = server.get("speculative_algorithm")
+    if algo == "STANDALONE":
+        mib += 6 * 1024
+    elif algo not in (None, "NGRAM"):
+        mib += 4 * 1024
+    return int(mib * MIB)
+
+
+def pin_starts(sc, pin: dict) -> bool:
+    """The pin's sizing starts: no error, >= 1 request, a pool one verify step of
+    each request fits in (n x D + 7 tokens), >= 1 Mamba slot (hybrid models)."""
+    if pin.get("error") or not pin.get("completed", True):
+        return False
+    f = pin.get("figures") or {}
+    n, t = f.get("max_running_requests") or 0, f.get("max_total_num_tokens") or 0
+    if n < 1 or t < n * draft_tokens(sc) + MIN_POOL_TOKENS:
+        return False
+    return sc.model["kind"] == "dense" or (f.get("max_mamba_cache_size") or 0) >= 1
+
+
+def pin_pools(sc, requests: int, tokens: int, slots, overrides=None) -> dict:
+    """What the pools allocate for the pin's figures (docs/memory.md): name ->
+    reservation as the ledger states it ({"bytes", ...}); "req_to_token" is the
+    request-to-token table's bytes.  Slot 0 pads the Mamba pool, the
+    intermediate states have requests + 1 slots, each KV pool holds page_size
+    padding tokens beyond its size."""
+    s = dict(sc.server, **(overrides or {}))
+    page, d = s.get("page_size", 1), draft_tokens(sc)
+    target, cell = kv_bytes_per_token(sc)
+    out = {"kv_cache": {"bytes": (tokens + page) * target, "tokens": tokens}}
+    if cell != target:
+        out["draft_kv"] = {"bytes": (tokens + page) * (cell - target), "tokens": tokens}
+    if sc.model["kind"] != "dense":
+        pr = mamba_bytes_per_slot(sc)
+        out["mamba_states"] = {"bytes": (slots + 1) * pr, "slots": slots + 1}
+        if d:
+            out["speculative_intermediate_states"] = {
+                "bytes": (requests + 1) * d * pr, "slots": requests + 1, "draft_tokens": d}
+    out["req_to_token"] = (requests + 1) * (sc.model["context_len"] + 4 + d) * 4
+    return out
+
+
+def static_pool_bytes(pools: dict) -> int:
+    """The pools' bytes, request table included."""
+    return sum(v if isinstance(v, int) else v["bytes"] for v in pools.values())

@@ -43,7 +43,7 @@ def report(tree: Path, name: str) -> dict:
 @lru_cache(maxsize=None)
 def child(tree: Path, name: str, overrides: tuple = ()) -> dict:
     """One sizing run with flags overridden (no remedy handling)."""
-    key = name + "".join(f"-{k}={v}" for k, v in overrides)
+    key = "child-" + name + "".join(f"-{k}={v}" for k, v in overrides)
     return _cached(tree, key, lambda: run_child(source_root(tree), load_scenario(name).to_request(dict(overrides))))
 
 

@@ -1,10 +1,12 @@
 """Reserved bytes (the patched tree's ledger) against the bytes the tree's own
 pool constructors allocate, built on torch's meta device (harness allocation.py).
 
-Documented rounding (docs/memory.md): Mamba state slots and speculative
-intermediate states are reserved exactly; each KV pool allocates page_size
-padding tokens beyond its reservation (MHATokenToKVPool holds size + page_size
-tokens); the request-to-token table and index maps are not part of the budget.
+Documented rounding (docs/memory.md), case fits: Mamba state slots and
+speculative intermediate states are reserved exactly; each KV pool allocates
+page_size padding tokens beyond its reservation (MHATokenToKVPool holds size +
+page_size tokens); the request-to-token table and index maps are not part of the
+budget.  Case over_budget: the reservations are the pin's pools as allocated.
+Case cannot_run: no pools are built.
 """
 
 import pytest
@@ -15,27 +17,61 @@ from tests.memory import expected as E
 from tests.memory.reports import SCENARIOS, report, runs
 
 
+POOLS = {  # ledger reservation -> the allocation's (bytes, count key, ledger count key)
+    "mamba_states": ("mamba_states_bytes", "mamba_slots", "slots"),
+    "speculative_intermediate_states": (
+        "speculative_intermediate_states_bytes", "speculative_intermediate_slots", "slots"),
+    "kv_cache": ("kv_cache_bytes", "kv_pool_tokens", "tokens"),
+    "draft_kv": ("draft_kv_bytes", "kv_pool_tokens", "tokens"),
+}
+
+
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_reserved_equals_allocated(patched, name):
+    """Per case (figures.case), for the run and every remedy re-run:
+    fits: reserved = allocated, each KV pool one page of padding tokens more;
+    over_budget: the reservations are the pin's pools as allocated (bytes equal),
+    static_pool_bytes = those pools + the request table, over_budget_bytes =
+    static pools (the table excluded) - budget; cannot_run: nothing allocated."""
     sc = load_scenario(name)
     page = sc.server.get("page_size", 1)
     target, cell = E.kv_bytes_per_token(sc)
     measured = 0
     for applied, ledger, figures in runs(report(patched, name)):
         alloc = figures.get("allocation")
-        if not alloc:
+        f, res = ledger["figures"], ledger["reservations"]
+        case = f["case"]
+        if case == "cannot_run":
+            assert ledger["outcome"] == "refused" and not alloc, (applied, alloc)
+            assert "kv_cache" not in res and "static_pool_bytes" not in f, (applied, res)
+            if "pin_static_pool_bytes" in f:  # the pin would start; its pools are not free
+                assert f["pin_static_pool_bytes"] + f["activation_reserve_bytes"] > f["post_load_free_bytes"]
             continue
-        res = ledger["reservations"]
-        assert alloc["kv_cache_bytes"] - res["kv_cache"]["bytes"] == page * target, (applied, alloc, res)
-        assert alloc["kv_pool_tokens"] == res["kv_cache"]["tokens"]
-        if "mamba_states" in res:
-            assert alloc["mamba_states_bytes"] == res["mamba_states"]["bytes"]
-            assert alloc["mamba_slots"] == res["mamba_states"]["slots"]
-        if "speculative_intermediate_states" in res:
-            assert alloc["speculative_intermediate_states_bytes"] == res["speculative_intermediate_states"]["bytes"]
-            assert alloc["speculative_intermediate_slots"] == res["speculative_intermediate_states"]["slots"]
-        if "draft_kv" in res:
-            assert alloc["draft_kv_bytes"] - res["draft_kv"]["bytes"] == page * (cell - target), (alloc, res)
+        assert alloc, (name, applied, case, "no pools built")
+        if case == "fits":
+            assert alloc["kv_cache_bytes"] - res["kv_cache"]["bytes"] == page * target, (applied, alloc, res)
+            assert alloc["kv_pool_tokens"] == res["kv_cache"]["tokens"]
+            if "mamba_states" in res:
+                assert alloc["mamba_states_bytes"] == res["mamba_states"]["bytes"]
+                assert alloc["mamba_slots"] == res["mamba_states"]["slots"]
+            if "speculative_intermediate_states" in res:
+                assert alloc["speculative_intermediate_states_bytes"] == res["speculative_intermediate_states"]["bytes"]
+                assert alloc["speculative_intermediate_slots"] == res["speculative_intermediate_states"]["slots"]
+            if "draft_kv" in res:
+                assert alloc["draft_kv_bytes"] - res["draft_kv"]["bytes"] == page * (cell - target), (alloc, res)
+        else:
+            assert case == "over_budget", case
+            allocated = {k: v for k, v in POOLS.items() if v[0] in alloc}
+            assert set(res) == set(allocated), (applied, sorted(res), sorted(allocated))
+            for k, (nbytes, count, key) in allocated.items():
+                assert res[k]["bytes"] == alloc[nbytes], (applied, k, res[k], alloc[nbytes])
+                assert res[k][key] == alloc[count], (applied, k, res[k], alloc[count])
+            pools = sum(alloc[v[0]] for v in allocated.values())
+            assert f["request_table_bytes"] == alloc["req_to_token_bytes"]
+            assert f["static_pool_bytes"] == pools + alloc["req_to_token_bytes"]
+            assert f["over_budget_bytes"] == pools - f["budget_bytes"] > 0
+            assert f["free_after_static_pools_bytes"] == f["post_load_free_bytes"] - f["static_pool_bytes"]
+            assert f["free_after_static_pools_bytes"] >= f["activation_reserve_bytes"]
         measured += 1
     assert measured, f"{name}: neither the run nor a remedy re-run built pools"
 

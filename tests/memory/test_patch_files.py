@@ -10,6 +10,7 @@ PATCHES = {
     "budget-ledger.patch": ("memory", "Pending", ["0c065671c9", "dea85c30f4"]),
     "mamba-spec-reservation.patch": ("memory", "Pending", ["dea85c30f4"]),
     "fit-request-count.patch": ("memory", "Pending", ["0c065671c9"]),
+    "over-budget-start.patch": ("memory", "Pending", ["dea85c30f4"]),
     "memory-ledger.patch": ("debug", "Inappropriate [debug instrumentation]", []),
 }
 
@@ -43,4 +44,4 @@ def test_patch_file(name):
 
 def test_memory_patches_in_the_order_they_build_on():
     assert _series_block("memory") == ["budget-ledger.patch", "mamba-spec-reservation.patch",
-                                       "fit-request-count.patch"]
+                                       "fit-request-count.patch", "over-budget-start.patch"]
