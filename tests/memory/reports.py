@@ -23,10 +23,10 @@ LABELS: dict = {}  # tree path -> label
 def _cached(tree: Path, key: str, compute):
     if CACHE_DIR is None:
         return compute()
-    from filelock import FileLock
+    from sgl_overlay.locking import hold
 
     path = CACHE_DIR / f"{LABELS.get(tree, str(tree).replace('/', '_'))}-{key}.json"
-    with FileLock(str(path) + ".lock"):
+    with hold(Path(str(path) + ".lock"), f"the shared report {path.name}", wait=None):
         if path.exists():
             return json.loads(path.read_text())
         value = compute()

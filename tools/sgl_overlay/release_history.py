@@ -7,8 +7,6 @@ import os
 import shutil
 import tempfile
 
-from filelock import FileLock
-
 from . import gitcmd, source
 from .versions import release as release_number
 
@@ -41,7 +39,7 @@ def release_history(versions, cache=None):
     root = source.cache_dir(cache) / "release-history"
     root.mkdir(parents=True, exist_ok=True)
     target = root / key
-    with FileLock(root / f".{key}.lock"):
+    with source.cache_lock(root / f".{key}.lock", f"the release history {key}"):
         if (target / "READY").exists():
             return target / "repo"
         shutil.rmtree(target, ignore_errors=True)
