@@ -134,13 +134,33 @@ def smallest_mfs(sc, n=None) -> float:
 MIB = 1 << 20
 
 
-def activation_reserve_bytes(server) -> int:
+def gpu_memory_sizes(total_mib, tp_size=1) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) that v0.5.12.post1's
+    ServerArgs._handle_gpu_memory_settings picks for a card of ``total_mib``
+    (its table, read from server_args.py; None: its no-GPU fallback)."""
+    if total_mib is None:
+        return 4096, 160
+    if total_mib < 20 * 1024:
+        return 2048, 8
+    if total_mib < 35 * 1024:
+        return 2048, 24 if tp_size < 4 else 80
+    if total_mib < 60 * 1024:
+        return 4096, 32 if tp_size < 4 else 160
+    if total_mib < 160 * 1024:          # H100/A100 80 GB and H20/H200 rows alike
+        return 8192, 256 if tp_size < 4 else 512
+    return 16384, 512
+
+
+def activation_reserve_bytes(server, total_mib=None) -> int:
     """v0.5.12.post1's own activation + CUDA-graph estimate (docs/memory.md,
     "The reserve"): ServerArgs._handle_gpu_memory_settings's ``reserved_mem`` in
-    MiB without its 10 GiB floor, unset sizes at its no-GPU fallbacks (4096, 160)."""
-    chunk = server.get("chunked_prefill_size") or 4096
-    graph_bs = server.get("cuda_graph_max_bs") or 160
-    mib = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + server.get("tp_size", 1) * 1 / 8 * 1024
+    MiB without its 10 GiB floor; sizes the flags leave unset are the ones that
+    method picks for the card (gpu_memory_sizes)."""
+    tp = server.get("tp_size", 1)
+    chunk0, graph0 = gpu_memory_sizes(total_mib, tp)
+    chunk = server.get("chunked_prefill_size") or chunk0
+    graph_bs = server.get("cuda_graph_max_bs") or graph0
+    mib = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * 1 / 8 * 1024
     algo = server.get("speculative_algorithm")
     if algo == "STANDALONE":
         mib += 6 * 1024

@@ -129,18 +129,6 @@ def _pin_state(res):
 MIB = 1 << 20
 
 
-def reserve_bytes(server) -> int:
-    """v0.5.12.post1's own activation + CUDA-graph estimate, ServerArgs.
-    _handle_gpu_memory_settings (server_args.py) ``reserved_mem`` in MiB, without
-    its 10 GiB floor: 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x
-    cuda_graph_max_bs + tp x pp / 8 x 1024 + 4096 with a draft model."""
-    mib = 512 + max(server["chunked_prefill_size"], 2048) * 1.5 + server["cuda_graph_max_bs"] * 2
-    mib += server.get("tp_size", 1) * 1 / 8 * 1024
-    if server.get("speculative_algorithm") not in (None, "NGRAM"):
-        mib += 4 * 1024
-    return int(mib * MIB)
-
-
 def pin_pools(pin_fig, ctx, page=1) -> tuple[int, int]:
     """What the pin's pools allocate for its own figures (the pool classes'
     sizes: slot 0 pads the Mamba pool, (requests + 1) intermediate slots, one
@@ -184,7 +172,7 @@ def test_grid_do_no_harm(pristine, patched, point):
         pf = pin["figures"]
         pools, table = pin_pools(pf, req["model"]["context_len"])
         post = int(req["gpu"]["post_load_free_gib"] * GIB)
-        fits_physically = pools + table + reserve_bytes(req["server"]) <= post
+        fits_physically = pools + table + E.activation_reserve_bytes(req["server"], req["gpu"].get("total_mib")) <= post
         row["pin_pools_fit"] = fits_physically
         if fits_physically:
             assert not pat.get("error"), (point, pat["error"]["message"][:300])

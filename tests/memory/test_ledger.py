@@ -36,7 +36,16 @@ def _expected_case(sc, applied, mfs, pin):
     plan or None, the pin's pools or None, whether they and the reserve fit in
     the memory free after the weights)."""
     if sc.model["kind"] == "dense":
-        return None, None, None, None
+        # dense models size as the pin does (never over budget); the ledger still
+        # says when the pin's pools and the reserve would not be physically free
+        if not E.pin_starts(sc, pin):
+            return None, None, None, None
+        pf = pin["figures"]
+        pools = E.pin_pools(sc, pf["max_running_requests"], pf["max_total_num_tokens"], None, applied)
+        server = dict(sc.server, **applied)
+        physical = (E.static_pool_bytes(pools) + E.activation_reserve_bytes(server, sc.gpu.get("total_mib"))
+                    <= int(sc.gpu["post_load_free_gib"] * GIB))
+        return None, None, pools, physical
     p = E.largest_fitting(sc, mfs, applied)
     user_set = dict(sc.server, **applied).get("max_running_requests") is not None
     if p is not None and user_set and p.requests != E.requested(sc, applied):
@@ -47,7 +56,7 @@ def _expected_case(sc, applied, mfs, pin):
     n, t, s = pf["max_running_requests"], pf["max_total_num_tokens"], pf["max_mamba_cache_size"]
     pools = E.pin_pools(sc, n, t, s, applied)
     server = dict(sc.server, **applied)
-    physical = E.static_pool_bytes(pools) + E.activation_reserve_bytes(server) <= int(sc.gpu["post_load_free_gib"] * GIB)
+    physical = E.static_pool_bytes(pools) + E.activation_reserve_bytes(server, sc.gpu.get("total_mib")) <= int(sc.gpu["post_load_free_gib"] * GIB)
     worse = p is None or p.requests < n or p.tokens < t or p.slots < s
     if physical and worse:
         return "over_budget", p, pools, physical
@@ -87,7 +96,7 @@ def test_ledger_equals_independent_computation(pristine, patched, name):
         if pools is not None and not physical:
             # the pin would start, but its pools and the reserve are not physically free
             assert f["pin_static_pool_bytes"] == E.static_pool_bytes(pools), (name, applied)
-            assert f["activation_reserve_bytes"] == E.activation_reserve_bytes(dict(sc.server, **applied))
+            assert f["activation_reserve_bytes"] == E.activation_reserve_bytes(dict(sc.server, **applied), sc.gpu.get("total_mib"))
             assert f["pin_static_pool_bytes"] + f["activation_reserve_bytes"] > f["post_load_free_bytes"]
         else:
             assert "pin_static_pool_bytes" not in f, (name, applied)
@@ -122,7 +131,7 @@ def test_ledger_equals_independent_computation(pristine, patched, name):
             assert f["request_table_bytes"] == table
             assert f["static_pool_bytes"] == E.static_pool_bytes(pools)
             assert f["over_budget_bytes"] == E.static_pool_bytes(pools) - table - E.budget_bytes(sc, mfs) > 0
-            assert f["activation_reserve_bytes"] == E.activation_reserve_bytes(dict(sc.server, **applied))
+            assert f["activation_reserve_bytes"] == E.activation_reserve_bytes(dict(sc.server, **applied), sc.gpu.get("total_mib"))
             assert f["free_after_static_pools_bytes"] == int(g["post_load_free_gib"] * GIB) - E.static_pool_bytes(pools)
             assert f["free_after_static_pools_bytes"] >= f["activation_reserve_bytes"]
             # one remedy: a larger --mem-fraction-static (its re-run is checked as a run here)

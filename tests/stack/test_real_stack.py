@@ -8,7 +8,9 @@ classifications follow from what upstream did (SGLang's git history, commits nam
   the lines our communication patch changes, while a 12.x table entry never
   did: applied at 0.5.13, not applicable from 0.5.14, never merged-upstream.
 """
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -52,8 +54,11 @@ def first_patch_applies(release_dir, topic):
     topic's first patch on the release's own files (a/python/sglang/... is
     sglang/... there, hence -p2)."""
     first = next(p for p in series.load(ROOT).patches if p.topic == topic)
+    # the release tree may sit inside a git checkout (the tests' cache under build/):
+    # git apply there would ignore paths outside that repository's subfolder
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(Path(release_dir).parent))
     r = subprocess.run(["git", "apply", "--check", "-p2", str(first.path)], cwd=release_dir,
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=env)
     return first.name, r.returncode == 0
 
 
