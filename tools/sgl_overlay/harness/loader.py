@@ -217,32 +217,13 @@ class _CachedSourceLoader(importlib.machinery.SourceFileLoader):
     PYTHONDONTWRITEBYTECODE does not make every run compile them again."""
 
     def get_code(self, fullname):
-        import hashlib
-        import marshal
-        import os
+        from .code_cache import cached
 
         path = Path(self.get_filename(fullname))
         try:
-            st = path.stat()
+            return cached(path, ("module",), lambda: compile(path.read_bytes(), str(path), "exec", dont_inherit=True))
         except OSError:
             return super().get_code(fullname)
-        ident = repr((str(path), st.st_size, st.st_mtime_ns, sys.version_info[:2])).encode()
-        base = os.environ.get("SGL_OVERLAY_CACHE") or os.path.join(
-            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "sgl-overlay")
-        file = Path(base) / "harness-code" / ("m-" + hashlib.sha256(ident).hexdigest()[:32] + ".marshal")
-        try:
-            return marshal.loads(file.read_bytes())
-        except (OSError, ValueError, EOFError, TypeError):
-            pass
-        code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
-        try:
-            file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = file.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(marshal.dumps(code))
-            os.replace(tmp, file)
-        except OSError:
-            pass
-        return code
 
 
 def _spec(fullname, file, package_dir=None):

@@ -107,32 +107,12 @@ def torch_cuda_answers(hw: Hardware, free_bytes: int):
 
 
 def _code_cache(path: Path, key: tuple, build):
-    """What ``build()`` returns for the tree file ``path`` (marshal-able: code
-    objects, lists, strings), kept on disk by the file's size and mtime, so a
-    run does not parse a large module (utils/common.py, configs/model_config.py)
-    again.  In $SGL_OVERLAY_CACHE (else ~/.cache/sgl-overlay)/harness-code."""
-    import hashlib
-    import marshal
-    import os
+    """``build()`` for the tree file ``path``, kept on disk (code_cache.cached),
+    so a run does not parse a large module (utils/common.py,
+    configs/model_config.py) again."""
+    from .code_cache import cached
 
-    st = path.stat()
-    ident = repr((str(path), st.st_size, st.st_mtime_ns, key, sys.version_info[:2])).encode()
-    base = os.environ.get("SGL_OVERLAY_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "sgl-overlay")
-    file = Path(base) / "harness-code" / (hashlib.sha256(ident).hexdigest()[:32] + ".marshal")
-    try:
-        return marshal.loads(file.read_bytes())
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
-    value = build()
-    try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(marshal.dumps(value))
-        os.replace(tmp, file)
-    except OSError:
-        pass
-    return value
+    return cached(path, key, build)
 
 
 def tree_functions(path: Path, wanted, ns: dict, skip=()) -> dict:
