@@ -33,22 +33,13 @@ from pathlib import Path
 from . import gitcmd, locking, versions
 from .errors import IntegrityError, OverlayError, UsageError
 from .paths import relpath
+from .project import CACHE_ENV, cache_dir  # noqa: F401  (source.cache_dir, source.CACHE_ENV: their callers)
 
-CACHE_ENV = "SGL_OVERLAY_CACHE"
 PACKAGE = "sglang"
 # What release_tree asks pip for when no artifact is named: the CPython 3.11
 # manylinux wheel the releases publish (pure wheels match these tags too),
 # whatever the local interpreter is.
 DEFAULT_WHEEL_TAGS = "cp311-cp311-manylinux_2_34_x86_64"
-
-
-def cache_dir(override=None):
-    if override:
-        return Path(override).expanduser().resolve()
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser().resolve()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base).resolve() / "sgl-overlay"
 
 
 def sha256_file(path):

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from ..project import cache_dir
+
 
 def cached(path: Path, key: tuple, build):
     """What ``build()`` returns for the tree file ``path`` (marshal-able: code
@@ -15,9 +17,7 @@ def cached(path: Path, key: tuple, build):
     seen before with the same ``key``."""
     st = path.stat()
     ident = repr((str(path), st.st_size, st.st_mtime_ns, key, sys.version_info[:2])).encode()
-    base = os.environ.get("SGL_OVERLAY_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "sgl-overlay")
-    file = Path(base) / "harness-code" / (hashlib.sha256(ident).hexdigest()[:32] + ".marshal")
+    file = cache_dir() / "harness-code" / (hashlib.sha256(ident).hexdigest()[:32] + ".marshal")
     try:
         return marshal.loads(file.read_bytes())
     except (OSError, ValueError, EOFError, TypeError):
