@@ -41,8 +41,8 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
     )
     wall = time.perf_counter() - t
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    _stop_on_missing_package(root, proc.stderr if proc.returncode != 0 or not lines else "", lines)
     if proc.returncode != 0 or not lines:
+        _stop_on_missing_package(root, None, proc.stderr)
         return {
             "completed": False,
             "error": {
@@ -56,22 +56,19 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
             "timing": {"wall_s": round(wall, 4)},
         }
     result = json.loads(lines[-1])
+    _stop_on_missing_package(root, result.get("error"), "")
     result.setdefault("timing", {})["wall_s"] = round(wall, 4)
     result["stderr_tail"] = proc.stderr[-2000:]
     return result
 
 
-def _stop_on_missing_package(root, stderr: str, lines: list[str]) -> None:
+def _stop_on_missing_package(root, err, stderr: str) -> None:
     """A package missing from this environment stops the run (exit 2,
-    naming it): neither the tree nor the scenario is at fault."""
-    err = {}
-    if lines:
-        try:
-            err = json.loads(lines[-1]).get("error") or {}
-        except ValueError:
-            err = {}
-        if not isinstance(err, dict):  # the flag parser's child reports a message string
-            err = {}
+    naming it): neither the tree nor the scenario is at fault.  ``err`` is a
+    completed child's error (the flag parser's child reports a plain message
+    string), ``stderr`` a child's that ended without a result."""
+    if not isinstance(err, dict):
+        err = {}
     package = err.get("package") if err.get("kind") == "environment" else None
     if package is None and stderr:
         m = re.search(r"^ModuleNotFoundError: No module named '([\w.]+)'", stderr, re.M)
