@@ -98,6 +98,12 @@ def main(argv):
                  args.json, list_text(stack) + "".join(f"\nlint: {x['error']}" for x in problems))
         return OK if not problems else 2
     stack = series.load(args.root)
+    if args.python and not args.wheel:
+        raise UsageError("--python needs --wheel DIR", hint="python tools/apply.py --wheel dist --python 3.12")
+    pythons = [p for arg in args.python for p in arg.split(",") if p] or [None]
+    for py in pythons:
+        if py is not None:
+            source.wheel_filename(lock, py)   # a bad --python is refused before any work
     if args.check:
         r = builder.check(lock, stack, repo=args.repo, cache=args.cache, three_way=args.three_way, progress=progress)
         lines = []
@@ -118,10 +124,7 @@ def main(argv):
         text = (f"built {r['dest']}: {lock.tag} + {len(stack.patches)} patch(es)"
                 + (f" + overlay ({len(stack.overlay)} file(s))" if stack.overlay else "")
                 + f", HEAD {r['manifest']['head'][:12]} on branch patched")
-    if args.python and not args.wheel:
-        raise UsageError("--python needs --wheel DIR", hint="python tools/apply.py --wheel dist --python 3.12")
     if args.wheel:
-        pythons = [p for arg in args.python for p in arg.split(",") if p] or [None]
         r["wheels"] = []
         for py in pythons:
             w, note = build_for_python(lock, py, r["dest"], args, progress)
