@@ -18,19 +18,23 @@ The ``test_upstream_*`` tests check what the port drops because v0.5.23
 already does it; they pass on the pristine release.
 """
 import dataclasses
+import importlib.util
 import logging
+import re
 import sys
 import types
+import unittest
 from pathlib import Path
 
 import pytest
 
 from sgl_overlay import gitcmd, series, source
+from sgl_overlay.harness import loader
 from sgl_overlay.harness import load_scenario, run_scenario
 from sgl_overlay.harness.layout import source_root
 from sgl_overlay.harness.resolution import _platform
 
-from .support import DEVICES, SM120, SPLITS, pdmux_stream_groups, tree_helpers
+from .support import DEVICES, PDMUX, SM120, SPLITS, pdmux_stream_groups, tree_helpers
 
 LABEL = "0.5.23"
 SERIES_DIR = Path(__file__).resolve().parents[2] / "patches" / "ports" / "v0.5.23" / "sm120"
@@ -53,11 +57,17 @@ def v0523_tree():
 
 
 @pytest.fixture(scope="module")
-def port_tree(request, tmp_path_factory):
+def series_tree(tmp_path_factory):
+    """v0.5.23 + the whole port series, always built (it holds the series' test/ files)."""
+    return build_port_tree(tmp_path_factory.mktemp("sm120-port") / "sglang")
+
+
+@pytest.fixture(scope="module")
+def port_tree(request):
     given = request.config.getoption("--tree")
     if given:
         return Path(given).resolve()
-    return build_port_tree(tmp_path_factory.mktemp("sm120-port") / "sglang")
+    return request.getfixturevalue("series_tree")
 
 
 # ---- start-up resolution through the harness -----------------------------------
@@ -198,3 +208,66 @@ def test_upstream_deep_gemm_on_sm120(has_sm120_kernels, expected, v0523_tree, on
         c = load(CONFIGURER)
         got = dict(enable=c.ENABLE_JIT_DEEPGEMM, blackwell=c.DEEPGEMM_BLACKWELL, ue8m0=c.DEEPGEMM_SCALE_UE8M0)
     assert got == expected
+
+
+# ---- the series' upstream-style unit tests (test/registered/unit/...) -------------
+# SGLang runs them with its own dependencies installed; here each file runs with
+# the tree's modules it needs loaded for real (the loader's stand-ins for the
+# rest, e.g. sglang.test.ci.ci_register).
+
+ARG_GROUPS = ["sglang.srt.environ", "sglang.srt.runtime_context", "sglang.srt.arg_groups.model_override_base"]
+UPSTREAM_TESTS = {
+    "test/registered/unit/server_args/test_sm120_allreduce_fusion.py":
+        ARG_GROUPS + ["sglang.srt.arg_groups.overrides"],
+    "test/registered/unit/multiplex/test_pdmux_arch_constraints.py": [PDMUX],
+    "test/registered/unit/server_args/test_olmo2_default_attention_backend.py":
+        ARG_GROUPS + ["sglang.srt.arg_groups.model_overrides.olmo2"],
+}
+
+
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_.]*(Error|Exception)\b")
+
+
+def run_unit_test_file(tree, path: Path, real) -> unittest.TestResult:
+    """The unittest cases of ``path`` run against ``tree``'s modules; an error
+    importing the file is one error of the result."""
+    result = unittest.TestResult()
+    with loader.installed(source_root(tree), real):
+        spec = importlib.util.spec_from_file_location(f"upstream_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception:  # noqa: BLE001 - reported as the result
+            result.addError(unittest.FunctionTestCase(lambda: None, description=str(path)), sys.exc_info())
+            return result
+        unittest.defaultTestLoader.loadTestsFromModule(module).run(result)
+    return result
+
+
+def problems(result):
+    """(test, the exception line of its traceback) for each error and failure."""
+    out = []
+    for test, tb in result.errors + result.failures:
+        lines = tb.strip().splitlines()
+        out.append((str(test), next((l for l in reversed(lines) if EXCEPTION_LINE.match(l)), lines[-1])))
+    return out
+
+
+@pytest.mark.parametrize("relpath", sorted(UPSTREAM_TESTS))
+def test_upstream_unit_test_passes_on_the_port(relpath, series_tree):
+    result = run_unit_test_file(series_tree, series_tree / relpath, UPSTREAM_TESTS[relpath])
+    assert result.testsRun >= 3 and result.wasSuccessful(), problems(result)
+
+
+@pytest.mark.parametrize("relpath,reason", [
+    ("test/registered/unit/server_args/test_sm120_allreduce_fusion.py",
+     "ImportError: cannot import name '_sm120_allreduce_fusion_disable'"),
+    ("test/registered/unit/multiplex/test_pdmux_arch_constraints.py",
+     "ValueError: Unsupported compute capability: 12.0"),
+    ("test/registered/unit/server_args/test_olmo2_default_attention_backend.py",
+     "AssertionError: 'fa3' != 'triton'"),
+])
+def test_upstream_unit_test_fails_on_the_release(relpath, reason, v0523_tree, series_tree):
+    result = run_unit_test_file(v0523_tree, series_tree / relpath, UPSTREAM_TESTS[relpath])
+    assert not result.wasSuccessful()
+    assert any(last.startswith(reason) for _, last in problems(result)), problems(result)
