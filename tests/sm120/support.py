@@ -17,6 +17,7 @@ other ``sglang`` module is an inert stand-in).
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 from functools import lru_cache, partial
 from typing import List, Optional, Tuple
@@ -66,6 +67,8 @@ COMMON_HELPERS = [
     "get_device_name", "get_quantization_config",
 ]
 MODEL_CONFIG_HELPERS = ["_hf_arch", "_hf_attr", "is_deepseek_nsa", "get_nsa_index_topk"]
+# From v0.5.2x DeepSeek sparse attention is "DSA" in the names (v0.5.23: is_deepseek_dsa).
+MODEL_CONFIG_HELPERS_DSA = ["_hf_arch", "_hf_attr", "is_deepseek_dsa", "get_dsa_index_topk"]
 
 
 def simulate(monkeypatch, dev: Device) -> None:
@@ -85,9 +88,15 @@ def simulate(monkeypatch, dev: Device) -> None:
 def tree_helpers(root) -> dict:
     """The tree's own capability helpers, fresh (their lru_caches start empty)."""
     ns = {"torch": torch, "lru_cache": lru_cache, "partial": partial, "List": List,
-          "Tuple": Tuple, "Optional": Optional, "PretrainedConfig": object}  # (annotations)
+          "Tuple": Tuple, "Optional": Optional, "PretrainedConfig": object,  # (annotations)
+          # v0.5.2x's get_device_sm asks NVML first and falls back to torch.cuda
+          # when it cannot answer, as without pynvml (not installed here)
+          "_get_device_sm_via_nvml": lambda: None}
     out = loader.definitions(root, "sglang.srt.utils.common", COMMON_HELPERS, ns)
-    out.update(loader.definitions(root, "sglang.srt.configs.model_config", MODEL_CONFIG_HELPERS, ns))
+    try:
+        out.update(loader.definitions(root, "sglang.srt.configs.model_config", MODEL_CONFIG_HELPERS, ns))
+    except KeyError:  # a tree of the DSA naming
+        out.update(loader.definitions(root, "sglang.srt.configs.model_config", MODEL_CONFIG_HELPERS_DSA, ns))
     # FlashInfer is a pinned dependency of the release (flashinfer_python
     # 0.6.11.post1); its presence is what is_flashinfer_available() checks.
     out["is_flashinfer_available"] = lambda: True
@@ -165,3 +174,33 @@ def model_adjustments(on_device, tree, device_key, architecture, hf_fields=None,
         return {k: getattr(args, k) for k in (
             "attention_backend", "kv_cache_dtype", "nsa_prefill_backend", "nsa_decode_backend",
             "enable_flashinfer_allreduce_fusion", "page_size")}
+
+
+# ---- PD multiplexing ---------------------------------------------------------
+
+PDMUX = "sglang.srt.multiplex.pdmux_context"
+
+
+def pdmux_stream_groups(on_device, tree, device_key, monkeypatch):
+    """initialize_stream_groups(gpu 0, default PDMuxConfig) as --enable-pdmux runs
+    it at start-up; sgl_kernel.spatial reports the device's SMs and hands out
+    placeholder green-context streams. Returns SM_COUNTS or the exception."""
+    dev = DEVICES[device_key]
+    spatial = types.SimpleNamespace(get_sm_available=lambda gpu_id: dev.sm_count,
+                                    create_greenctx_stream_by_value=lambda p, d, gpu_id: (object(), object()))
+    monkeypatch.setitem(sys.modules, "sgl_kernel", types.SimpleNamespace(spatial=spatial))
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: object())
+    with on_device(tree, device_key, [PDMUX]) as load:
+        mod = load(PDMUX)
+        return describe(outcome(lambda: (mod.initialize_stream_groups(0, mod.PDMuxConfig()),
+                                         list(mod.SM_COUNTS))[1]))
+
+
+# SM_COUNTS (prefill SMs, decode SMs) for the default 8 groups: normal
+# prefill, 6 green-context splits (prefill a multiple of 8, decode >= 16 SMs),
+# normal decode. Worked out by hand from divide_sm for each device's SM count.
+SPLITS = {
+    188: [(188, 0), (136, 52), (128, 60), (120, 68), (112, 76), (104, 84), (96, 92), (0, 188)],
+    148: [(148, 0), (120, 28), (112, 36), (104, 44), (96, 52), (88, 60), (80, 68), (0, 148)],
+    132: [(132, 0), (112, 20), (104, 28), (96, 36), (88, 44), (80, 52), (72, 60), (0, 132)],
+}

@@ -7,10 +7,9 @@ import types
 import pytest
 import torch
 
-from .support import DEVICES, SM120, both_trees, describe, outcome, pristine_fails
+from .support import PDMUX, SM120, SPLITS, both_trees, pdmux_stream_groups, pristine_fails
 
 CONFIGURER = "sglang.srt.layers.deep_gemm_wrapper.configurer"
-PDMUX = "sglang.srt.multiplex.pdmux_context"
 
 
 def deep_gemm_flags(on_device, tree, device_key, monkeypatch):
@@ -53,31 +52,6 @@ def test_deep_gemm_controls_unchanged(device_key, expected, pristine_tree, patch
 
 
 # ---- PD multiplexing ----------------------------------------------------------
-
-def pdmux_stream_groups(on_device, tree, device_key, monkeypatch):
-    """initialize_stream_groups(gpu 0, default PDMuxConfig) as --enable-pdmux runs
-    it at start-up; sgl_kernel.spatial reports the device's SMs and hands out
-    placeholder green-context streams. Returns SM_COUNTS or the exception."""
-    dev = DEVICES[device_key]
-    spatial = types.SimpleNamespace(get_sm_available=lambda gpu_id: dev.sm_count,
-                                    create_greenctx_stream_by_value=lambda p, d, gpu_id: (object(), object()))
-    monkeypatch.setitem(sys.modules, "sgl_kernel", types.SimpleNamespace(spatial=spatial))
-    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: object())
-    with on_device(tree, device_key, [PDMUX]) as load:
-        mod = load(PDMUX)
-        return describe(outcome(lambda: (mod.initialize_stream_groups(0, mod.PDMuxConfig()),
-                                         list(mod.SM_COUNTS))[1]))
-
-
-# SM_COUNTS (prefill SMs, decode SMs) for the default 8 groups: normal
-# prefill, 6 green-context splits (prefill a multiple of 8, decode >= 16 SMs),
-# normal decode. Worked out by hand from divide_sm for each device's SM count.
-SPLITS = {
-    188: [(188, 0), (136, 52), (128, 60), (120, 68), (112, 76), (104, 84), (96, 92), (0, 188)],
-    148: [(148, 0), (120, 28), (112, 36), (104, 44), (96, 52), (88, 60), (80, 68), (0, 148)],
-    132: [(132, 0), (112, 20), (104, 28), (96, 36), (88, 44), (80, 52), (72, 60), (0, 132)],
-}
-
 
 @pristine_fails(AssertionError, "the pin's get_arch_constraints knows majors 6-9: "
                                 "ValueError: Unsupported compute capability: 12.0")
