@@ -62,7 +62,8 @@ def run(req: dict) -> dict:
         result["figures"] = ctx.figures if ctx else {}
         result["error"] = outcome.describe_exception(e, root)
     result["timing"]["sizing_s"] = round(time.perf_counter() - t, 4)
-    result["ledger"] = _read_ledger(ledger_file)
+    # The ledger file (the memory-ledger patch), else the tree's in-memory ledger.
+    result["ledger"] = _read_ledger(ledger_file) or (ctx.ledger if ctx is not None else None)
     if ctx is not None:
         result["notes"] = ctx.notes
         result["reads"] = sorted(ctx.reads)

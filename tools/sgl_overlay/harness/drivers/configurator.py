@@ -63,6 +63,14 @@ def _spec_aux_config(ctx: Context, attrs: dict, draft_mc):
     return cfg
 
 
+def memory_ledger(ledger) -> dict | None:
+    """The tree's in-memory sizing ledger as a dict (a tree with the memory
+    topic's v0.5.23 port keeps it on the configurator; the refusal carries it
+    too), or None."""
+    to_dict = getattr(ledger, "to_dict", None)
+    return to_dict() if callable(to_dict) else None
+
+
 def _drive_configurator(ctx: Context) -> dict:
     """Era configurator (v0.5.16+): the real KVCacheConfigurator dataclass.
 
@@ -153,7 +161,10 @@ def _drive_configurator(ctx: Context) -> dict:
             object.__setattr__(kvc, name, wrapper)
         except AttributeError:  # slots: no per-instance override; figures come from the config
             pass
-    cfg = kvc._resolve_memory_pool_config(ctx.pre_load)
+    try:
+        cfg = kvc._resolve_memory_pool_config(ctx.pre_load)
+    finally:
+        ctx.ledger = memory_ledger(getattr(kvc, "memory_ledger", None))
     ctx.figures["max_total_num_tokens"] = cfg.max_total_num_tokens
     ctx.figures["max_running_requests"] = cfg.max_running_requests
     ctx.figures["entry"] = "KVCacheConfigurator._resolve_memory_pool_config"

@@ -26,6 +26,9 @@ class Context:
         self.reads: set[str] = set()
         self.figures: dict = {}
         self.notes: list[str] = []
+        # The sizing's own ledger where the tree keeps it in memory (the memory
+        # topic's v0.5.23 port: KVCacheConfigurator.memory_ledger), as a dict.
+        self.ledger: dict | None = None
         gpu = request["gpu"]
         server = request["server"]
         tp = int(server.get("tp_size", 1))
