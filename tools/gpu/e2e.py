@@ -179,6 +179,11 @@ def check_case(case, runs):
         if r and r.get("healthy") and not r.get("requests_ok"):
             ok = False
             why.append(f"{k}: requests failed: {r.get('request_error')}")
+    for k in ("patched", "patched+remedy"):
+        r = runs.get(k)
+        if r and r.get("pools_vs_ledger") is not None and not all(x["equal"] for x in r["pools_vs_ledger"]):
+            ok = False
+            why.append(f"{k}: ledger vs allocated: " + pools_mod.summary(r["pools_vs_ledger"]))
     if pr and pa and pr.get("outputs") and pa.get("outputs") and want.get("same_outputs"):
         same = pr["outputs"] == pa["outputs"]
         ok &= same
@@ -280,6 +285,13 @@ def make_models(work):
     (draft / "config.json").write_text(json.dumps(cfg, indent=1))
     _processor(big, work)
     return {"dense": dense, "big": big, "draft": draft}
+
+
+def record_configs(models, out):
+    """The models' config.json files under out/models/NAME (what tools/gpu/e2e_plan.py reads)."""
+    for p in models.values():
+        (out / "models" / p.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(p / "config.json", out / "models" / p.name / "config.json")
 
 
 def _processor(d, work):
@@ -633,13 +645,12 @@ def make_lossless_models(work, out):
         raise SystemExit(f"e2e: writing the lossless models failed:\n{r.stderr[-3000:]}")
     models = {k: d / k for k in ("dense", "hybrid", "dense-draft", "hybrid-draft")}
     _processor(models["hybrid"], work)
-    for k, p in models.items():
-        (out / "models" / k).mkdir(parents=True, exist_ok=True)
-        shutil.copy(p / "config.json", out / "models" / k / "config.json")
+    record_configs(models, out)
     return models, json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port):
+def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port, save=lambda part: None):
+    """The lossless runs in order while the budget lasts; save(part) after each run."""
     models, params = make_lossless_models(work, out)
     ps = lossless.prompts(id_max=models_mod.PROMPT_ID_MAX)
     runs = [r for r in lossless_runs() if selection == "all" or r["id"] in selection.split(",")]
@@ -647,7 +658,8 @@ def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port)
     took = []
     for r in runs:
         left = budget_s - (time.time() - t0)
-        need = max(took) if took else 90
+        # the first start pays the JIT compilation; later ones are estimated from the others
+        need = max(took[1:]) if len(took) > 1 else (took[0] if took else 90)
         if left < need + 15:
             r["skipped"] = f"budget: {left:.0f} s left, a run takes ~{need:.0f} s"
             continue
@@ -657,8 +669,9 @@ def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port)
         for attempt in (0, 1):
             r["dtype"] = dtypes[r["model"]]
             flags = lossless_flags(r, models, r["dtype"])
-            res = run_server(r["tree"], work, models[r["model"]], flags, out / r["id"], port,
-                             min(start_timeout, max(30, left - 20)), common=LOSSLESS_COMMON,
+            r["start_timeout"] = min(start_timeout, max(30, left - 20))
+            res = run_server(r["tree"], work, models[r["model"]], flags, out / f"{r['id']}.{r['dtype']}", port,
+                             r["start_timeout"], common=LOSSLESS_COMMON,
                              exercise_fn=lambda base: exercise_lossless(base, ps, ref), probe=True)
             r.update(res)
             # float32 is the honest comparison; if this tree cannot serve the model in float32, say so
@@ -674,6 +687,7 @@ def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port)
         took.append(time.time() - started)
         print(f"[e2e {time.time() - t0:6.1f}s] {r['id']} ({r['dtype']}): {outcome(r)} "
               f"{r['log_figures']['errors'][-1:]} start {r.get('start_s')} s", flush=True)
+        save({"params": params, "runs": runs})
     check_lossless(runs)
     # keep the report small: outputs only for the references (the others: their comparison)
     for r in runs:
@@ -714,6 +728,7 @@ def main(argv=None):
     except Exception as e:    # noqa: BLE001
         report["torch"] = f"unavailable: {e}"
     models = make_models(work)
+    record_configs(models, out)
     port = 30123
     for name in [c for c in args.cases.split(",") if c]:
         case = CASES[name]
@@ -726,7 +741,10 @@ def main(argv=None):
         try:
             for tree in args.trees.split(","):
                 port += 1
-                r = run_server(tree, work, models[case["model"]], case_flags, out / f"{name}.{tree}", port, args.start_timeout)
+                r = run_server(tree, work, models[case["model"]], case_flags, out / f"{name}.{tree}", port, args.start_timeout,
+                               probe=True)
+                if r.get("ledger_raw") and r.get("probe"):
+                    r["pools_vs_ledger"] = pools_mod.compare(r["ledger_raw"], r["probe"]["pools"])
                 c["runs"][tree] = r
                 print(f"[e2e {time.time() - t0:6.1f}s] {name} {tree}: {outcome(r)} {r['log_figures']['errors'][-1:]}", flush=True)
                 if tree == "patched" and outcome(r) == "refused" and r["log_figures"]["remedies"]:
@@ -738,7 +756,10 @@ def main(argv=None):
                     else:
                         flags += [f, rem["value"]]
                     port += 1
-                    rr = run_server(tree, work, models[case["model"]], flags, out / f"{name}.patched+remedy", port, args.start_timeout)
+                    rr = run_server(tree, work, models[case["model"]], flags, out / f"{name}.patched+remedy", port,
+                                    args.start_timeout, probe=True)
+                    if rr.get("ledger_raw") and rr.get("probe"):
+                        rr["pools_vs_ledger"] = pools_mod.compare(rr["ledger_raw"], rr["probe"]["pools"])
                     c["runs"]["patched+remedy"] = rr
                     print(f"[e2e {time.time() - t0:6.1f}s] {name} patched+remedy ({f} {rem['value']}): {outcome(rr)}", flush=True)
         finally:
@@ -751,7 +772,11 @@ def main(argv=None):
     ok = all(c["check"]["pass"] for c in report["cases"])
     md = table(report) if report["cases"] else ""
     if args.lossless:
-        report["lossless"] = run_lossless(args.lossless, work, out, args.budget_s, t0, args.start_timeout, args.dtype, port)
+        def save(part):
+            report["lossless"] = part
+            (out / "e2e.json").write_text(json.dumps(report, indent=1) + "\n")
+        report["lossless"] = run_lossless(args.lossless, work, out, args.budget_s, t0, args.start_timeout, args.dtype,
+                                          port, save)
         report["lossless"]["ddtree_pristine"] = "not available on the pin: v0.5.12.post1 has no DDTREE algorithm"
         md += "\n" + lossless_table(report["lossless"]["runs"])
         ok &= all(r["check"]["pass"] is not False for r in report["lossless"]["runs"])
