@@ -112,3 +112,33 @@ def test_check_lossless_and_table():
     assert "| d.patched.dflash.eager | float32 | ok | = | 1 differ | 1.5 / 1.4 | equal |" in t
     assert "batch request 1 position 2: reference 9, got 2, reference margin 3e-07" in t
     assert "- h.pristine.base.eager: SKIP: budget" in t
+
+
+def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
+    """The run loop with the server replaced: a float32 refusal of a reference falls back to
+    bfloat16 (said in the run), the budget skips what would not fit, every run is saved."""
+    clock = {"t": 0.0}
+    monkeypatch.setattr(e2e, "make_lossless_models", lambda work, out, device: (
+        {k: tmp_path / k for k in ("dense", "hybrid", "dense-draft", "hybrid-draft")}, {"dense": 1, "hybrid": 2}))
+    seen = []
+
+    def fake_server(tree, work, model, flags, prefix, port, timeout, common, exercise_fn, probe):
+        seen.append((prefix.name, flags[1]))
+        clock["t"] += 100 if len(seen) == 1 else 40
+        if prefix.name == "dense.patched.base.eager.float32":
+            return {"healthy": False, "log_figures": e2e.parse_log("ValueError: float32 is not supported here\n")}
+        return {"healthy": True, "requests_ok": True, "log_figures": e2e.parse_log(""), "start_s": 1,
+                "single": REF, "batch": REF, "margins": [[1.0] * 4] * 2}
+    monkeypatch.setattr(e2e, "run_server", fake_server)
+    saves = []
+    res = e2e.run_lossless("all", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30000, saves.append, lambda: clock["t"])
+    runs = {r["id"]: r for r in res["runs"]}
+    first = runs["dense.patched.base.eager"]
+    assert first["dtype"] == "bfloat16" and "float32 is not supported" in first["float32_failed"]
+    assert seen[:3] == [("dense.patched.base.eager.float32", "float32"), ("dense.patched.base.eager.bfloat16", "bfloat16"),
+                        ("dense.patched.dflash.eager.bfloat16", "bfloat16")]
+    assert seen[3][1] == "float32"       # the hybrid keeps float32
+    done = [r for r in res["runs"] if not r.get("skipped")]
+    assert len(done) == 4 and len(saves) == 4       # 140 + 40 + 40 = 220 s; the next would pass 300 - 15
+    assert all("budget" in r["skipped"] for r in res["runs"][4:])
+    assert runs["dense.patched.dflash.eager"]["check"]["pass"] and "single" not in runs["dense.patched.dflash.eager"]

@@ -454,7 +454,9 @@ def run_server(tree, work, model, flags, prefix, port, start_timeout, common=COM
         run["probe"] = read_probe(probe_dir)
     # keep the log small: the lines the parser reads, and the last 60
     keep = [l for l in text.splitlines() if any(k in l for k in ("avail mem", "Cache is allocated", "max_total_num_tokens",
-                                                                  "server_args=", "Error", "remedy:", "Memory ledger"))]
+                                                                  "server_args=", "Error", "remedy:", "Memory ledger",
+                                                                  "not found in params_dict", "Capture cuda graph",
+                                                                  "DDTREE", "dtype"))]
     log.unlink()
     Path(f"{prefix}.log").write_text("\n".join(keep[:200] + ["..."] + text.splitlines()[-60:]) + "\n")
     return run
@@ -629,18 +631,20 @@ def lossless_table(runs):
     return "\n".join(rows) + "\n"
 
 
-def make_lossless_models(work, out):
+def make_lossless_models(work, out, device="cuda"):
     """Targets and drafters with real weights, written on this machine (e2e_models),
     with the bundle's transformers; their config.json files are copied to out/models."""
     d = work / "models"
     code = ("import json, sys, e2e_models as m\n"
             "d = sys.argv[1]\n"
-            "n = {'dense': m.write_target(d + '/dense', m.DENSE), 'hybrid': m.write_target(d + '/hybrid', m.HYBRID)}\n"
-            "m.write_drafter(d + '/dense-draft', m.drafter_config(m.DENSE))\n"
-            "m.write_drafter(d + '/hybrid-draft', m.drafter_config(m.HYBRID))\n"
+            "dev = sys.argv[2]\n"
+            "n = {'dense': m.write_target(d + '/dense', m.DENSE, dev), 'hybrid': m.write_target(d + '/hybrid', m.HYBRID, dev)}\n"
+            "m.write_drafter(d + '/dense-draft', m.drafter_config(m.DENSE), dev)\n"
+            "m.write_drafter(d + '/hybrid-draft', m.drafter_config(m.HYBRID), dev)\n"
             "print(json.dumps(n))\n")
-    r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=f"{HERE}:{work / 'deps'}"))
+    extra = os.environ.get("PYTHONPATH")
+    r = subprocess.run([sys.executable, "-c", code, str(d), device], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=f"{HERE}:{work / 'deps'}" + (f":{extra}" if extra else "")))
     if r.returncode != 0:
         raise SystemExit(f"e2e: writing the lossless models failed:\n{r.stderr[-3000:]}")
     models = {k: d / k for k in ("dense", "hybrid", "dense-draft", "hybrid-draft")}
@@ -649,22 +653,23 @@ def make_lossless_models(work, out):
     return models, json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port, save=lambda part: None):
+def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port, save=lambda part: None, clock=time.time,
+                 weights_device="cuda"):
     """The lossless runs in order while the budget lasts; save(part) after each run."""
-    models, params = make_lossless_models(work, out)
+    models, params = make_lossless_models(work, out, weights_device)
     ps = lossless.prompts(id_max=models_mod.PROMPT_ID_MAX)
     runs = [r for r in lossless_runs() if selection == "all" or r["id"] in selection.split(",")]
     dtypes = {"dense": dtype, "hybrid": dtype}
     took = []
     for r in runs:
-        left = budget_s - (time.time() - t0)
+        left = budget_s - (clock() - t0)
         # the first start pays the JIT compilation; later ones are estimated from the others
         need = max(took[1:]) if len(took) > 1 else (took[0] if took else 90)
         if left < need + 15:
             r["skipped"] = f"budget: {left:.0f} s left, a run takes ~{need:.0f} s"
             continue
         port += 1
-        started = time.time()
+        started = clock()
         ref = r["spec"] is None and not r["graphs"]
         for attempt in (0, 1):
             r["dtype"] = dtypes[r["model"]]
@@ -684,8 +689,8 @@ def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port,
             break
         if r["tree"] == "patched" and r.get("ledger_raw") and r.get("probe"):
             r["pools_vs_ledger"] = pools_mod.compare(r["ledger_raw"], r["probe"]["pools"])
-        took.append(time.time() - started)
-        print(f"[e2e {time.time() - t0:6.1f}s] {r['id']} ({r['dtype']}): {outcome(r)} "
+        took.append(clock() - started)
+        print(f"[e2e {clock() - t0:6.1f}s] {r['id']} ({r['dtype']}): {outcome(r)} "
               f"{r['log_figures']['errors'][-1:]} start {r.get('start_s')} s", flush=True)
         save({"params": params, "runs": runs})
     check_lossless(runs)
@@ -710,6 +715,7 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=1e9,
                     help="wall-clock budget from the start; lossless runs that would not fit are skipped and reported")
     ap.add_argument("--dtype", default="float32", help="the lossless runs' --dtype (float32 unless the tree refuses it)")
+    ap.add_argument("--weights-device", default="cuda", help="where the lossless models' weights are generated")
     args = ap.parse_args(argv)
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
@@ -776,7 +782,7 @@ def main(argv=None):
             report["lossless"] = part
             (out / "e2e.json").write_text(json.dumps(report, indent=1) + "\n")
         report["lossless"] = run_lossless(args.lossless, work, out, args.budget_s, t0, args.start_timeout, args.dtype,
-                                          port, save)
+                                          port, save, weights_device=args.weights_device)
         report["lossless"]["ddtree_pristine"] = "not available on the pin: v0.5.12.post1 has no DDTREE algorithm"
         md += "\n" + lossless_table(report["lossless"]["runs"])
         ok &= all(r["check"]["pass"] is not False for r in report["lossless"]["runs"])
