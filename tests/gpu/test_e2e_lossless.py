@@ -68,7 +68,8 @@ def test_flags():
     assert "--mm-attention-backend" in f and f[f.index("--speculative-draft-model-path") + 1] == "/m/hd"
     assert "--disable-overlap-schedule" in f
     g = e2e.lossless_flags({"model": "dense", "spec": None, "graphs": True}, models, "float32")
-    assert "--cuda-graph-max-bs" in g and "--speculative-algorithm" not in g
+    assert g[g.index("--cuda-graph-bs") + 1:g.index("--cuda-graph-bs") + 4] == ["1", "4", "32"]
+    assert "--speculative-algorithm" not in g and "--disable-cuda-graph" not in g
 
 
 def _run(id_, model, tree, spec, graphs, single, batch=None, healthy=True, refusal=None, **kw):
@@ -126,7 +127,9 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
         seen.append((prefix.name, flags[1]))
         clock["t"] += 100 if len(seen) == 1 else 40
         if prefix.name == "dense.patched.base.eager.float32":
-            return {"healthy": False, "log_figures": e2e.parse_log("ValueError: float32 is not supported here\n")}
+            return {"healthy": False, "exit_code": 1, "log_figures": e2e.parse_log("ValueError: float32 is not supported here\n")}
+        if prefix.name == "hybrid.patched.base.eager.float32":      # a start that timed out: no dtype fallback
+            return {"healthy": False, "log_figures": e2e.parse_log("")}
         return {"healthy": True, "requests_ok": True, "log_figures": e2e.parse_log(""), "start_s": 1,
                 "single": REF, "batch": REF, "margins": [[1.0] * 4] * 2}
     monkeypatch.setattr(e2e, "run_server", fake_server)
@@ -137,7 +140,8 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
     assert first["dtype"] == "bfloat16" and "float32 is not supported" in first["float32_failed"]
     assert seen[:3] == [("dense.patched.base.eager.float32", "float32"), ("dense.patched.base.eager.bfloat16", "bfloat16"),
                         ("dense.patched.dflash.eager.bfloat16", "bfloat16")]
-    assert seen[3][1] == "float32"       # the hybrid keeps float32
+    assert seen[3] == ("hybrid.patched.base.eager.float32", "float32") and seen[4][1] == "float32"
+    assert "float32_failed" not in runs["hybrid.patched.base.eager"]
     done = [r for r in res["runs"] if not r.get("skipped")]
     assert len(done) == 4 and len(saves) == 4       # 140 + 40 + 40 = 220 s; the next would pass 300 - 15
     assert all("budget" in r["skipped"] for r in res["runs"][4:])
