@@ -155,6 +155,7 @@ def main(argv=None):
             continue
         p = planned(rep)
         x["verdict"] = p["verdict"]
+        x["why"] = (rep.get("why") or [])[:3] + ([json.dumps(rep["error"], default=str)[:300]] if rep.get("error") else [])
         x["rows"] = compare(p, real(run))
         x["equal"] = all(r["equal"] for r in x["rows"])
     md = table(results)
