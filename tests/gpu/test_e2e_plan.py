@@ -47,6 +47,11 @@ def test_inputs_and_free_bytes(tmp_path):
     assert plan_mod.free_bytes(_run("patched")) == (PRE, POST, "ledger")
     assert plan_mod.free_bytes(_run("pristine")) == (PRE, POST, "probe")
     assert plan_mod.free_bytes({"probe": {"free_readings": []}}) is None
+    # no --mem-fraction-static given: the value the start-up logged (server_args) is used
+    run = dict(_run("pristine"), command=CMD.replace(" --mem-fraction-static 0.6856901", ""))
+    run["log_figures"] = dict(run["log_figures"], server_args={"mem_fraction_static": 0.8123})
+    argv = plan_mod.inputs(run, tmp_path)["argv"]
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.8123"
 
 
 def test_compare_skips_what_a_dead_start_did_not_say():

@@ -351,6 +351,12 @@ CASES = {
                                      "--max-running-requests", "4", "--max-mamba-cache-size", "24",
                                      "--mem-fraction-static", "0.6856901"],
                      "expect": {"pristine": "ok", "patched": ["ok", "refused"]}},
+    # the H200's own figures: all its free memory (no blocker), SGLang's own --mem-fraction-static
+    # for the card, 16 running requests (issue 15)
+    "h200-16": {"model": "big", "free_gib": None,
+                "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
+                                "--max-running-requests", "16"],
+                "expect": {"pristine": "ok", "patched": ["ok"]}},
 }
 
 BLOCKER = r'''

@@ -67,6 +67,10 @@ def inputs(run, gpu_out):
             continue
         argv.append(w)
         i += 1
+    if "--mem-fraction-static" not in argv:      # SGLang chose it for the card: the value it logged (docs/plan.md)
+        mfs = (run.get("log_figures", {}).get("server_args") or {}).get("mem_fraction_static")
+        if mfs is not None:
+            argv += ["--mem-fraction-static", str(mfs)]
     return {"model": model, "draft": draft, "argv": argv}
 
 
