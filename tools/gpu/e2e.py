@@ -2,7 +2,7 @@
 release) against patched (the overlay's wheel), from an offline bundle
 (tools/bundle.py; docs/gpu.md).
 
-  python tools/gpu/e2e.py --bundle build/bundle --out DIR [--cases dense,zero-requests-dflash,dflash-smoke]
+  python tools/gpu/e2e.py --bundle build/bundle --out DIR [--cases dense,zero-requests-dflash,dflash-smoke,h200-16]
 
 Per case and tree: `python -m sglang.launch_server` with dummy weights and
 --skip-tokenizer-init, /health, a batch of /generate requests of varied
@@ -11,6 +11,17 @@ start-up log is parsed (avail mem, KV/Mamba allocation, decided counts,
 server_args, the error) and, on the patched tree, the memory ledger JSON
 (SGLO_MEMORY_LEDGER).  A patched refusal with a `remedy:` line is re-run
 once with that remedy.  Writes DIR/e2e.json and DIR/e2e.md (a table).
+
+  python tools/gpu/e2e.py --bundle B --out DIR --cases '' --lossless all --budget-s 480
+
+The lossless runs (e2e_models: small dense and hybrid models with real
+weights written here, and DFlash drafters; e2e_lossless: greedy outputs of
+DFLASH / DDTREE / CUDA graphs against the same tree's non-speculative
+server, token for token, with margins and acceptance; e2e_pools: the patched
+ledger's byte figures against the pools' tensors, which the allocation probe
+in tools/gpu/probe records inside the server).  Every server runs with the
+probe, so its exact free-memory readings are in the report for
+tools/gpu/e2e_plan.py (the planner against reality, run on a CPU machine).
 
 The parsing, comparison and report functions are pure and tested on CPU
 (tests/gpu) against logs recorded on an H200 (tests/gpu/data).
@@ -181,7 +192,7 @@ def check_case(case, runs):
             why.append(f"{k}: requests failed: {r.get('request_error')}")
     for k in ("patched", "patched+remedy"):
         r = runs.get(k)
-        if r and r.get("pools_vs_ledger") is not None and not all(x["equal"] for x in r["pools_vs_ledger"]):
+        if r and r.get("pools_vs_ledger") is not None and not pools_mod.equal(r["pools_vs_ledger"]):
             ok = False
             why.append(f"{k}: ledger vs allocated: " + pools_mod.summary(r["pools_vs_ledger"]))
     if pr and pa and pr.get("outputs") and pa.get("outputs") and want.get("same_outputs"):
@@ -605,8 +616,7 @@ def check_lossless(runs):
             ok = False
             why.append(f"requests failed: {r.get('request_error', 'wrong lengths or stream')}")
         if r.get("pools_vs_ledger") is not None:
-            eq = all(x["equal"] for x in r["pools_vs_ledger"])
-            ok &= eq
+            ok &= pools_mod.equal(r["pools_vs_ledger"])
             why.append(pools_mod.summary(r["pools_vs_ledger"]))
         r["check"] = {"pass": bool(ok), "why": why, "compare": chk}
     return runs
@@ -625,7 +635,7 @@ def lossless_table(runs):
         al = " / ".join(str((acc.get(k) or {}).get("accept_length", "-")) for k in ("single", "batch")) if r.get("spec") else ""
         led = ""
         if r.get("pools_vs_ledger") is not None:
-            led = "equal" if all(x["equal"] for x in r["pools_vs_ledger"]) else "DIFFERS"
+            led = "equal" if pools_mod.equal(r["pools_vs_ledger"]) else "DIFFERS"
         o = "refused" if r.get("refusal") and r.get("check", {}).get("pass") else outcome(r)
         rows.append(f"| {r['id']} | {r.get('dtype', '')} | {o} | {cell['single']} | "
                     f"{cell['batch']} | {al} | {led} | {r.get('start_s', '')} |")

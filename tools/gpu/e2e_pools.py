@@ -57,6 +57,10 @@ def compare(ledger, pools):
     return rows
 
 
+def equal(rows):
+    return all(r["equal"] for r in rows)
+
+
 def summary(rows):
     bad = [r for r in rows if not r["equal"]]
     return "ledger = allocated for " + ", ".join(r["name"] for r in rows if r["equal"]) if not bad else \
