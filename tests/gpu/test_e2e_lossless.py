@@ -123,7 +123,8 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
         {k: tmp_path / k for k in ("dense", "hybrid", "dense-draft", "hybrid-draft")}, {"dense": 1, "hybrid": 2}))
     seen = []
 
-    def fake_server(tree, work, model, flags, prefix, port, timeout, common, exercise_fn, probe):
+    def fake_server(tree, work, model, flags, prefix, port, timeout, common, exercise_fn, probe, extra_env):
+        assert extra_env == ({"SGLO_E2E_NATIVE_OPS": "1"} if flags[1] == "float32" else {})
         seen.append((prefix.name, flags[1]))
         clock["t"] += 100 if len(seen) == 1 else 40
         if prefix.name == "dense.patched.base.eager.float32":

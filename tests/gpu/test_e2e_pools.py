@@ -109,3 +109,28 @@ def test_tensor_bytes_counts_each_storage_once():
     import torch
     t = torch.zeros(10, 4)
     assert probe.tensor_bytes([t, t[2:], [t]]) == 160
+
+
+def test_native_ops_only_when_asked(tmp_path):
+    """SGLO_E2E_NATIVE_OPS: an op with its own forward_native dispatches to it; an op without
+    one keeps its CUDA forward; without the variable nothing changes (stand-in module with
+    MultiPlatformOp's dispatch: __init__ stores dispatch_forward())."""
+    d = tmp_path / "src" / "sglang" / "srt" / "layers" / "utils"
+    d.mkdir(parents=True)
+    for p in (d, d.parent, d.parent.parent, d.parent.parent.parent):
+        (p / "__init__.py").write_text("")
+    (d / "multi_platform.py").write_text(
+        "class MultiPlatformOp:\n    def __init__(self):\n        self._forward_method = self.dispatch_forward()\n"
+        "    def dispatch_forward(self):\n        return self.forward_cuda\n"
+        "    def forward_native(self):\n        raise NotImplementedError\n"
+        "    def forward_cuda(self):\n        return 'cuda'\n")
+    user = ("from sglang.srt.layers.utils.multi_platform import MultiPlatformOp as M\n"
+            "class Norm(M):\n    def forward_native(self):\n        return 'native'\n"
+            "class Other(M):\n    pass\n"
+            "print(Norm()._forward_method(), Other()._forward_method())\n")
+    base = dict(os.environ, PYTHONPATH=f"{PROBE_DIR}:{tmp_path / 'src'}", SGLO_E2E_PROBE=str(tmp_path / "p"))
+    on = subprocess.run([sys.executable, "-c", user], env=dict(base, SGLO_E2E_NATIVE_OPS="1"), capture_output=True,
+                        text=True, check=True)
+    off = subprocess.run([sys.executable, "-c", user], env=base, capture_output=True, text=True, check=True)
+    assert on.stdout.split() == ["native", "cuda"]
+    assert off.stdout.split() == ["cuda", "cuda"]

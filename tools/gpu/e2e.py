@@ -416,7 +416,8 @@ def exercise(base):
     return out
 
 
-def run_server(tree, work, model, flags, prefix, port, start_timeout, common=COMMON, exercise_fn=None, probe=False):
+def run_server(tree, work, model, flags, prefix, port, start_timeout, common=COMMON, exercise_fn=None, probe=False,
+               extra_env=None):
     """Start, exercise (exercise_fn(base) -> dict, default `exercise`), shut down, parse.
     probe: the allocation probe (tools/gpu/probe) records the pools and free-memory
     readings of the server's processes (run["probe"])."""
@@ -429,6 +430,7 @@ def run_server(tree, work, model, flags, prefix, port, start_timeout, common=COM
     if probe:
         shutil.rmtree(probe_dir, ignore_errors=True)
         env.update(PYTHONPATH=f"{HERE / 'probe'}:{path}", SGLO_E2E_PROBE=str(probe_dir))
+    env.update(extra_env or {})
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--port", str(port),
            "--host", "127.0.0.1"] + common + flags
     t0 = time.time()
@@ -538,6 +540,13 @@ def lossless_flags(run, models, dtype):
     if run["spec"] == "DDTREE":
         f += ["--disable-overlap-schedule"]
     return f
+
+
+def lossless_env(dtype):
+    """float32: SGLang's custom ops run their torch forward_native (the probe's native_ops; the
+    sgl_kernel CUDA kernels dispatch only fp16/bf16). Attention and the Gated DeltaNet run their
+    Triton kernels in float32 (whose tl.dot is TF32)."""
+    return {"SGLO_E2E_NATIVE_OPS": "1"} if dtype == "float32" else {}
 
 
 def _generate(base, body):
@@ -697,7 +706,8 @@ def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port,
             r["start_timeout"] = min(start_timeout, max(30, left - 20))
             res = run_server(r["tree"], work, models[r["model"]], flags, out / f"{r['id']}.{r['dtype']}", port,
                              r["start_timeout"], common=LOSSLESS_COMMON,
-                             exercise_fn=lambda base: exercise_lossless(base, ps, ref), probe=True)
+                             exercise_fn=lambda base: exercise_lossless(base, ps, ref), probe=True,
+                             extra_env=lossless_env(r["dtype"]))
             r.update(res)
             # float32 is the honest comparison; if this tree cannot serve the model in float32, say so
             # and fall back to bfloat16 (mismatches then carry their margins)

@@ -11,7 +11,9 @@ import sys
 TARGETS = {
     "sglang.srt.mem_cache.memory_pool": ("MHATokenToKVPool", "MambaPool"),
     "sglang.srt.utils.common": ("get_available_gpu_memory",),
+    "sglang.srt.layers.utils.multi_platform": ("MultiPlatformOp",),
 }
+POOLS = ("MHATokenToKVPool", "MambaPool")
 GIB = 1 << 30
 
 
@@ -113,6 +115,19 @@ class Recorder:
         setattr(module, name, reading)
 
 
+def native_ops(base):
+    """SGLang's custom ops (RMSNorm, SiluAndMul, rotary embedding, ...: MultiPlatformOp) run their
+    own `forward_native` (torch) where they have one: the float32 runs of the end-to-end check
+    need it, as the sgl_kernel CUDA kernels behind `forward_cuda` dispatch only fp16/bf16."""
+    dispatch = base.dispatch_forward
+
+    def dispatch_forward(self):
+        if type(self).forward_native is not base.forward_native:
+            return self.forward_native
+        return dispatch(self)
+    base.dispatch_forward = dispatch_forward
+
+
 def _cuda():
     try:
         import torch
@@ -137,8 +152,11 @@ class _Finder(importlib.abc.MetaPathFinder):
             exec_module(module)
             for attr in TARGETS[name]:
                 obj = getattr(module, attr, None)
-                if isinstance(obj, type):
+                if attr in POOLS and obj is not None:
                     rec.wrap_pool(obj)
+                elif attr == "MultiPlatformOp" and obj is not None:
+                    if os.environ.get("SGLO_E2E_NATIVE_OPS"):
+                        native_ops(obj)
                 elif obj is not None:
                     rec.wrap_free(module, attr)
         spec.loader.exec_module = patched
