@@ -102,7 +102,8 @@ def test_check_lossless_and_table():
     ]
     e2e.check_lossless(runs)
     by = {r["id"]: r["check"] for r in runs}
-    assert by["d.patched.base.eager"]["pass"] and "patched reference = pristine reference" in by["d.patched.base.eager"]["why"]
+    assert by["d.patched.base.eager"]["pass"]
+    assert by["d.pristine.base.eager"]["pass"] and "pristine reference = patched reference" in by["d.pristine.base.eager"]["why"]
     spec = by["d.patched.dflash.eager"]
     assert not spec["pass"] and spec["compare"]["single"]["equal"]
     assert spec["compare"]["batch"]["mismatches"][0]["margin"] == 3e-7
@@ -120,7 +121,7 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
     bfloat16 (said in the run), the budget skips what would not fit, every run is saved."""
     clock = {"t": 0.0}
     monkeypatch.setattr(e2e, "make_lossless_models", lambda work, out, device: (
-        {k: tmp_path / k for k in ("dense", "hybrid", "dense-draft", "hybrid-draft")}, {"dense": 1, "hybrid": 2}))
+        {k: tmp_path / k for k in ("dense", "hybrid", "dense-draft", "hybrid-draft")}, {"sha256": {"dense": "ab"}}))
     seen = []
 
     def fake_server(tree, work, model, flags, prefix, port, timeout, common, exercise_fn, probe, extra_env):
@@ -147,3 +148,20 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
     assert len(done) == 4 and len(saves) == 4       # 140 + 40 + 40 = 220 s; the next would pass 300 - 15
     assert all("budget" in r["skipped"] for r in res["runs"][4:])
     assert runs["dense.patched.dflash.eager"]["check"]["pass"] and "single" not in runs["dense.patched.dflash.eager"]
+
+    # a second call resumes: the completed runs are kept, the rest runs and is compared with the kept references
+    seen.clear()
+    clock["t"] = 0.0
+    res2 = e2e.run_lossless("all", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30100, saves.append,
+                            lambda: clock["t"], resume=res)
+    runs2 = {r["id"]: r for r in res2["runs"]}
+    assert runs2["dense.patched.dflash.eager"].get("resumed") and runs2["dense.patched.dflash.eager"]["check"]["pass"]
+    assert runs2["dense.patched.base.eager"].get("resumed")     # passed (in bfloat16 after the float32 exit)
+    assert seen[0][0] == "hybrid.patched.base.eager.float32"             # the first run that did not pass
+    # the model's dtype carries over from the kept reference (bfloat16 after its float32 exit)
+    assert ("dense.patched.dflash.graphs.bfloat16", "bfloat16") in seen
+    other = dict(res, params={"sha256": {"dense": "cd"}})
+    import pytest
+    with pytest.raises(SystemExit, match="weights differ"):
+        e2e.run_lossless("all", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30100, saves.append,
+                         lambda: clock["t"], resume=other)

@@ -524,6 +524,7 @@ def lossless_runs():
 
 # greedy sampling is an argmax in either backend; the pytorch one needs no JIT compilation (flashinfer's
 # sampling kernels are compiled on first use when the bundle carries no cubins)
+PLAN_KEYS = ("id", "model", "tree", "spec", "graphs", "expect", "refusal")
 LOSSLESS_COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--disable-piecewise-cuda-graph",
                    "--sampling-backend", "pytorch",
                    "--log-level", "info", "--random-seed", "0", "--mem-fraction-static", "0.25",
@@ -590,6 +591,8 @@ def check_lossless(runs):
     refs = {(r["model"], r["tree"]): r for r in runs if r.get("spec") is None and not r["graphs"] and r.get("single")}
     for r in runs:
         chk = {}
+        if r.get("resumed") and r.get("check") and r is not refs.get((r["model"], r["tree"])):
+            continue
         if r.get("skipped"):
             r["check"] = {"pass": None, "why": [r["skipped"]]}
             continue
@@ -613,13 +616,14 @@ def check_lossless(runs):
                 c = lossless.compare(ref["single"], r["logprob_batch"], m)
                 chk["logprob_batch"] = c
                 ok &= c["equal"]
-            other = refs.get((r["model"], "pristine" if r["tree"] == "patched" else "patched"))
-            if r is ref and other and r["tree"] == "patched":
+            other = refs.get((r["model"], "patched"))
+            if r is ref and other and r["tree"] == "pristine":
                 c = lossless.compare(other["single"], r["single"], other.get("margins"))
                 chk["pristine_vs_patched"] = c
                 ok &= c["equal"]
-                why.append(f"patched reference {'=' if c['equal'] else '!='} pristine reference")
+                why.append(f"pristine reference {'=' if c['equal'] else '!='} patched reference")
         elif r.get("single") and not ref:
+            ok = False          # served, but nothing to judge it against: not a pass
             why.append("no reference run to compare with")
         if r.get("healthy") and not r.get("requests_ok"):
             ok = False
@@ -664,6 +668,11 @@ def make_lossless_models(work, out, device="cuda"):
     """Targets and drafters with real weights, written on this machine (e2e_models),
     with the bundle's transformers; their config.json files are copied to out/models."""
     d = work / "models"
+    names = ("dense", "hybrid", "dense-draft", "hybrid-draft")
+    models = {k: d / k for k in names}
+    if all((p / "model.safetensors").exists() and (p / "config.json").exists() for p in models.values()):
+        record_configs(models, out)       # a previous call on this machine wrote them (same seeds)
+        return models, {"reused": True, "sha256": _digests(models)}
     code = ("import json, sys, e2e_models as m\n"
             "d = sys.argv[1]\n"
             "dev = sys.argv[2]\n"
@@ -676,21 +685,35 @@ def make_lossless_models(work, out, device="cuda"):
                        env=dict(os.environ, PYTHONPATH=f"{HERE}:{work / 'deps'}" + (f":{extra}" if extra else "")))
     if r.returncode != 0:
         raise SystemExit(f"e2e: writing the lossless models failed:\n{r.stderr[-3000:]}")
-    models = {k: d / k for k in ("dense", "hybrid", "dense-draft", "hybrid-draft")}
     _processor(models["hybrid"], work)
     record_configs(models, out)
-    return models, json.loads(r.stdout.strip().splitlines()[-1])
+    return models, {"parameters": json.loads(r.stdout.strip().splitlines()[-1]), "sha256": _digests(models)}
+
+
+def _digests(models):
+    """sha256 of each checkpoint: the same weights across calls and machines, or not."""
+    return {k: hashlib.sha256((p / "model.safetensors").read_bytes()).hexdigest()[:16] for k, p in models.items()}
 
 
 def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port, save=lambda part: None, clock=time.time,
-                 weights_device="cuda"):
-    """The lossless runs in order while the budget lasts; save(part) after each run."""
+                 weights_device="cuda", resume=None):
+    """The lossless runs in order while the budget lasts; save(part) after each run.
+    resume: a previous report's "lossless" part: its passed runs are kept as they are (the
+    references with their outputs), the rest (skipped or failed) is run and compared with them."""
     models, params = make_lossless_models(work, out, weights_device)
     ps = lossless.prompts(id_max=models_mod.PROMPT_ID_MAX)
-    runs = [r for r in lossless_runs() if selection == "all" or r["id"] in selection.split(",")]
+    done = {r["id"]: r for r in (resume or {}).get("runs", []) if (r.get("check") or {}).get("pass")}
+    if resume and resume.get("params", {}).get("sha256") not in (None, params.get("sha256")):
+        raise SystemExit("e2e: --resume: the previous call's weights differ from this machine's (sha256 of the "
+                         "checkpoints); run everything again without --resume")
+    runs = [dict(done[r["id"]], resumed=True) if r["id"] in done else r
+            for r in lossless_runs() if selection == "all" or r["id"] in selection.split(",") or r["id"] in done]
     dtypes = {"dense": dtype, "hybrid": dtype}
+    dtypes.update({r["model"]: r["dtype"] for r in done.values() if r.get("spec") is None and not r["graphs"]})
     took = []
     for r in runs:
+        if r.get("resumed"):
+            continue
         left = budget_s - (clock() - t0)
         # the first start pays the JIT compilation; later ones are estimated from the others
         need = max(took[1:]) if len(took) > 1 else (took[0] if took else 90)
@@ -708,6 +731,9 @@ def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port,
                              r["start_timeout"], common=LOSSLESS_COMMON,
                              exercise_fn=lambda base: exercise_lossless(base, ps, ref), probe=True,
                              extra_env=lossless_env(r["dtype"]))
+            for k in [k for k in r if k not in PLAN_KEYS]:     # nothing of a previous attempt stays
+                if k not in ("dtype", "start_timeout", "float32_failed"):
+                    del r[k]
             r.update(res)
             # float32 is the honest comparison; if this tree cannot serve the model in float32, say so
             # and fall back to bfloat16 (mismatches then carry their margins)
@@ -747,6 +773,8 @@ def main(argv=None):
                     help="wall-clock budget from the start; lossless runs that would not fit are skipped and reported")
     ap.add_argument("--dtype", default="float32", help="the lossless runs' --dtype (float32 unless the tree refuses it)")
     ap.add_argument("--weights-device", default="cuda", help="where the lossless models' weights are generated")
+    ap.add_argument("--resume", default=None, help="a previous call's e2e.json: its completed lossless runs are kept "
+                    "and the others run (several device calls make one report)")
     args = ap.parse_args(argv)
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
@@ -817,7 +845,9 @@ def main(argv=None):
             report["lossless"] = part
             (out / "e2e.json").write_text(json.dumps(report, indent=1) + "\n")
         report["lossless"] = run_lossless(args.lossless, work, out, args.budget_s, t0, args.start_timeout, args.dtype,
-                                          port, save, weights_device=args.weights_device)
+                                          port, save, weights_device=args.weights_device,
+                                          resume=json.loads(Path(args.resume).read_text()).get("lossless")
+                                          if args.resume else None)
         report["lossless"]["ddtree_pristine"] = "not available on the pin: v0.5.12.post1 has no DDTREE algorithm"
         md += "\n" + lossless_table(report["lossless"]["runs"])
         ok &= all(r["check"]["pass"] for r in report["lossless"]["runs"])    # a skipped run is not a pass
