@@ -602,7 +602,9 @@ def check_lossless(runs):
             why = [f"refused at start-up: {r['refusal']!r}" if ok else f"{o}, expected the refusal {r['refusal']!r}"]
         else:
             ok = o == "ok"
-            why = [o]
+            errs = r.get("log_figures", {}).get("errors") or []
+            why = [o + (f": {errs[-1][:200]}" if o != "ok" and errs else "")
+                   + (f" (float32 exited first: {r['float32_failed'][:120]})" if r.get("float32_failed") else "")]
         ref = refs.get((r["model"], r["tree"]))
         if r.get("single") and ref:
             m = ref.get("margins")
