@@ -70,7 +70,9 @@ def measure(server_argv, batches, tokens, context, repeat):
     server_args = ServerArgs.from_cli_args(p.parse_args(server_argv))
     _set_envs_and_config(server_args)
     port_args = PortArgs.init_new(server_args)
-    bench.initialize_moe_config(server_args)
+    bench.initialize_moe_config(server_args)      # as bench_one_batch.latency_test does
+    bench.initialize_fp8_gemm_config(server_args)
+    bench.initialize_fp4_gemm_config(server_args)
     runner, _ = bench.load_model(server_args, port_args, 0, 0)
     mr = runner.torch_runner
     keep, skip = grid(batches, tokens, context, mr.max_total_num_tokens)
