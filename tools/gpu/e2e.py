@@ -778,7 +778,7 @@ def main(argv=None):
     ap.add_argument("--resume", default=None, help="a previous call's e2e.json: its completed lossless runs are kept "
                     "and the others run (several device calls make one report)")
     args = ap.parse_args(argv)
-    out, work = Path(args.out), Path(args.work)
+    out, work = Path(args.out).resolve(), Path(args.work).resolve()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": sys.version.split()[0], "cases": []}
