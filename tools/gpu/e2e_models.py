@@ -33,7 +33,8 @@ DENSE = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_s
          "bos_token_id": 1, "eos_token_id": 2, "attention_bias": False, "attention_dropout": 0.0}
 
 # the shape of tests/plan/data/qwen3.6-27b (the published Qwen3.6-27B config), scaled down:
-# 3 Gated DeltaNet layers + 1 attention layer, hidden 512; vision ids moved below the vocabulary
+# 3 Gated DeltaNet layers + 1 attention layer, hidden 512; vision ids moved below the vocabulary;
+# plain RoPE (no mrope_section: the prompts are text-only token ids)
 HYBRID = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
           "tie_word_embeddings": False, "image_token_id": 32000, "video_token_id": 32001,
           "vision_start_token_id": 32002, "vision_end_token_id": 32003,
@@ -45,8 +46,10 @@ HYBRID = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "q
                           "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "mamba_ssm_dtype": "float32",
                           "rope_parameters": {"rope_theta": 10000000, "rope_type": "default"},
                           "initializer_range": INIT_STD, "rms_norm_eps": 1e-6, "eos_token_id": 2},
+          # deepstack_visual_indexes: SGLang's Qwen3_5VisionConfig defaults it to [8, 16, 24], layers a
+          # one-block tower does not have; transformers' Qwen3.5 vision has no deepstack
           "vision_config": {"depth": 1, "hidden_size": 64, "intermediate_size": 128, "num_heads": 2,
-                            "out_hidden_size": 512, "initializer_range": INIT_STD}}
+                            "out_hidden_size": 512, "initializer_range": INIT_STD, "deepstack_visual_indexes": []}}
 
 
 def drafter_config(target):
