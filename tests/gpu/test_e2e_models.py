@@ -76,6 +76,8 @@ def test_drafter_shapes_and_init():
     assert abs(w.std().item() - 0.02) < 0.001 and abs(w.mean().item()) < 0.001
     assert not torch.equal(st["layers.0.mlp.gate_proj.weight"], st["layers.0.mlp.up_proj.weight"])
     assert cfg["dflash_config"]["mask_token_id"] < models.VOCAB
+    # SGLang captures target layer k's output before layer k + 1 (models/qwen3.py): never the last layer
+    assert max(cfg["dflash_config"]["target_layer_ids"]) + 1 < cfg["num_target_layers"]
 
 
 def test_vision_ids_and_prompts_inside_the_vocabulary():

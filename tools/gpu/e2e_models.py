@@ -55,7 +55,10 @@ HYBRID = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "q
 def drafter_config(target):
     """A one-layer DFlash drafter for `target` (DENSE or HYBRID): the target's
     hidden size (DFlash feeds the target's embeddings and LM head), features
-    from two target layers, block 16, a mask token inside the vocabulary."""
+    from two target layers, block 16, a mask token inside the vocabulary.
+    Not the last layer: SGLang captures the output of layer k "before layer
+    k + 1" (models/qwen3.py set_dflash_layers_to_capture), which the last
+    layer does not have; the published 27B drafter reads 1..61 of 64 likewise."""
     t = target.get("text_config", target)
     n = t["num_hidden_layers"]
     return {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": t["hidden_size"],
@@ -63,7 +66,7 @@ def drafter_config(target):
             "intermediate_size": 1536, "vocab_size": VOCAB, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
             "max_position_embeddings": 8192, "hidden_act": "silu", "attention_bias": False,
             "tie_word_embeddings": False, "initializer_range": INIT_STD, "block_size": 16,
-            "num_target_layers": n, "dflash_config": {"target_layer_ids": [1, n - 1], "mask_token_id": 32010}}
+            "num_target_layers": n, "dflash_config": {"target_layer_ids": [0, n - 2], "mask_token_id": 32010}}
 
 
 def drafter_tensors(cfg):
