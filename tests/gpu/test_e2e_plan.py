@@ -65,7 +65,7 @@ def test_planner_equals_the_h200_start_ups(tmp_path, patched_tree, pristine_tree
         shutil.copy(ROOT / "tests/plan/data" / name / "config.json", tmp_path / "models" / name / "config.json")
     report = {"gpu": "NVIDIA H200", "cases": [{"name": "dflash-smoke", "runs": {t: _run(t) for t in ("pristine", "patched")}}]}
     (tmp_path / "e2e.json").write_text(json.dumps(report))
-    rc = plan_mod.main([str(tmp_path), "--patched-tree", str(patched_tree)])
+    rc = plan_mod.main([str(tmp_path), "--patched-tree", str(patched_tree), "--out", str(tmp_path)])
     res = {x["id"]: x for x in json.loads((tmp_path / "plan_vs_gpu.json").read_text())}
     for rid in ("dflash-smoke.pristine", "dflash-smoke.patched"):
         got = {r["field"]: (r["gpu"], r["planner"]) for r in res[rid]["rows"]}

@@ -3,7 +3,7 @@
 its --out; the planner needs the `[harness]` extra, torch 2.13, which a GPU
 machine running SGLang 0.5.12.post1 with torch 2.11 does not have):
 
-  python tools/gpu/e2e_plan.py GPU_OUT [--patched-tree build/sglang] [--json]
+  python tools/gpu/e2e_plan.py GPU_OUT [--out DIR] [--patched-tree build/sglang] [--json]
 
 For every start-up of the report: the same model (GPU_OUT/models/NAME), the
 same drafter, the same SGLang flags, the GPU by its name and the exact free
@@ -13,7 +13,7 @@ probe's readings in `init_torch_distributed` and `_profile_available_bytes`,
 sglang/srt/model_executor/model_runner*.py), through `sgl_overlay.planner` on
 the same tree (the pin: the release; patched: --patched-tree).  Its verdict,
 KV tokens, running requests and Mamba slots must equal the start-up's.
-Writes GPU_OUT/plan_vs_gpu.json and .md.  Exit 0 all equal, 1 a difference,
+Writes plan_vs_gpu.json and .md into --out (default GPU_OUT).  Exit 0 all equal, 1 a difference,
 2 bad input.
 
 The extraction and comparison are pure (tests/gpu/test_e2e_plan.py)."""
@@ -125,6 +125,7 @@ def main(argv=None):
     ap.add_argument("gpu_out", help="the --out folder of a tools/gpu/e2e.py run (e2e.json, models/)")
     ap.add_argument("--patched-tree", default=None, help="the patched tree the GPU ran (default: build/sglang)")
     ap.add_argument("--release", default="0.5.12.post1", help="the pin the GPU ran as 'pristine'")
+    ap.add_argument("--out", default=None, help="where plan_vs_gpu.json/.md go (default: GPU_OUT)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     from sgl_overlay.errors import UsageError
@@ -163,8 +164,10 @@ def main(argv=None):
         x["rows"] = compare(p, real(run))
         x["equal"] = all(r["equal"] for r in x["rows"])
     md = table(results)
-    (out / "plan_vs_gpu.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-    (out / "plan_vs_gpu.md").write_text(md)
+    dest = Path(args.out) if args.out else out
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "plan_vs_gpu.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    (dest / "plan_vs_gpu.md").write_text(md)
     print(json.dumps(results, indent=1, default=str) if args.json else md)
     return 0 if all(x.get("equal") for x in results) else 1
 
