@@ -2,7 +2,7 @@
 release) against patched (the overlay's wheel), from an offline bundle
 (tools/bundle.py; docs/gpu.md).
 
-  python tools/gpu/e2e.py --bundle build/bundle --out DIR [--cases dense,zero-requests-dflash,dflash-smoke]
+  python tools/gpu/e2e.py --bundle build/bundle --out DIR [--cases dense,zero-requests-dflash,dflash-smoke,h200-16]
 
 Per case and tree: `python -m sglang.launch_server` with dummy weights and
 --skip-tokenizer-init, /health, a batch of /generate requests of varied
@@ -11,6 +11,17 @@ start-up log is parsed (avail mem, KV/Mamba allocation, decided counts,
 server_args, the error) and, on the patched tree, the memory ledger JSON
 (SGLO_MEMORY_LEDGER).  A patched refusal with a `remedy:` line is re-run
 once with that remedy.  Writes DIR/e2e.json and DIR/e2e.md (a table).
+
+  python tools/gpu/e2e.py --bundle B --out DIR --cases '' --lossless all --budget-s 480
+
+The lossless runs (e2e_models: small dense and hybrid models with real
+weights written here, and DFlash drafters; e2e_lossless: greedy outputs of
+DFLASH / DDTREE / CUDA graphs against the same tree's non-speculative
+server, token for token, with margins and acceptance; e2e_pools: the patched
+ledger's byte figures against the pools' tensors, which the allocation probe
+in tools/gpu/probe records inside the server).  Every server runs with the
+probe, so its exact free-memory readings are in the report for
+tools/gpu/e2e_plan.py (the planner against reality, run on a CPU machine).
 
 The parsing, comparison and report functions are pure and tested on CPU
 (tests/gpu) against logs recorded on an H200 (tests/gpu/data).
@@ -28,10 +39,26 @@ import urllib.request
 import zipfile
 import hashlib
 import base64
+import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
 GIB = 1 << 30
+
+
+def _sibling(name):
+    """A module of tools/gpu by its path (this is a script for the GPU machine,
+    run from a copy of the tree; tools/gpu is no package)."""
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+models_mod = _sibling("e2e_models")
+lossless = _sibling("e2e_lossless")
+pools_mod = _sibling("e2e_pools")
 
 # --------------------------------------------------------------------------
 # parsing (pure)
@@ -163,6 +190,11 @@ def check_case(case, runs):
         if r and r.get("healthy") and not r.get("requests_ok"):
             ok = False
             why.append(f"{k}: requests failed: {r.get('request_error')}")
+    for k in ("patched", "patched+remedy"):
+        r = runs.get(k)
+        if r and r.get("pools_vs_ledger") is not None and not pools_mod.equal(r["pools_vs_ledger"]):
+            ok = False
+            why.append(f"{k}: ledger vs allocated: " + pools_mod.summary(r["pools_vs_ledger"]))
     if pr and pa and pr.get("outputs") and pa.get("outputs") and want.get("same_outputs"):
         same = pr["outputs"] == pa["outputs"]
         ok &= same
@@ -266,6 +298,13 @@ def make_models(work):
     return {"dense": dense, "big": big, "draft": draft}
 
 
+def record_configs(models, out):
+    """The models' config.json files under out/models/NAME (what tools/gpu/e2e_plan.py reads)."""
+    for p in models.values():
+        (out / "models" / p.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(p / "config.json", out / "models" / p.name / "config.json")
+
+
 def _processor(d, work):
     """Qwen3_5ForConditionalGeneration needs a processor even with
     --skip-tokenizer-init: a tiny word-level tokenizer holding the vision
@@ -323,6 +362,12 @@ CASES = {
                                      "--max-running-requests", "4", "--max-mamba-cache-size", "24",
                                      "--mem-fraction-static", "0.6856901"],
                      "expect": {"pristine": "ok", "patched": ["ok", "refused"]}},
+    # the H200's own figures: all its free memory (no blocker), SGLang's own --mem-fraction-static
+    # for the card, 16 running requests (issue 15)
+    "h200-16": {"model": "big", "free_gib": None,
+                "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
+                                "--max-running-requests", "16"],
+                "expect": {"pristine": "ok", "patched": ["ok"]}},
 }
 
 BLOCKER = r'''
@@ -371,14 +416,23 @@ def exercise(base):
     return out
 
 
-def run_server(tree, work, model, flags, prefix, port, start_timeout):
+def run_server(tree, work, model, flags, prefix, port, start_timeout, common=COMMON, exercise_fn=None, probe=False,
+               extra_env=None):
+    """Start, exercise (exercise_fn(base) -> dict, default `exercise`), shut down, parse.
+    probe: the allocation probe (tools/gpu/probe) records the pools and free-memory
+    readings of the server's processes (run["probe"])."""
     log = Path(f"{prefix}.log.full")
     ledger = Path(f"{prefix}.ledger.json")
+    probe_dir = Path(work) / "probe" / Path(prefix).name      # records go into e2e.json, not under --out
     path = f"{work / tree}:{work / 'deps'}" + (f":{work / 'stubs'}" if (work / "stubs").exists() else "")
     env = dict(os.environ, PYTHONPATH=path, SGLO_MEMORY_LEDGER=str(ledger),
                PYTHONUNBUFFERED="1")
+    if probe:
+        shutil.rmtree(probe_dir, ignore_errors=True)
+        env.update(PYTHONPATH=f"{HERE / 'probe'}:{path}", SGLO_E2E_PROBE=str(probe_dir))
+    env.update(extra_env or {})
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--port", str(port),
-           "--host", "127.0.0.1"] + COMMON + flags
+           "--host", "127.0.0.1"] + common + flags
     t0 = time.time()
     with open(log, "w") as lf:
         p = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -394,7 +448,7 @@ def run_server(tree, work, model, flags, prefix, port, start_timeout):
             time.sleep(2)
     run["start_s"] = round(time.time() - t0, 1)
     if run["healthy"]:
-        run.update(exercise(base))
+        run.update((exercise_fn or exercise)(base))
     if p.poll() is None:
         os.killpg(p.pid, signal.SIGINT)
         try:
@@ -414,12 +468,297 @@ def run_server(tree, work, model, flags, prefix, port, start_timeout):
     run["log_figures"] = parse_log(text)
     if ledger.exists():
         run["ledger"] = parse_ledger(ledger.read_text())
+        run["ledger_raw"] = {k: v for k, v in json.loads(ledger.read_text()).items() if k in ("figures", "reservations")}
+    if probe:
+        run["probe"] = read_probe(probe_dir)
     # keep the log small: the lines the parser reads, and the last 60
     keep = [l for l in text.splitlines() if any(k in l for k in ("avail mem", "Cache is allocated", "max_total_num_tokens",
-                                                                  "server_args=", "Error", "remedy:", "Memory ledger"))]
+                                                                  "server_args=", "Error", "remedy:", "Memory ledger",
+                                                                  "not found in params_dict", "Capture cuda graph",
+                                                                  "DDTREE", "dtype"))]
     log.unlink()
     Path(f"{prefix}.log").write_text("\n".join(keep[:200] + ["..."] + text.splitlines()[-60:]) + "\n")
     return run
+
+
+def read_probe(folder):
+    """The allocation probe's records of every process of one server."""
+    pools, free = [], []
+    for f in sorted(Path(folder).glob("probe.*.json")):
+        d = json.loads(f.read_text())
+        pools += d["pools"]
+        free += [dict(r, pid=d["pid"]) for r in d["free_readings"]]
+    return {"pools": pools, "free_readings": free}
+
+
+# --------------------------------------------------------------------------
+# lossless speculation, CUDA graphs on and off, the ledger against the allocator
+# (small models with real weights written here: e2e_models)
+
+def lossless_runs():
+    """Every run, in the order they are worth device time (a budget cuts the tail):
+    the patched tree first (the product), eager before graphs; the reference of
+    each (model, tree) is its non-speculative eager run."""
+    R = []
+
+    def add(model, tree, spec, graphs, refusal=None):
+        R.append({"id": f"{model}.{tree}.{(spec or 'base').lower()}.{'graphs' if graphs else 'eager'}",
+                  "model": model, "tree": tree, "spec": spec, "graphs": graphs,
+                  "expect": "refused" if refusal else "ok", "refusal": refusal})
+    for model, specs in (("dense", (None, "DFLASH")), ("hybrid", (None, "DFLASH", "DDTREE"))):
+        for spec in specs:
+            add(model, "patched", spec, False)
+    add("dense", "patched", "DFLASH", True)
+    add("hybrid", "patched", "DFLASH", True)
+    # the overlay refuses CUDA graphs for DDTREE at start-up (docs/ddtree.md): a refusal is the expectation
+    add("hybrid", "patched", "DDTREE", True, refusal="DDTREE: CUDA graphs is not supported")
+    for model in ("dense", "hybrid"):
+        add(model, "pristine", None, False)
+        add(model, "pristine", "DFLASH", False)
+    for model in ("dense", "hybrid"):
+        add(model, "patched", None, True)
+    add("dense", "pristine", "DFLASH", True)
+    add("hybrid", "pristine", "DFLASH", True)
+    return R
+
+
+# greedy sampling is an argmax in either backend; the pytorch one needs no JIT compilation (flashinfer's
+# sampling kernels are compiled on first use when the bundle carries no cubins)
+PLAN_KEYS = ("id", "model", "tree", "spec", "graphs", "expect", "refusal")
+LOSSLESS_COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--disable-piecewise-cuda-graph",
+                   "--sampling-backend", "pytorch",
+                   "--log-level", "info", "--random-seed", "0", "--mem-fraction-static", "0.25",
+                   "--context-length", "4096", "--max-running-requests", "32"]
+
+
+def lossless_flags(run, models, dtype):
+    # graphs for one request, a few, and the whole batch of prompts (fewer captures than the default list)
+    f = ["--dtype", dtype] + (["--cuda-graph-bs", "1", "4", "32"] if run["graphs"] else ["--disable-cuda-graph"])
+    if run["model"] == "hybrid":
+        f += ["--mm-attention-backend", "triton_attn", "--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer"]
+    if run["spec"]:
+        f += ["--speculative-algorithm", run["spec"], "--speculative-draft-model-path", str(models[run["model"] + "-draft"])]
+    if run["spec"] == "DDTREE":
+        f += ["--disable-overlap-schedule"]
+    return f
+
+
+def lossless_env(dtype):
+    """float32: SGLang's custom ops run their torch forward_native (the probe's native_ops; the
+    sgl_kernel CUDA kernels dispatch only fp16/bf16). Attention and the Gated DeltaNet run their
+    Triton kernels in float32 (whose tl.dot is TF32)."""
+    return {"SGLO_E2E_NATIVE_OPS": "1"} if dtype == "float32" else {}
+
+
+def _generate(base, body):
+    return json.loads(_post(base + "/generate", body, timeout=300))
+
+
+def exercise_lossless(base, ps, reference):
+    """The prompts singly, then as one batch; a reference also sends the batch with
+    top-2 log-probabilities (the margins of a mismatch) and one streaming request."""
+    sp = {"temperature": 0, "max_new_tokens": lossless.MAX_NEW, "ignore_eos": True}
+    out = {"requests_ok": False}
+    try:
+        t0 = time.time()
+        single = [_generate(base, {"input_ids": p, "sampling_params": sp}) for p in ps]
+        out["single_s"] = round(time.time() - t0, 2)
+        t0 = time.time()
+        batch = _generate(base, {"input_ids": ps, "sampling_params": sp})
+        out["batch_s"] = round(time.time() - t0, 2)
+        out["single"] = [r["output_ids"] for r in single]
+        out["batch"] = [r["output_ids"] for r in batch]
+        out["acceptance"] = {"single": lossless.acceptance([r["meta_info"] for r in single]),
+                             "batch": lossless.acceptance([r["meta_info"] for r in batch])}
+        if reference:
+            lp = _generate(base, {"input_ids": ps, "sampling_params": sp, "return_logprob": True, "top_logprobs_num": 2})
+            out["logprob_batch"] = [r["output_ids"] for r in lp]
+            out["margins"] = [[None if m is None else float(f"{m:.4g}") for m in row]
+                              for row in lossless.margins([r["meta_info"] for r in lp])]
+        chunks = _post(base + "/generate", {"input_ids": ps[3], "sampling_params": sp, "stream": True})
+        data = [l[6:] for l in chunks.splitlines() if l.startswith("data: ")]
+        out["stream_ok"] = bool(data) and data[-1] == "[DONE]" and \
+            json.loads(data[-2]).get("output_ids", [])[-1:] == out["single"][3][-1:]
+        out["requests_ok"] = all(len(o) == lossless.MAX_NEW for o in out["single"] + out["batch"]) and out["stream_ok"]
+    except Exception as e:    # noqa: BLE001 - reported, not raised
+        out["request_error"] = f"{type(e).__name__}: {e}"[:500]
+    return out
+
+
+def check_lossless(runs):
+    """Each run against its (model, tree) reference (non-speculative, eager): single and
+    batch outputs token for token; references across trees; ledger = allocated bytes."""
+    refs = {(r["model"], r["tree"]): r for r in runs if r.get("spec") is None and not r["graphs"] and r.get("single")}
+    for r in runs:
+        chk = {}
+        if r.get("resumed") and r.get("check") and r is not refs.get((r["model"], r["tree"])):
+            continue
+        if r.get("skipped"):
+            r["check"] = {"pass": None, "why": [r["skipped"]]}
+            continue
+        o = outcome(r)
+        if r.get("refusal"):     # a deliberate start-up refusal (ValueError naming the flag)
+            ok = not r.get("healthy") and any(r["refusal"] in e for e in r["log_figures"]["errors"])
+            why = [f"refused at start-up: {r['refusal']!r}" if ok else f"{o}, expected the refusal {r['refusal']!r}"]
+        else:
+            ok = o == "ok"
+            errs = r.get("log_figures", {}).get("errors") or []
+            why = [o + (f": {errs[-1][:200]}" if o != "ok" and errs else "")
+                   + (f" (float32 exited first: {r['float32_failed'][:120]})" if r.get("float32_failed") else "")]
+        ref = refs.get((r["model"], r["tree"]))
+        if r.get("single") and ref:
+            m = ref.get("margins")
+            for kind in ("single", "batch"):
+                c = lossless.compare(ref["single"], r[kind], m)
+                chk[kind] = c
+                ok &= c["equal"]
+                why.append(f"{kind}: {'equal' if c['equal'] else str(len(c['mismatches'])) + ' requests differ'} "
+                           f"({c['n']} requests, {c['tokens']} tokens)")
+            if r is ref and r.get("logprob_batch"):
+                c = lossless.compare(ref["single"], r["logprob_batch"], m)
+                chk["logprob_batch"] = c
+                ok &= c["equal"]
+            other = refs.get((r["model"], "patched"))
+            if r is ref and other and r["tree"] == "pristine":
+                c = lossless.compare(other["single"], r["single"], other.get("margins"))
+                chk["pristine_vs_patched"] = c
+                ok &= c["equal"]
+                why.append(f"pristine reference {'=' if c['equal'] else '!='} patched reference")
+        elif r.get("single") and not ref:
+            ok = False          # served, but nothing to judge it against: not a pass
+            why.append("no reference run to compare with")
+        if r.get("healthy") and not r.get("requests_ok"):
+            ok = False
+            why.append(f"requests failed: {r.get('request_error', 'wrong lengths or stream')}")
+        if r.get("pools_vs_ledger") is not None:
+            ok &= pools_mod.equal(r["pools_vs_ledger"])
+            why.append(pools_mod.summary(r["pools_vs_ledger"]))
+        r["check"] = {"pass": bool(ok), "why": why, "compare": chk}
+    return runs
+
+
+def lossless_table(runs):
+    rows = ["| run | dtype | outcome | single | batch | accept length (single / batch) | ledger vs allocated | start s |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        if r.get("skipped"):
+            rows.append(f"| {r['id']} | | skipped ({r['skipped']}) | | | | | |")
+            continue
+        c = r.get("check", {}).get("compare", {})
+        cell = {k: ("=" if c[k]["equal"] else f"{len(c[k]['mismatches'])} differ") if k in c else "" for k in ("single", "batch")}
+        acc = r.get("acceptance") or {}
+        al = " / ".join(str((acc.get(k) or {}).get("accept_length", "-")) for k in ("single", "batch")) if r.get("spec") else ""
+        led = ""
+        if r.get("pools_vs_ledger") is not None:
+            led = "equal" if pools_mod.equal(r["pools_vs_ledger"]) else "DIFFERS"
+        o = "refused" if r.get("refusal") and r.get("check", {}).get("pass") else outcome(r)
+        rows.append(f"| {r['id']} | {r.get('dtype', '')} | {o} | {cell['single']} | "
+                    f"{cell['batch']} | {al} | {led} | {r.get('start_s', '')} |")
+    rows.append("")
+    for r in runs:
+        ch = r.get("check", {})
+        verdict = {True: "PASS", False: "FAIL", None: "SKIP"}[ch.get("pass")]
+        rows.append(f"- {r['id']}: {verdict}: " + "; ".join(ch.get("why", [])))
+        for k, c in ch.get("compare", {}).items():
+            for m in c["mismatches"][:3]:
+                rows.append(f"  - {k} request {m['request']} position {m.get('position')}: reference {m.get('reference')}, "
+                            f"got {m.get('got')}, reference margin {m.get('margin')}")
+    return "\n".join(rows) + "\n"
+
+
+def make_lossless_models(work, out, device="cuda"):
+    """Targets and drafters with real weights, written on this machine (e2e_models),
+    with the bundle's transformers; their config.json files are copied to out/models."""
+    d = work / "models"
+    names = ("dense", "hybrid", "dense-draft", "hybrid-draft")
+    models = {k: d / k for k in names}
+    if all((p / "model.safetensors").exists() and (p / "config.json").exists() for p in models.values()):
+        record_configs(models, out)       # a previous call on this machine wrote them (same seeds)
+        return models, {"reused": True, "sha256": _digests(models)}
+    code = ("import json, sys, e2e_models as m\n"
+            "d = sys.argv[1]\n"
+            "dev = sys.argv[2]\n"
+            "n = {'dense': m.write_target(d + '/dense', m.DENSE, dev), 'hybrid': m.write_target(d + '/hybrid', m.HYBRID, dev)}\n"
+            "m.write_drafter(d + '/dense-draft', m.drafter_config(m.DENSE), dev)\n"
+            "m.write_drafter(d + '/hybrid-draft', m.drafter_config(m.HYBRID), dev)\n"
+            "print(json.dumps(n))\n")
+    extra = os.environ.get("PYTHONPATH")
+    r = subprocess.run([sys.executable, "-c", code, str(d), device], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=f"{HERE}:{work / 'deps'}" + (f":{extra}" if extra else "")))
+    if r.returncode != 0:
+        raise SystemExit(f"e2e: writing the lossless models failed:\n{r.stderr[-3000:]}")
+    _processor(models["hybrid"], work)
+    record_configs(models, out)
+    return models, {"parameters": json.loads(r.stdout.strip().splitlines()[-1]), "sha256": _digests(models)}
+
+
+def _digests(models):
+    """sha256 of each checkpoint: the same weights across calls and machines, or not."""
+    return {k: hashlib.sha256((p / "model.safetensors").read_bytes()).hexdigest()[:16] for k, p in models.items()}
+
+
+def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port, save=lambda part: None, clock=time.time,
+                 weights_device="cuda", resume=None):
+    """The lossless runs in order while the budget lasts; save(part) after each run.
+    resume: a previous report's "lossless" part: its passed runs are kept as they are (the
+    references with their outputs), the rest (skipped or failed) is run and compared with them."""
+    models, params = make_lossless_models(work, out, weights_device)
+    ps = lossless.prompts(id_max=models_mod.PROMPT_ID_MAX)
+    done = {r["id"]: r for r in (resume or {}).get("runs", []) if (r.get("check") or {}).get("pass")}
+    if resume and resume.get("params", {}).get("sha256") not in (None, params.get("sha256")):
+        raise SystemExit("e2e: --resume: the previous call's weights differ from this machine's (sha256 of the "
+                         "checkpoints); run everything again without --resume")
+    runs = [dict(done[r["id"]], resumed=True) if r["id"] in done else r
+            for r in lossless_runs() if selection == "all" or r["id"] in selection.split(",") or r["id"] in done]
+    dtypes = {"dense": dtype, "hybrid": dtype}
+    dtypes.update({r["model"]: r["dtype"] for r in done.values() if r.get("spec") is None and not r["graphs"]})
+    took = []
+    for r in runs:
+        if r.get("resumed"):
+            continue
+        left = budget_s - (clock() - t0)
+        # the first start pays the JIT compilation; later ones are estimated from the others
+        need = max(took[1:]) if len(took) > 1 else (took[0] if took else 90)
+        if left < need + 15:
+            r["skipped"] = f"budget: {left:.0f} s left, a run takes ~{need:.0f} s"
+            continue
+        port += 1
+        started = clock()
+        ref = r["spec"] is None and not r["graphs"]
+        for attempt in (0, 1):
+            r["dtype"] = dtypes[r["model"]]
+            flags = lossless_flags(r, models, r["dtype"])
+            r["start_timeout"] = min(start_timeout, max(30, left - 20))
+            res = run_server(r["tree"], work, models[r["model"]], flags, out / f"{r['id']}.{r['dtype']}", port,
+                             r["start_timeout"], common=LOSSLESS_COMMON,
+                             exercise_fn=lambda base: exercise_lossless(base, ps, ref), probe=True,
+                             extra_env=lossless_env(r["dtype"]))
+            for k in [k for k in r if k not in PLAN_KEYS]:     # nothing of a previous attempt stays
+                if k not in ("dtype", "start_timeout", "float32_failed"):
+                    del r[k]
+            r.update(res)
+            # float32 is the honest comparison; if this tree cannot serve the model in float32, say so
+            # and fall back to bfloat16 (mismatches then carry their margins)
+            # (a server that exited at start-up; a start that timed out is not retried)
+            if ref and not r["healthy"] and "exit_code" in r and r["dtype"] == "float32" and attempt == 0:
+                r["float32_failed"] = (r["log_figures"]["errors"] or ["no error line"])[-1][:300]
+                dtypes[r["model"]] = "bfloat16"
+                port += 1
+                continue
+            break
+        if r["tree"] == "patched" and r.get("ledger_raw") and r.get("probe"):
+            r["pools_vs_ledger"] = pools_mod.compare(r["ledger_raw"], r["probe"]["pools"])
+        took.append(clock() - started)
+        print(f"[e2e {clock() - t0:6.1f}s] {r['id']} ({r['dtype']}): {outcome(r)} "
+              f"{r['log_figures']['errors'][-1:]} start {r.get('start_s')} s", flush=True)
+        save({"params": params, "runs": runs})
+    check_lossless(runs)
+    # keep the report small: outputs only for the references (the others: their comparison)
+    for r in runs:
+        if not (r.get("spec") is None and not r["graphs"]):
+            for k in ("single", "batch"):
+                r.pop(k, None)
+    return {"params": params, "prompts": [len(p) for p in ps], "runs": runs}
 
 
 def main(argv=None):
@@ -430,8 +769,16 @@ def main(argv=None):
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--trees", default="pristine,patched")
     ap.add_argument("--start-timeout", type=float, default=300)
+    ap.add_argument("--lossless", default="", help="'all' or run ids (e2e.lossless_runs): lossless speculation, "
+                    "CUDA graphs on/off, ledger vs allocated bytes, on small models with real weights")
+    ap.add_argument("--budget-s", type=float, default=1e9,
+                    help="wall-clock budget from the start; lossless runs that would not fit are skipped and reported")
+    ap.add_argument("--dtype", default="float32", help="the lossless runs' --dtype (float32 unless the tree refuses it)")
+    ap.add_argument("--weights-device", default="cuda", help="where the lossless models' weights are generated")
+    ap.add_argument("--resume", default=None, help="a previous call's e2e.json: its completed lossless runs are kept "
+                    "and the others run (several device calls make one report)")
     args = ap.parse_args(argv)
-    out, work = Path(args.out), Path(args.work)
+    out, work = Path(args.out).resolve(), Path(args.work).resolve()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": sys.version.split()[0], "cases": []}
@@ -439,16 +786,22 @@ def main(argv=None):
         shutil.rmtree(work, ignore_errors=True)
         report["install"] = install(args.bundle, work)
     report["install_s"] = round(time.time() - t0, 1)
+    try:    # which stack the patched tree is (its local version names the stack digest)
+        report["patched_wheel"] = json.loads((Path(args.bundle) / "bundle.json").read_text())["patched_wheel"]
+    except (OSError, ValueError, KeyError):
+        report["patched_wheel"] = None
     try:
         import torch
         report["torch"] = torch.__version__
         report["gpu"] = torch.cuda.get_device_name(0)
         report["gpu_total_gib"] = round(torch.cuda.mem_get_info()[1] / GIB, 2)
+        report["gpu_total_bytes"], report["gpu_free_bytes_at_start"] = torch.cuda.mem_get_info()[1], torch.cuda.mem_get_info()[0]
     except Exception as e:    # noqa: BLE001
         report["torch"] = f"unavailable: {e}"
     models = make_models(work)
+    record_configs(models, out)
     port = 30123
-    for name in args.cases.split(","):
+    for name in [c for c in args.cases.split(",") if c]:
         case = CASES[name]
         # the drafter of a DFLASH case: its config.json alone (make_models)
         case_flags = case["flags"] + (["--speculative-draft-model-path", str(models["draft"])]
@@ -459,7 +812,10 @@ def main(argv=None):
         try:
             for tree in args.trees.split(","):
                 port += 1
-                r = run_server(tree, work, models[case["model"]], case_flags, out / f"{name}.{tree}", port, args.start_timeout)
+                r = run_server(tree, work, models[case["model"]], case_flags, out / f"{name}.{tree}", port, args.start_timeout,
+                               probe=True)
+                if r.get("ledger_raw") and r.get("probe"):
+                    r["pools_vs_ledger"] = pools_mod.compare(r["ledger_raw"], r["probe"]["pools"])
                 c["runs"][tree] = r
                 print(f"[e2e {time.time() - t0:6.1f}s] {name} {tree}: {outcome(r)} {r['log_figures']['errors'][-1:]}", flush=True)
                 if tree == "patched" and outcome(r) == "refused" and r["log_figures"]["remedies"]:
@@ -471,7 +827,10 @@ def main(argv=None):
                     else:
                         flags += [f, rem["value"]]
                     port += 1
-                    rr = run_server(tree, work, models[case["model"]], flags, out / f"{name}.patched+remedy", port, args.start_timeout)
+                    rr = run_server(tree, work, models[case["model"]], flags, out / f"{name}.patched+remedy", port,
+                                    args.start_timeout, probe=True)
+                    if rr.get("ledger_raw") and rr.get("probe"):
+                        rr["pools_vs_ledger"] = pools_mod.compare(rr["ledger_raw"], rr["probe"]["pools"])
                     c["runs"]["patched+remedy"] = rr
                     print(f"[e2e {time.time() - t0:6.1f}s] {name} patched+remedy ({f} {rem['value']}): {outcome(rr)}", flush=True)
         finally:
@@ -481,11 +840,24 @@ def main(argv=None):
         c["check"] = check_case(case, c["runs"])
         report["cases"].append(c)
         (out / "e2e.json").write_text(json.dumps(report, indent=1) + "\n")
+    ok = all(c["check"]["pass"] for c in report["cases"])
+    md = table(report) if report["cases"] else ""
+    if args.lossless:
+        def save(part):
+            report["lossless"] = part
+            (out / "e2e.json").write_text(json.dumps(report, indent=1) + "\n")
+        report["lossless"] = run_lossless(args.lossless, work, out, args.budget_s, t0, args.start_timeout, args.dtype,
+                                          port, save, weights_device=args.weights_device,
+                                          resume=json.loads(Path(args.resume).read_text()).get("lossless")
+                                          if args.resume else None)
+        report["lossless"]["ddtree_pristine"] = "not available on the pin: v0.5.12.post1 has no DDTREE algorithm"
+        md += "\n" + lossless_table(report["lossless"]["runs"])
+        ok &= all(r["check"]["pass"] for r in report["lossless"]["runs"])    # a skipped run is not a pass
     report["total_s"] = round(time.time() - t0, 1)
     (out / "e2e.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / "e2e.md").write_text(table(report))
-    print(table(report))
-    return 0 if all(c["check"]["pass"] for c in report["cases"]) else 1
+    (out / "e2e.md").write_text(md)
+    print(md)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

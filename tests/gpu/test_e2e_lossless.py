@@ -1,0 +1,167 @@
+"""Lossless speculation's comparison, margins, acceptance and the run plan/report
+(tools/gpu/e2e_lossless.py, e2e.check_lossless / lossless_table) on CPU, with
+/generate answers in the format SGLang v0.5.12.post1's tokenizer manager writes
+(`output_top_logprobs`: (logprob, token id, None) per candidate with
+--skip-tokenizer-init; `spec_verify_ct`, `completion_tokens`, `spec_num_correct_drafts`)."""
+import copy
+
+from tests.gpu.e2e_script import e2e, lossless
+
+REF = [[5, 6, 7, 8], [9, 9, 9, 1]]
+
+
+def test_prompts_fixed_varied_and_in_range():
+    a, b = lossless.prompts(), lossless.prompts()
+    assert a == b and len(a) == 32
+    lengths = {len(p) for p in a}
+    assert min(lengths) == 1 and max(lengths) >= 900 and len(lengths) > 20
+    assert all(100 <= t < 31000 for p in a for t in p)
+
+
+def test_compare_equal_and_first_difference_with_its_margin():
+    assert lossless.compare(REF, copy.deepcopy(REF)) == {"equal": True, "n": 2, "tokens": 8, "mismatches": []}
+    margins = [[0.3, 0.2, 1e-6, 0.5], [0.1, 0.1, 0.1, 0.1]]
+    c = lossless.compare(REF, [[5, 6, 4, 3], [9, 9, 9, 1]], margins)
+    assert not c["equal"]
+    assert c["mismatches"] == [{"request": 0, "position": 2, "reference": 7, "got": 4, "margin": 1e-6, "lengths": [4, 4]}]
+
+
+def test_compare_short_output_and_count_mismatch():
+    c = lossless.compare(REF, [[5, 6], [9, 9, 9, 1]])
+    assert c["mismatches"][0]["position"] == 2 and c["mismatches"][0]["got"] is None
+    assert not lossless.compare(REF, REF[:1])["equal"]
+
+
+def test_margins_from_meta_info():
+    meta = [{"output_top_logprobs": [[(-0.1, 5, None), (-2.1, 8, None)], None, [(-1.0, 3, None), (-1.0, 4, None)]]}]
+    m = lossless.margins(meta)
+    assert m == [[2.0, None, 0.0]] or (abs(m[0][0] - 2.0) < 1e-12 and m[0][1] is None and m[0][2] == 0.0)
+    assert lossless.min_margin(m) == 0.0
+
+
+def test_acceptance_from_meta_info():
+    meta = [{"completion_tokens": 32, "spec_verify_ct": 16, "spec_num_correct_drafts": 16},
+            {"completion_tokens": 32, "spec_verify_ct": 32, "spec_num_correct_drafts": 0}]
+    a = lossless.acceptance(meta)
+    assert a == {"verify_steps": 48, "completion_tokens": 64, "accept_length": 1.3333, "correct_drafts": 16, "requests": 2}
+    assert lossless.acceptance([{"completion_tokens": 32}]) is None
+
+
+def test_run_plan():
+    runs = e2e.lossless_runs()
+    ids = [r["id"] for r in runs]
+    assert len(ids) == len(set(ids))
+    assert ids[0] == "dense.patched.base.eager"
+    # every (model, tree) that has runs has its reference, before them
+    for r in runs:
+        ref = f"{r['model']}.{r['tree']}.base.eager"
+        assert ref in ids and ids.index(ref) <= ids.index(r["id"])
+    assert not any(r["tree"] == "pristine" and r["spec"] == "DDTREE" for r in runs)
+    assert next(r for r in runs if r["spec"] == "DDTREE" and r["graphs"])["refusal"] == "DDTREE: CUDA graphs is not supported"
+
+
+def test_flags():
+    models = {"hybrid-draft": "/m/hd", "dense-draft": "/m/dd"}
+    run = {"model": "hybrid", "spec": "DDTREE", "graphs": False}
+    f = e2e.lossless_flags(run, models, "float32")
+    assert f[:3] == ["--dtype", "float32", "--disable-cuda-graph"]
+    assert "--mm-attention-backend" in f and f[f.index("--speculative-draft-model-path") + 1] == "/m/hd"
+    assert "--disable-overlap-schedule" in f
+    g = e2e.lossless_flags({"model": "dense", "spec": None, "graphs": True}, models, "float32")
+    assert g[g.index("--cuda-graph-bs") + 1:g.index("--cuda-graph-bs") + 4] == ["1", "4", "32"]
+    assert "--speculative-algorithm" not in g and "--disable-cuda-graph" not in g
+
+
+def _run(id_, model, tree, spec, graphs, single, batch=None, healthy=True, refusal=None, **kw):
+    r = {"id": id_, "model": model, "tree": tree, "spec": spec, "graphs": graphs, "refusal": refusal, "healthy": healthy,
+         "requests_ok": healthy, "log_figures": e2e.parse_log(""), "dtype": "float32"}
+    if single is not None:
+        r.update(single=single, batch=batch if batch is not None else single)
+    r.update(kw)
+    return r
+
+
+def test_check_lossless_and_table():
+    margins = [[0.5] * 4, [0.5, 0.5, 3e-7, 0.5]]
+    bad = [[5, 6, 7, 8], [9, 9, 2, 1]]
+    runs = [
+        _run("d.patched.base.eager", "dense", "patched", None, False, REF, margins=margins, logprob_batch=REF),
+        _run("d.patched.dflash.eager", "dense", "patched", "DFLASH", False, REF, bad,
+             acceptance={"single": {"accept_length": 1.5}, "batch": {"accept_length": 1.4}},
+             pools_vs_ledger=[{"name": "kv_cache", "ledger_bytes": 1, "allocated_bytes": 1, "diff": 0, "equal": True}]),
+        _run("d.pristine.base.eager", "dense", "pristine", None, False, REF),
+        _run("h.patched.ddtree.graphs", "hybrid", "patched", "DDTREE", True, None, healthy=False,
+             refusal="DDTREE: CUDA graphs is not supported", log_figures=e2e.parse_log(
+                 "ValueError: --speculative-algorithm DDTREE: CUDA graphs is not supported (the target-verify graphs are "
+                 "captured with DFlash's chain verify input; sglang/srt/speculative/ddtree_algo.py). "
+                 "Start with --disable-cuda-graph.\n")),
+        _run("h.patched.ddtree.graphs2", "hybrid", "patched", "DDTREE", True, None, healthy=False,
+             refusal="DDTREE: CUDA graphs is not supported", log_figures=e2e.parse_log("RuntimeError: CUDA out of memory\n")),
+        {"id": "h.pristine.base.eager", "model": "hybrid", "tree": "pristine", "spec": None, "graphs": False,
+         "expect": "ok", "skipped": "budget: 10 s left, a run takes ~40 s"},
+    ]
+    e2e.check_lossless(runs)
+    by = {r["id"]: r["check"] for r in runs}
+    assert by["d.patched.base.eager"]["pass"]
+    assert by["d.pristine.base.eager"]["pass"] and "pristine reference = patched reference" in by["d.pristine.base.eager"]["why"]
+    spec = by["d.patched.dflash.eager"]
+    assert not spec["pass"] and spec["compare"]["single"]["equal"]
+    assert spec["compare"]["batch"]["mismatches"][0]["margin"] == 3e-7
+    assert by["h.patched.ddtree.graphs"]["pass"] is True
+    assert by["h.patched.ddtree.graphs2"]["pass"] is False       # another failure is not the refusal
+    assert by["h.pristine.base.eager"]["pass"] is None
+    t = e2e.lossless_table(runs)
+    assert "| d.patched.dflash.eager | float32 | ok | = | 1 differ | 1.5 / 1.4 | equal |" in t
+    assert "batch request 1 position 2: reference 9, got 2, reference margin 3e-07" in t
+    assert "- h.pristine.base.eager: SKIP: budget" in t
+
+
+def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
+    """The run loop with the server replaced: a float32 refusal of a reference falls back to
+    bfloat16 (said in the run), the budget skips what would not fit, every run is saved."""
+    clock = {"t": 0.0}
+    monkeypatch.setattr(e2e, "make_lossless_models", lambda work, out, device: (
+        {k: tmp_path / k for k in ("dense", "hybrid", "dense-draft", "hybrid-draft")}, {"sha256": {"dense": "ab"}}))
+    seen = []
+
+    def fake_server(tree, work, model, flags, prefix, port, timeout, common, exercise_fn, probe, extra_env):
+        assert extra_env == ({"SGLO_E2E_NATIVE_OPS": "1"} if flags[1] == "float32" else {})
+        seen.append((prefix.name, flags[1]))
+        clock["t"] += 100 if len(seen) == 1 else 40
+        if prefix.name == "dense.patched.base.eager.float32":
+            return {"healthy": False, "exit_code": 1, "log_figures": e2e.parse_log("ValueError: float32 is not supported here\n")}
+        if prefix.name == "hybrid.patched.base.eager.float32":      # a start that timed out: no dtype fallback
+            return {"healthy": False, "log_figures": e2e.parse_log("")}
+        return {"healthy": True, "requests_ok": True, "log_figures": e2e.parse_log(""), "start_s": 1,
+                "single": REF, "batch": REF, "margins": [[1.0] * 4] * 2}
+    monkeypatch.setattr(e2e, "run_server", fake_server)
+    saves = []
+    res = e2e.run_lossless("all", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30000, saves.append, lambda: clock["t"])
+    runs = {r["id"]: r for r in res["runs"]}
+    first = runs["dense.patched.base.eager"]
+    assert first["dtype"] == "bfloat16" and "float32 is not supported" in first["float32_failed"]
+    assert seen[:3] == [("dense.patched.base.eager.float32", "float32"), ("dense.patched.base.eager.bfloat16", "bfloat16"),
+                        ("dense.patched.dflash.eager.bfloat16", "bfloat16")]
+    assert seen[3] == ("hybrid.patched.base.eager.float32", "float32") and seen[4][1] == "float32"
+    assert "float32_failed" not in runs["hybrid.patched.base.eager"]
+    done = [r for r in res["runs"] if not r.get("skipped")]
+    assert len(done) == 4 and len(saves) == 4       # 140 + 40 + 40 = 220 s; the next would pass 300 - 15
+    assert all("budget" in r["skipped"] for r in res["runs"][4:])
+    assert runs["dense.patched.dflash.eager"]["check"]["pass"] and "single" not in runs["dense.patched.dflash.eager"]
+
+    # a second call resumes: the completed runs are kept, the rest runs and is compared with the kept references
+    seen.clear()
+    clock["t"] = 0.0
+    res2 = e2e.run_lossless("all", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30100, saves.append,
+                            lambda: clock["t"], resume=res)
+    runs2 = {r["id"]: r for r in res2["runs"]}
+    assert runs2["dense.patched.dflash.eager"].get("resumed") and runs2["dense.patched.dflash.eager"]["check"]["pass"]
+    assert runs2["dense.patched.base.eager"].get("resumed")     # passed (in bfloat16 after the float32 exit)
+    assert seen[0][0] == "hybrid.patched.base.eager.float32"             # the first run that did not pass
+    # the model's dtype carries over from the kept reference (bfloat16 after its float32 exit)
+    assert ("dense.patched.dflash.graphs.bfloat16", "bfloat16") in seen
+    other = dict(res, params={"sha256": {"dense": "cd"}})
+    import pytest
+    with pytest.raises(SystemExit, match="weights differ"):
+        e2e.run_lossless("all", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30100, saves.append,
+                         lambda: clock["t"], resume=other)

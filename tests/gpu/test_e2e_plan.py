@@ -1,0 +1,78 @@
+"""The planner against reality (tools/gpu/e2e_plan.py), on CPU: the dflash-smoke
+start-ups recorded on the H200 on 2026-12-01 (docs/gpu_results/2026-12-01/e2e.json:
+the command; tests/gpu/data/h200-2026-12-01: the patched tree's ledger and the logs)
+go through sgl_overlay.planner with the same model, drafter, flags, GPU and exact free
+bytes; its verdict and figures must be the GPU's."""
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+from tests.gpu.e2e_script import ROOT, e2e
+
+_spec = importlib.util.spec_from_file_location("e2e_plan", ROOT / "tools/gpu/e2e_plan.py")
+plan_mod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(plan_mod)
+
+DATA = Path(__file__).parent / "data" / "h200-2026-12-01"
+CMD = ("-m sglang.launch_server --model-path $WORK/models/qwen3.6-27b --port 30128 --host 127.0.0.1 --load-format dummy "
+       "--skip-tokenizer-init --attention-backend triton --disable-cuda-graph --disable-piecewise-cuda-graph --log-level info "
+       "--random-seed 0 --mm-attention-backend triton_attn --context-length 32768 --tp 1 --page-size 1 "
+       "--speculative-algorithm DFLASH --speculative-dflash-block-size 16 --disable-radix-cache --mamba-scheduler-strategy "
+       "no_buffer --max-running-requests 4 --max-mamba-cache-size 24 --mem-fraction-static 0.6856901 "
+       "--speculative-draft-model-path $WORK/models/qwen3.6-27b-dflash")
+PRE, POST = 100540809216, 45412974592       # the patched tree's ledger on the H200
+
+
+def _run(tree):
+    r = {"command": CMD, "healthy": True, "log_figures": e2e.parse_log((DATA / f"dflash-smoke.{tree}.log").read_text())}
+    if tree == "patched":
+        raw = json.loads((DATA / "dflash-smoke.patched.ledger.json").read_text())
+        r["ledger_raw"] = {k: raw[k] for k in ("figures", "reservations")}
+        r["ledger"] = e2e.parse_ledger(json.dumps(raw))
+    else:   # the probe's readings, as sglo_probe_logic records them (same machine, same free memory)
+        r["probe"] = {"pools": [], "free_readings": [
+            {"bytes": PRE, "caller": "init_torch_distributed", "draft": False},
+            {"bytes": PRE, "caller": "init_torch_distributed", "draft": False},
+            {"bytes": POST, "caller": "_profile_available_bytes", "draft": False},
+            {"bytes": POST - 10**9, "caller": "_profile_available_bytes", "draft": True}]}
+    return r
+
+
+def test_inputs_and_free_bytes(tmp_path):
+    inp = plan_mod.inputs(_run("patched"), tmp_path)
+    assert inp["model"] == tmp_path / "models" / "qwen3.6-27b" and inp["draft"] == tmp_path / "models" / "qwen3.6-27b-dflash"
+    assert "--model-path" not in inp["argv"] and "--port" not in inp["argv"] and "--speculative-draft-model-path" not in inp["argv"]
+    assert inp["argv"][inp["argv"].index("--mem-fraction-static") + 1] == "0.6856901"
+    assert plan_mod.free_bytes(_run("patched")) == (PRE, POST, "ledger")
+    assert plan_mod.free_bytes(_run("pristine")) == (PRE, POST, "probe")
+    assert plan_mod.free_bytes({"probe": {"free_readings": []}}) is None
+    # no --mem-fraction-static given: the value the start-up logged (server_args) is used
+    run = dict(_run("pristine"), command=CMD.replace(" --mem-fraction-static 0.6856901", ""))
+    run["log_figures"] = dict(run["log_figures"], server_args={"mem_fraction_static": 0.8123})
+    argv = plan_mod.inputs(run, tmp_path)["argv"]
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.8123"
+
+
+def test_compare_skips_what_a_dead_start_did_not_say():
+    rows = plan_mod.compare({"starts": True, "kv_tokens": 5}, {"starts": False, "kv_tokens": None, "case": None})
+    assert rows == [{"field": "starts", "gpu": False, "planner": True, "equal": False}]
+
+
+def test_planner_equals_the_h200_start_ups(tmp_path, patched_tree, pristine_tree):
+    for name in ("qwen3.6-27b", "qwen3.6-27b-dflash"):
+        (tmp_path / "models" / name).mkdir(parents=True)
+        shutil.copy(ROOT / "tests/plan/data" / name / "config.json", tmp_path / "models" / name / "config.json")
+    report = {"gpu": "NVIDIA H200", "cases": [{"name": "dflash-smoke", "runs": {t: _run(t) for t in ("pristine", "patched")}}]}
+    (tmp_path / "e2e.json").write_text(json.dumps(report))
+    rc = plan_mod.main([str(tmp_path), "--patched-tree", str(patched_tree), "--out", str(tmp_path)])
+    res = {x["id"]: x for x in json.loads((tmp_path / "plan_vs_gpu.json").read_text())}
+    for rid in ("dflash-smoke.pristine", "dflash-smoke.patched"):
+        got = {r["field"]: (r["gpu"], r["planner"]) for r in res[rid]["rows"]}
+        assert got["kv_tokens"] == (3079, 3079) and got["running_requests"] == (4, 4) and got["mamba_slots"] == (24, 24), res[rid]
+        assert got["starts"] == (True, True)
+    assert res["dflash-smoke.patched"]["verdict"].startswith("starts, over budget by 2.44 GiB")
+    assert {r["field"]: r["planner"] for r in res["dflash-smoke.patched"]["rows"]}["case"] == "over_budget"
+    assert rc == 0
+    md = (tmp_path / "plan_vs_gpu.md").read_text()
+    assert "| dflash-smoke.patched | 100,540,809,216 / 45,412,974,592 (ledger) | starts, over budget by 2.44 GiB taken from the headroom (remedy: --mem-fraction-static = 0.797) | True | 3079 | 4 | 24 | over_budget |" in md

@@ -1,0 +1,176 @@
+"""The planner against reality, on the CPU side, from what a GPU run recorded
+(tools/gpu/e2e.py writes e2e.json and the models' config.json files under
+its --out; the planner needs the `[harness]` extra, torch 2.13, which a GPU
+machine running SGLang 0.5.12.post1 with torch 2.11 does not have):
+
+  python tools/gpu/e2e_plan.py GPU_OUT [--out DIR] [--patched-tree build/sglang] [--json]
+
+For every start-up of the report: the same model (GPU_OUT/models/NAME), the
+same drafter, the same SGLang flags, the GPU by its name and the exact free
+bytes the server saw before and after its weights (the patched tree's ledger
+`pre_load_free_bytes` / `post_load_free_bytes`; on the pin, the allocation
+probe's readings in `init_torch_distributed` and `_profile_available_bytes`,
+sglang/srt/model_executor/model_runner*.py), through `sgl_overlay.planner` on
+the same tree (the pin: the release; patched: --patched-tree).  Its verdict,
+KV tokens, running requests and Mamba slots must equal the start-up's.
+Writes plan_vs_gpu.json and .md into --out (default GPU_OUT).  Exit 0 all equal, 1 a difference,
+2 bad input.
+
+The extraction and comparison are pure (tests/gpu/test_e2e_plan.py)."""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+GIB = 1 << 30
+# SGLang flags that name machine-local things or the server's address: not sizing inputs
+DROP = {"--model-path": 1, "--port": 1, "--host": 1, "--speculative-draft-model-path": 1}
+PRE_CALLER, POST_CALLER = "init_torch_distributed", "_profile_available_bytes"
+
+
+def runs_of(report):
+    """(case id, run) for every start-up in an e2e report."""
+    for c in report.get("cases", []):
+        for tree, r in c["runs"].items():
+            yield f"{c['name']}.{tree}", r
+    for r in (report.get("lossless") or {}).get("runs", []):
+        if not r.get("skipped"):
+            yield r["id"], r
+
+
+def free_bytes(run):
+    """(pre, post, source) exact free bytes before/after the target's weights, or None."""
+    fig = (run.get("ledger_raw") or {}).get("figures") or {}
+    if fig.get("pre_load_free_bytes") and fig.get("post_load_free_bytes"):
+        return fig["pre_load_free_bytes"], fig["post_load_free_bytes"], "ledger"
+    readings = [r for r in (run.get("probe") or {}).get("free_readings", []) if r.get("draft") is False]
+    pre = next((r["bytes"] for r in readings if r["caller"] == PRE_CALLER), None)
+    post = next((r["bytes"] for r in readings if r["caller"] == POST_CALLER), None)
+    return (pre, post, "probe") if pre and post else None
+
+
+def inputs(run, gpu_out):
+    """The planner's inputs for one start-up: model, drafter, SGLang flags (machine paths
+    replaced by the recorded config folders under gpu_out/models)."""
+    words = run["command"].split()
+    words = words[words.index("sglang.launch_server") + 1:] if "sglang.launch_server" in words else words
+    argv, model, draft, i = [], None, None, 0
+    while i < len(words):
+        w = words[i]
+        if w in DROP:
+            v = words[i + 1]
+            if w == "--model-path":
+                model = Path(gpu_out) / "models" / Path(v).name
+            elif w == "--speculative-draft-model-path":
+                draft = Path(gpu_out) / "models" / Path(v).name
+            i += 2
+            continue
+        argv.append(w)
+        i += 1
+    if "--mem-fraction-static" not in argv:      # SGLang chose it for the card: the value it logged (docs/plan.md)
+        mfs = (run.get("log_figures", {}).get("server_args") or {}).get("mem_fraction_static")
+        if mfs is not None:
+            argv += ["--mem-fraction-static", str(mfs)]
+    return {"model": model, "draft": draft, "argv": argv}
+
+
+def real(run):
+    """What the start-up decided, from its log and (patched) ledger."""
+    f = run.get("log_figures", {})
+    mamba = f.get("mamba_cache") or []
+    healthy = bool(run.get("healthy"))
+    return {"starts": healthy, "kv_tokens": f.get("max_total_num_tokens"),
+            "running_requests": f.get("max_running_requests"),
+            "mamba_slots": mamba[0].get("max_mamba_cache_size") if mamba else None,
+            "case": (run.get("ledger") or {}).get("case")}
+
+
+def planned(report):
+    """The same fields from a planner report (sgl_overlay.planner.plan)."""
+    from sgl_overlay.planner import STARTS     # "starts", or "starts, over budget by ..."
+    led = report.get("ledger") or {}
+    return {"starts": str(report.get("verdict", "")).startswith(STARTS),
+            "kv_tokens": led.get("kv_tokens"), "running_requests": led.get("running_requests"),
+            "mamba_slots": led.get("mamba_slots"), "case": report.get("case"), "verdict": report.get("verdict")}
+
+
+def compare(plan_fig, real_fig):
+    """Field by field; a field the start-up did not report (it died first) is not compared,
+    except `starts`.  `case` only where the start-up's ledger has one."""
+    rows = []
+    for k in ("starts", "kv_tokens", "running_requests", "mamba_slots", "case"):
+        r, p = real_fig.get(k), plan_fig.get(k)
+        if r is None and k != "starts":
+            continue
+        rows.append({"field": k, "gpu": r, "planner": p, "equal": r == p})
+    return rows
+
+
+def table(results):
+    out = ["| start-up | free before / after (B, source) | verdict | starts | KV tokens | requests | Mamba slots | case |",
+           "|---|---|---|---|---|---|---|---|"]
+    for x in results:
+        if x.get("error"):
+            out.append(f"| {x['id']} | | {x['error'][:120]} | | | | | |")
+            continue
+        cell = {r["field"]: (f"{r['gpu']}" if r["equal"] else f"**GPU {r['gpu']} / plan {r['planner']}**") for r in x["rows"]}
+        out.append(f"| {x['id']} | {x['free'][0]:,} / {x['free'][1]:,} ({x['free'][2]}) | {x['verdict']} | "
+                   + " | ".join(cell.get(k, "") for k in ("starts", "kv_tokens", "running_requests", "mamba_slots", "case"))
+                   + " |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("gpu_out", help="the --out folder of a tools/gpu/e2e.py run (e2e.json, models/)")
+    ap.add_argument("--patched-tree", default=None, help="the patched tree the GPU ran (default: build/sglang)")
+    ap.add_argument("--release", default="0.5.12.post1", help="the pin the GPU ran as 'pristine'")
+    ap.add_argument("--out", default=None, help="where plan_vs_gpu.json/.md go (default: GPU_OUT)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    from sgl_overlay.errors import UsageError
+    from sgl_overlay.planner import deployment, plan
+    out = Path(args.gpu_out)
+    try:
+        report = json.loads((out / "e2e.json").read_text())
+    except (OSError, ValueError) as e:
+        print(f"e2e_plan: cannot read {out / 'e2e.json'}: {e}; give the --out folder of a tools/gpu/e2e.py run",
+              file=sys.stderr)
+        return 2
+    gpu = "H200" if "H200" in str(report.get("gpu", "")) else None
+    results = []
+    for rid, run in runs_of(report):
+        x = {"id": rid}
+        results.append(x)
+        fb = free_bytes(run)
+        if fb is None:
+            x["error"] = "no exact free-memory reading recorded (the start-up died before its weights, or no probe)"
+            continue
+        inp = inputs(run, out)
+        tree = "patched" if ".patched" in rid else "pristine"
+        x["free"] = list(fb)
+        try:
+            dep = deployment(inp["model"], gpu=gpu, argv=inp["argv"], draft=inp["draft"],
+                             tree=args.patched_tree if tree == "patched" else None,
+                             release=args.release if tree == "pristine" else None,
+                             free_gib=[fb[0] / GIB, fb[1] / GIB], weights_gib=(fb[0] - fb[1]) / GIB)
+            rep = plan(dep, with_suggestions=False, with_sensitivity=False)
+        except UsageError as e:
+            x["error"] = f"planner: {e}"
+            continue
+        p = planned(rep)
+        x["verdict"] = p["verdict"]
+        x["why"] = (rep.get("why") or [])[:3] + ([json.dumps(rep["error"], default=str)[:300]] if rep.get("error") else [])
+        x["rows"] = compare(p, real(run))
+        x["equal"] = all(r["equal"] for r in x["rows"])
+    md = table(results)
+    dest = Path(args.out) if args.out else out
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "plan_vs_gpu.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    (dest / "plan_vs_gpu.md").write_text(md)
+    print(json.dumps(results, indent=1, default=str) if args.json else md)
+    return 0 if all(x.get("equal") for x in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
