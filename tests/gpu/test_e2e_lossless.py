@@ -19,11 +19,13 @@ def test_prompts_fixed_varied_and_in_range():
 
 
 def test_compare_equal_and_first_difference_with_its_margin():
-    assert lossless.compare(REF, copy.deepcopy(REF)) == {"equal": True, "n": 2, "tokens": 8, "mismatches": []}
+    assert lossless.compare(REF, copy.deepcopy(REF)) == {"equal": True, "lossless": True, "n": 2, "tokens": 8,
+                                                         "mismatches": []}
     margins = [[0.3, 0.2, 1e-6, 0.5], [0.1, 0.1, 0.1, 0.1]]
     c = lossless.compare(REF, [[5, 6, 4, 3], [9, 9, 9, 1]], margins)
     assert not c["equal"]
-    assert c["mismatches"] == [{"request": 0, "position": 2, "reference": 7, "got": 4, "margin": 1e-6, "lengths": [4, 4]}]
+    assert c["mismatches"] == [{"request": 0, "position": 2, "reference": 7, "got": 4, "margin": 1e-6, "lengths": [4, 4],
+                               "within_noise": False}]
 
 
 def test_compare_short_output_and_count_mismatch():
@@ -165,3 +167,23 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="weights differ"):
         e2e.run_lossless("all", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30100, saves.append,
                          lambda: clock["t"], resume=other)
+
+
+def test_a_divergence_within_the_references_own_noise_is_marked_and_nothing_else_is():
+    ref = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 9, 9, 9]]
+    margins = [[0.5, 0.0078125, 0.5, 0.5], [0.5, 0.5, 0.03125, 0.5], [0.5, 0.5, 0.5, 0.5]]
+    # the server's own batch diverges from its single outputs at a 1-ulp margin only
+    own_batch = [[1, 2, 30, 40], [5, 6, 7, 8], [9, 9, 9, 9]]
+    noise = lossless.reference_noise(ref, own_batch, margins)
+    assert noise == 0.5                                   # request 0 diverges at position 2, margin 0.5
+    noise = lossless.reference_noise(ref, [[1, 20, 3, 4], [5, 6, 7, 8], [9, 9, 9, 9]], margins)
+    assert noise == 0.0078125
+    spec = [[1, 21, 3, 4], [5, 6, 70, 8], [9, 9, 9, 9]]
+    c = lossless.compare(ref, spec, margins, noise=noise)
+    assert not c["equal"] and not c["lossless"]
+    assert [(m["request"], m["within_noise"]) for m in c["mismatches"]] == [(0, True), (1, False)]
+    c = lossless.compare(ref, [[1, 21, 3, 4], [5, 6, 7, 8], [9, 9, 9, 9]], margins, noise=noise)
+    assert not c["equal"] and c["lossless"]
+    assert lossless.compare(ref, spec, margins)["lossless"] is False        # no noise given: nothing excused
+    assert lossless.reference_noise(ref, own_batch, None) is None          # no margins: no noise claimed
+    assert lossless.reference_noise(ref, ref, margins) == 0.0

@@ -590,7 +590,7 @@ def check_lossless(runs):
     batch outputs token for token; references across trees; ledger = allocated bytes."""
     refs = {(r["model"], r["tree"]): r for r in runs if r.get("spec") is None and not r["graphs"] and r.get("single")}
     for r in runs:
-        chk = {}
+        chk, noise = {}, None
         if r.get("resumed") and r.get("check") and r is not refs.get((r["model"], r["tree"])):
             continue
         if r.get("skipped"):
@@ -608,16 +608,21 @@ def check_lossless(runs):
         ref = refs.get((r["model"], r["tree"]))
         if r.get("single") and ref:
             m = ref.get("margins")
+            noise = lossless.reference_noise(ref["single"], ref.get("batch") or ref["single"], m)
             for kind in ("single", "batch"):
-                c = lossless.compare(ref["single"], r[kind], m)
+                c = lossless.compare(ref["single"], r[kind], m, noise=noise)
                 chk[kind] = c
-                ok &= c["equal"]
+                # the reference's own batch divergence is what defines the noise: reported, not judged
+                ok &= c["lossless"] or (r is ref and kind == "batch")
+                near = sum(1 for x in c["mismatches"] if x.get("within_noise"))
                 why.append(f"{kind}: {'equal' if c['equal'] else str(len(c['mismatches'])) + ' requests differ'} "
-                           f"({c['n']} requests, {c['tokens']} tokens)")
+                           f"({c['n']} requests, {c['tokens']} tokens"
+                           + (f"; {near} first divergence(s) at a reference margin <= {noise:g}, the same "
+                              f"server's own single-vs-batch noise" if near else "") + ")")
             if r is ref and r.get("logprob_batch"):
-                c = lossless.compare(ref["single"], r["logprob_batch"], m)
+                c = lossless.compare(ref["single"], r["logprob_batch"], m, noise=noise)
                 chk["logprob_batch"] = c
-                ok &= c["equal"]
+                ok &= c["lossless"]
             other = refs.get((r["model"], "patched"))
             if r is ref and other and r["tree"] == "pristine":
                 c = lossless.compare(other["single"], r["single"], other.get("margins"))
@@ -633,7 +638,7 @@ def check_lossless(runs):
         if r.get("pools_vs_ledger") is not None:
             ok &= pools_mod.equal(r["pools_vs_ledger"])
             why.append(pools_mod.summary(r["pools_vs_ledger"]))
-        r["check"] = {"pass": bool(ok), "why": why, "compare": chk}
+        r["check"] = {"pass": bool(ok), "why": why, "compare": chk, "reference_noise": noise}
     return runs
 
 
@@ -704,7 +709,10 @@ def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port,
     references with their outputs), the rest (skipped or failed) is run and compared with them."""
     models, params = make_lossless_models(work, out, weights_device)
     ps = lossless.prompts(id_max=models_mod.PROMPT_ID_MAX)
-    done = {r["id"]: r for r in (resume or {}).get("runs", []) if (r.get("check") or {}).get("pass")}
+    # kept: passed runs, and references that served (their outputs are what the others are judged against)
+    done = {r["id"]: r for r in (resume or {}).get("runs", [])
+            if (r.get("check") or {}).get("pass") or (r.get("spec") is None and not r.get("graphs")
+                                                       and r.get("single") and r.get("requests_ok"))}
     if resume and resume.get("params", {}).get("sha256") not in (None, params.get("sha256")):
         raise SystemExit("e2e: --resume: the previous call's weights differ from this machine's (sha256 of the "
                          "checkpoints); run everything again without --resume")
@@ -773,7 +781,9 @@ def main(argv=None):
                     "CUDA graphs on/off, ledger vs allocated bytes, on small models with real weights")
     ap.add_argument("--budget-s", type=float, default=1e9,
                     help="wall-clock budget from the start; lossless runs that would not fit are skipped and reported")
-    ap.add_argument("--dtype", default="float32", help="the lossless runs' --dtype (float32 unless the tree refuses it)")
+    ap.add_argument("--dtype", default="bfloat16",
+                    help="the lossless runs' --dtype (float32 fails on the H200 for the DFlash drafter and the Gated "
+                         "DeltaNet kernels: docs/gpu.md)")
     ap.add_argument("--weights-device", default="cuda", help="where the lossless models' weights are generated")
     ap.add_argument("--resume", default=None, help="a previous call's e2e.json: its completed lossless runs are kept "
                     "and the others run (several device calls make one report)")

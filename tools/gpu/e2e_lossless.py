@@ -32,9 +32,14 @@ def margins(meta_infos):
     return out
 
 
-def compare(reference, candidate, ref_margins=None):
+def compare(reference, candidate, ref_margins=None, noise=None):
     """Token-for-token equality of two lists of output id lists:
-    {"equal": bool, "n": requests, "tokens": compared, "mismatches": [...]}."""
+    {"equal": bool, "lossless": bool, "n": requests, "tokens": compared, "mismatches": [...]}.
+    ``noise``: the largest reference margin at which the same server's own non-speculative
+    outputs diverge between single and batched sends (reference_noise): a first divergence at
+    a margin within it is marked ``within_noise`` (the engine's own rounding decides such a
+    position either way, and the continuation after it is not comparable); any other
+    mismatch, or one without a margin, makes ``lossless`` False."""
     mism = []
     tokens = 0
     if len(reference) != len(candidate):
@@ -52,8 +57,21 @@ def compare(reference, candidate, ref_margins=None):
                 m = ref_margins[i][pos]
             mism.append({"request": i, "position": pos, "reference": r[pos] if pos < len(r) else None,
                          "got": c[pos] if pos < len(c) else None, "margin": m,
-                         "lengths": [len(r), len(c)]})
-    return {"equal": not mism, "n": len(reference), "tokens": tokens, "mismatches": mism}
+                         "lengths": [len(r), len(c)],
+                         "within_noise": noise is not None and m is not None and m <= noise})
+    return {"equal": not mism, "lossless": all(x.get("within_noise") for x in mism),
+            "n": len(reference), "tokens": tokens, "mismatches": mism}
+
+
+def reference_noise(reference_single, reference_batch, ref_margins):
+    """The largest top-1 minus top-2 margin at which a non-speculative server's own batched
+    outputs first diverge from its single ones (0.0 when they never do): how far that
+    engine's numerics decide near-ties by batch shape alone."""
+    c = compare(reference_single, reference_batch, ref_margins)
+    ms = [x["margin"] for x in c["mismatches"] if x.get("margin") is not None]
+    if len(ms) != len(c["mismatches"]):
+        return None      # a divergence without a margin explains nothing
+    return max(ms, default=0.0)
 
 
 def acceptance(meta_infos):
