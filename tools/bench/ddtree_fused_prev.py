@@ -1,4 +1,8 @@
-"""Triton kernels of the DDTree step (imported lazily by ddtree_tree on CUDA).
+"""The PREVIOUS fused DDTree path, frozen for the comparison in
+tools/bench/ddtree.py: a copy of ddtree_triton.py as of commit bc63c0a, before
+the split-V scan / threshold select / one-reduction pop rewrite.  Not part of
+the overlay; SGLang never imports it.  Its original description follows.
+
 
 Three launches replace the pure-torch path's full-vocabulary top-K plus the
 ~40 small kernels per depth of the batched merge:
