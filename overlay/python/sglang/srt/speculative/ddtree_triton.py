@@ -205,7 +205,7 @@ def fused_topk_logprobs(x: torch.Tensor, k: int):
         CPS=CPS, SPLITS=SPLITS, CHUNK=CHUNK, TC=TC, num_warps=4,
     )
     NCH_P2 = triton.next_power_of_2(NCH)
-    nw = 8 if max(NCH_P2, KP2 * CHUNK) >= 8192 else 4
+    nw = 8 if max(NCH_P2, KP2 * CHUNK) >= 4096 else 4
     _select_kernel[(rows,)](
         x, x.stride(0), V, NCH, k, cmax, m, s, chk, ck, ci, ids, lp,
         SPLITS=SPLITS, NCH_P2=NCH_P2, KP2=KP2, CHUNK=CHUNK, CAPE=CAPE,
