@@ -205,7 +205,8 @@ def fused_topk_logprobs(x: torch.Tensor, k: int):
         CPS=CPS, SPLITS=SPLITS, CHUNK=CHUNK, TC=TC, num_warps=4,
     )
     NCH_P2 = triton.next_power_of_2(NCH)
-    nw = 8 if max(NCH_P2, KP2 * CHUNK) >= 4096 else 4
+    n = max(NCH_P2, KP2 * CHUNK)  # elements per program: 8 to 32 per thread
+    nw = 4 if n < 4096 else 8 if n < 16384 else 16
     _select_kernel[(rows,)](
         x, x.stride(0), V, NCH, k, cmax, m, s, chk, ck, ci, ids, lp,
         SPLITS=SPLITS, NCH_P2=NCH_P2, KP2=KP2, CHUNK=CHUNK, CAPE=CAPE,
