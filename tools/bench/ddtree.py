@@ -185,6 +185,32 @@ def expected_tau(logits, B, mc, seed):
     return res
 
 
+def explain_mismatch(logits, B, t):
+    """Builder or log-probs?  The heap fed the fused top-K's own ids and
+    log-probs must give the fused tree; the fused top-K against the
+    per-request torch.topk + logsumexp says what differs."""
+    R, L, V = logits.shape
+    k = min(B, V)
+    ids, lp = dd.topk_logprobs(logits, k, method="triton")
+    same = True
+    for r in range(R):
+        tok, dep, par, _, _ = baseline.heap_tree_from_logprobs(ids[r].tolist(), lp[r].tolist(), B)
+        n = len(tok)
+        same &= (int(t.num_nodes[r]) == n and t.tokens[r, 1 : n + 1].tolist() == tok
+                 and t.parents[r, 1 : n + 1].tolist() == par)
+    ids_t, lp_t = per_request_logprobs(logits, k)
+    return {"fused_equals_heap_on_own_logprobs": bool(same),
+            "fused_ids_equal_torch_topk": bool(torch.equal(ids, ids_t)),
+            "fused_logprob_max_abs_diff": float((lp - lp_t).abs().max())}
+
+
+def per_request_logprobs(logits, k):
+    """The baseline's own top-K: per request torch.topk and logsumexp."""
+    per = [torch.topk(logits[r].float(), k, dim=-1) for r in range(logits.shape[0])]
+    lp = torch.stack([v - torch.logsumexp(logits[r].float(), -1, keepdim=True) for r, (v, _) in enumerate(per)])
+    return torch.stack([i for _, i in per]), lp
+
+
 def measure_fused(logits, B, base, reps, prev):
     """Fused (and previous fused) path: identical flags, eager medians with a
     baseline interleaved, CUDA-graph medians (prev and new alternating)."""
@@ -199,6 +225,10 @@ def measure_fused(logits, B, base, reps, prev):
         t, anc = fn(logits, B)  # compile + warm-up
         sync(dev)
         row[f"{name}_identical"] = identical(base, t, anc)
+        if name == "fused" and not row["fused_identical"]:
+            row.update(explain_mismatch(logits, B, t))
+            print("  fused not identical:", {x: row[x] for x in ("fused_equals_heap_on_own_logprobs",
+                  "fused_ids_equal_torch_topk", "fused_logprob_max_abs_diff")}, flush=True)
     eager = {name: [] for name in paths}
     tb2 = []
     for _ in range(reps):
@@ -330,9 +360,7 @@ def main():
                 # is it the builder or the log-probs?  Feed the baseline's own
                 # per-request top-K log-probs to build_ddtree and compare again.
                 k = min(B, a.V)
-                per = [torch.topk(logits[r].float(), k, dim=-1) for r in range(R)]
-                lp = torch.stack([v - torch.logsumexp(logits[r].float(), -1, keepdim=True) for r, (v, _) in enumerate(per)])
-                ids = torch.stack([i for _, i in per])
+                ids, lp = per_request_logprobs(logits, k)
                 t2 = dd.build_ddtree(ids, lp, B)
                 row["identical_same_logprobs"] = identical(base, t2, dd.ancestor_mask(t2))
                 ours_ids, ours_lp = dd.topk_logprobs(logits, k)
