@@ -52,11 +52,18 @@ def assert_same_tree(dd, a, b, ctx=""):
 def adversarial_logits(g, R, L, V):
     x = torch.randn(R, L, V, generator=g) * 3
     x[0] = (x[0] * 2).round() / 2  # many exact ties
-    x[0, 0, :] = 1.0  # one position all equal
+    x[0, 0, :] = 1.0  # one position all equal: every chunk ties, the exact tie path
     if R > 1:
         x[1, 0, :] = float("-inf")  # an all -inf position
         x[1, 1, : V // 2] = float("-inf")  # half masked
-        x[1, 2, 1::2] = float("-inf")  # interleaved mask
+        x[1, 2 % L, 1::2] = float("-inf")  # interleaved mask
+    if R > 2:
+        # a dense head: the best chunks hold far more than 2*K tokens above the
+        # chunk threshold, so the token-level bisection runs
+        x[2, 0, : V // 2] = torch.linspace(20.0, 10.0, V // 2)
+        # signed zeros tie with each other (-0.0 == 0.0): index order decides
+        x[2, 1 % L, :] = torch.where(torch.rand(V, generator=g) < 0.5, -0.0, 0.0)
+        x[2, 1 % L, ::7] = -1.0
     return x
 
 
@@ -114,19 +121,35 @@ def test_fused_build_matches_torch_and_heap(dd, tk, L, V, K, budgets):
                 assert got.scores[r, 1 : n + 1].tolist() == sc
 
 
-def test_fused_end_to_end_matches_reference(dd, tk):
+# (R, L, V, budget, dtype): V >= 8192 takes the 64-token chunks; budget 1;
+# budget >= L*K (V = 5: K = 5, L*K = 15 < 20); bf16 rounding makes many ties
+E2E = [
+    (3, 4, 300, 10, torch.float32),
+    (3, 3, 9000, 64, torch.bfloat16),
+    (3, 2, 8192, 33, torch.float32),
+    (3, 3, 5, 1, torch.float32),
+    (3, 3, 5, 20, torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("R,L,V,B,dtype", E2E)
+def test_fused_end_to_end_matches_reference(dd, tk, R, L, V, B, dtype):
     """Logits -> top-K -> tree -> mask, fused vs the torch path fed the
-    stable-sort top-K (the fused top-K's tie order)."""
-    g = torch.Generator().manual_seed(7)
-    R, L, V = 3, 4, 300
-    x = adversarial_logits(g, R, L, V)
-    B = 10
+    stable-sort top-K (the fused top-K's tie order), and vs the heap."""
+    g = torch.Generator().manual_seed(7 + V + B)
+    x = adversarial_logits(g, R, L, V).to(dtype)
     ids, lp = dd.topk_logprobs(x.to(DEV), B, method="triton")
     got = dd.build_ddtree(ids, lp, B, method="triton")
     ri, rl = stable_topk(x, B)
     assert torch.equal(ids.cpu(), ri)
+    torch.testing.assert_close(lp.cpu(), rl, rtol=0, atol=2e-6)
     ref = dd.build_ddtree(ri, lp.cpu(), B, method="torch")
-    assert_same_tree(dd, got, ref)
+    assert_same_tree(dd, got, ref, (R, L, V, B, dtype))
+    for r in range(R):
+        tok, dep, par, rk, sc = heap_tree_from_logprobs(ri[r].tolist(), lp[r].cpu().tolist(), B)
+        n = len(tok)
+        assert int(got.num_nodes[r]) == n
+        assert got.tokens[r, 1 : n + 1].tolist() == tok and got.parents[r, 1 : n + 1].tolist() == par
 
 
 def test_auto_dispatch_cpu_stays_torch(dd):
@@ -137,11 +160,16 @@ def test_auto_dispatch_cpu_stays_torch(dd):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("R,B", [(32, 64), (1, 16), (4, 200)])
-def test_cuda_production_sizes(dd, tk, R, B):
+@pytest.mark.parametrize("R,B,adversarial,dtype", [
+    (32, 64, False, torch.float32), (1, 16, False, torch.float32), (4, 200, False, torch.float32),
+    # ties, -inf rows, a dense head and signed zeros at production size
+    (4, 64, True, torch.float32), (4, 64, True, torch.bfloat16), (4, 256, True, torch.float32),
+])
+def test_cuda_production_sizes(dd, tk, R, B, adversarial, dtype):
     g = torch.Generator().manual_seed(R + B)
     L, V = 15, 151936
-    x = (torch.randn(R, L, V, generator=g) * 4).cuda()
+    x = adversarial_logits(g, R, L, V) if adversarial else torch.randn(R, L, V, generator=g) * 4
+    x = x.to(dtype).cuda()
     ids, lp = dd.topk_logprobs(x, B, method="triton")
     ri, rl = stable_topk(x, B)
     assert torch.equal(ids, ri)

@@ -7,15 +7,20 @@ request, the tree (tokens, depths, parents) and its visibility matrix:
   ours:     topk_logprobs + build_ddtree + ancestor_mask for the whole batch,
             pure-torch path (on cuda also replayed as one CUDA graph)
   fused:    (cuda, when triton imports) the same through ddtree_triton's
-            kernels: fused top-K + logsumexp, one-kernel heap build that also
-            writes the ancestor mask and the LCRS verify arrays; eager and
-            as a CUDA graph; tree_verify_arrays is included in its time
+            kernels: split-V scan + threshold top-K with logsumexp, one-kernel
+            heap build, ancestor-mask kernel, LCRS verify arrays; eager and as
+            a CUDA graph; tree_verify_arrays is included in its time
+  prev:     the previous fused path (tools/bench/ddtree_fused_prev.py, a
+            frozen copy: chunk-key scan, two sorts per row, multi-reduction
+            pops), timed the same way, interleaved with fused
 Reports medians (ms per batch) and baseline/ours ratios measured in the same
 run, checks that the trees are identical node for node, and reports expected
 accepted length (surrogate and Monte-Carlo) of DDTree vs the chain.
 
   python tools/bench/ddtree.py                    # CPU
   python tools/bench/ddtree.py --device cuda      # GPU
+  python tools/bench/ddtree.py --device cuda --shapes 1x16,32x64,32x16,32x256 \
+      --no-torch --no-tau --reps 50              # issue 16's goal run (~1-2 min)
 """
 
 import argparse
@@ -43,6 +48,7 @@ def load(rel, name):
 dd = load("overlay/python/sglang/srt/speculative/ddtree_tree.py", "ddtree_tree")
 baseline = load("tests/ddtree/baseline.py", "ddtree_baseline")
 baseline_build, baseline_visibility = baseline.baseline_build, baseline.baseline_visibility
+GOAL_MS, GOAL_RATIO = 0.35, 30  # issue 16: batch 32 / budget 64
 
 
 def make_logits(R, L, V, seed, device):
@@ -101,6 +107,31 @@ def run_fused(logits, B):
     return t, anc
 
 
+def run_prev(logits, B, prev):
+    """The previous fused kernels (frozen copy), same inputs and outputs."""
+    R, L, V = logits.shape
+    k = min(B, V)
+    ids, lp = prev.fused_topk_logprobs(logits.reshape(R * L, V), k)
+    t = dd.DDTree(max_depth=L, **prev.fused_build(ids.view(R, L, k), lp.view(R, L, k), B))
+    anc = dd.ancestor_mask(t)
+    dd.tree_verify_arrays(t)
+    return t, anc
+
+
+def graph_ms(g, reps):
+    """Median ms of one replay: CUDA events around 10 replays, reps times."""
+    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    gl = []
+    for _ in range(reps):
+        st.record()
+        for _ in range(10):
+            g.replay()
+        en.record()
+        en.synchronize()
+        gl.append(st.elapsed_time(en) / 10)
+    return statistics.median(gl)
+
+
 def graphed(logits, B, fn=run_ours):
     static = logits.clone()
     s = torch.cuda.Stream()
@@ -154,6 +185,110 @@ def expected_tau(logits, B, mc, seed):
     return res
 
 
+def explain_mismatch(logits, B, t):
+    """Builder or log-probs?  The heap fed the fused top-K's own ids and
+    log-probs must give the fused tree; the fused top-K against the
+    per-request torch.topk + logsumexp says what differs."""
+    R, L, V = logits.shape
+    k = min(B, V)
+    ids, lp = dd.topk_logprobs(logits, k, method="triton")
+    same = True
+    for r in range(R):
+        tok, dep, par, _, _ = baseline.heap_tree_from_logprobs(ids[r].tolist(), lp[r].tolist(), B)
+        n = len(tok)
+        same &= (int(t.num_nodes[r]) == n and t.tokens[r, 1 : n + 1].tolist() == tok
+                 and t.parents[r, 1 : n + 1].tolist() == par)
+    ids_t, lp_t = per_request_logprobs(logits, k)
+    return {"fused_equals_heap_on_own_logprobs": bool(same),
+            "fused_ids_equal_torch_topk": bool(torch.equal(ids, ids_t)),
+            "fused_logprob_max_abs_diff": float((lp - lp_t).abs().max())}
+
+
+def per_request_logprobs(logits, k):
+    """The baseline's own top-K: per request torch.topk and logsumexp."""
+    per = [torch.topk(logits[r].float(), k, dim=-1) for r in range(logits.shape[0])]
+    lp = torch.stack([v - torch.logsumexp(logits[r].float(), -1, keepdim=True) for r, (v, _) in enumerate(per)])
+    return torch.stack([i for _, i in per]), lp
+
+
+def measure_fused(logits, B, base, reps, prev):
+    """Fused (and previous fused) path: identical flags, eager medians with a
+    baseline interleaved, CUDA-graph medians (prev and new alternating)."""
+    dev = logits.device
+    paths = {"fused": run_fused}
+    topk_only = {"fused": lambda x, b: dd.topk_logprobs(x, min(b, x.shape[-1]), method="triton")}
+    if prev is not None:
+        paths["prev"] = lambda x, b: run_prev(x, b, prev)
+        topk_only["prev"] = lambda x, b: prev.fused_topk_logprobs(x.reshape(-1, x.shape[-1]), min(b, x.shape[-1]))
+    row = {}
+    for name, fn in paths.items():
+        t, anc = fn(logits, B)  # compile + warm-up
+        sync(dev)
+        row[f"{name}_identical"] = identical(base, t, anc)
+        if name == "fused" and not row["fused_identical"]:
+            row.update(explain_mismatch(logits, B, t))
+            print("  fused not identical:", {x: row[x] for x in ("fused_equals_heap_on_own_logprobs",
+                  "fused_ids_equal_torch_topk", "fused_logprob_max_abs_diff")}, flush=True)
+    eager = {name: [] for name in paths}
+    tb2 = []
+    for _ in range(reps):
+        tb2.append(timed(lambda: run_baseline(logits, B), 1, dev))
+        for name, fn in paths.items():
+            eager[name].append(timed(lambda: fn(logits, B), 1, dev))
+    graphs = {}
+    for name, fn in paths.items():
+        g, static, out = graphed(logits, B, fn)
+        g.replay()
+        torch.cuda.synchronize()
+        row[f"{name}_identical_graph"] = identical(base, out[0], out[1])
+        graphs[name] = g
+        # the top-K stage alone, to split the step's time
+        graphs[name + "_topk"] = graphed(logits, B, topk_only[name])[0]
+    gms = {name: [] for name in graphs}
+    for _ in range(reps):  # alternate, so all see the same clocks
+        for name, g in graphs.items():
+            gms[name].append(graph_ms(g, 1))
+    del graphs
+    for name in paths:
+        row[f"{name}_topk_graph_ms"] = statistics.median(gms[name + "_topk"])
+    row["baseline2_ms"] = statistics.median(tb2)
+    for name in paths:
+        e, g = statistics.median(eager[name]), statistics.median(gms[name])
+        row.update({f"{name}_ms": e, f"{name}_ratio": row["baseline2_ms"] / e,
+                    f"{name}_graph_ms": g, f"{name}_ratio_graph": row["baseline2_ms"] / g})
+    return row
+
+
+def goal_lines(rows, L, V):
+    goal = []
+    for row in rows:
+        if "fused_ms" not in row:
+            continue
+        ok_id = row["fused_identical"] and row["fused_identical_graph"]
+        best = min(row["fused_ms"], row["fused_graph_ms"])
+        gbps = row["batch"] * L * V * 4 / (best * 1e-3) / 1e9
+        row["fused_best_ms"], row["fused_logits_GBps"] = best, gbps
+        prev_txt = ""
+        if "prev_ms" in row:
+            pbest = min(row["prev_ms"], row["prev_graph_ms"])
+            row["prev_best_ms"] = pbest
+            prev_txt = f" (previous fused {pbest:.3f} ms, {pbest / best:.1f}x faster now)"
+        split = [f"{name} top-K {row[name + '_topk_graph_ms']:.3f} + build/masks "
+                 f"{row[name + '_graph_ms'] - row[name + '_topk_graph_ms']:.3f} ms"
+                 for name in ("prev", "fused") if name + "_topk_graph_ms" in row]
+        goal.append(f"split batch {row['batch']} / budget {row['budget']} (graph): " + "; ".join(split))
+        if (row["batch"], row["budget"]) == (32, 64):
+            ok = best <= GOAL_MS and row["baseline2_ms"] / best >= GOAL_RATIO and ok_id
+            goal.append(f"goal batch 32 / budget 64: fused {best:.3f} ms (<= {GOAL_MS}), "
+                        f"{row['baseline2_ms'] / best:.1f}x baseline (>= {GOAL_RATIO}), {gbps:.0f} GB/s of fp32 logits, "
+                        f"identical {ok_id}: {'MET' if ok else 'NOT MET'}{prev_txt}")
+        if (row["batch"], row["budget"]) == (1, 16):
+            ok = best <= row["baseline2_ms"] and ok_id
+            goal.append(f"goal batch 1 / budget 16: fused {best:.3f} ms vs baseline {row['baseline2_ms']:.3f} ms, "
+                        f"identical {ok_id}: {'MET' if ok else 'NOT MET'}{prev_txt}")
+    return goal
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -161,10 +296,13 @@ def main():
     ap.add_argument("--V", type=int, default=151936)
     ap.add_argument("--budgets", default="16,32,64,128,256,512,1024")
     ap.add_argument("--batches", default="1,32")
+    ap.add_argument("--shapes", default="", help="batch x budget pairs, e.g. 1x16,32x64 (replaces --batches/--budgets)")
     ap.add_argument("--reps", type=int, default=0, help="0: 5 on cpu, 20 on cuda")
     ap.add_argument("--mc", type=int, default=64)
     ap.add_argument("--no-tau", action="store_true")
-    ap.add_argument("--no-fused", action="store_true", help="skip the Triton path on cuda")
+    ap.add_argument("--no-fused", action="store_true", help="skip the Triton paths on cuda")
+    ap.add_argument("--no-prev", action="store_true", help="skip the previous fused path on cuda")
+    ap.add_argument("--no-torch", action="store_true", help="skip the pure-torch path (ours)")
     ap.add_argument("--out", default="")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads on CPU (0: keep torch's default)")
     a = ap.parse_args()
@@ -172,41 +310,57 @@ def main():
     if a.threads:
         torch.set_num_threads(a.threads)
     reps = a.reps or (20 if dev.type == "cuda" else 5)
-    budgets = [int(x) for x in a.budgets.split(",")]
-    batches = [int(x) for x in a.batches.split(",")]
+    if a.shapes:
+        shapes = [tuple(int(v) for v in x.split("x")) for x in a.shapes.split(",")]
+    else:
+        shapes = [(R, int(B)) for R in a.batches.split(",") for B in a.budgets.split(",")]
+        shapes = [(int(R), B) for R, B in shapes]
+    budgets = sorted({B for _, B in shapes})
     info = {"device": str(dev), "torch": torch.__version__, "threads": torch.get_num_threads(),
             "L": a.L, "V": a.V, "reps": reps}
     if dev.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name()
     rows = []
     tk = dd.triton_kernels() if dev.type == "cuda" and not a.no_fused else None
+    prev = load("tools/bench/ddtree_fused_prev.py", "ddtree_fused_prev") if tk is not None and not a.no_prev else None
     info["fused"] = tk is not None
     if tk is not None:
         import triton
         info["triton"] = triton.__version__
     print(json.dumps(info))
-    print("| batch | budget | baseline ms | ours ms | ratio | ours graph ms | ratio graph | identical |"
-          + (" fused ms | ratio | fused graph ms | ratio graph | fused identical |" if tk else ""))
-    print("|---|---|---|---|---|---|---|---|" + ("---|---|---|---|---|" if tk else ""))
-    for R in batches:
-        logits = make_logits(R, a.L, a.V, seed=R, device=dev)
-        for B in budgets:
-            base = run_baseline(logits, B)  # warm-up + reference
+    torch_cols = not a.no_torch
+    head = "| batch | budget | baseline ms |"
+    if torch_cols:
+        head += " ours ms | ratio | ours graph ms | ratio graph | identical |"
+    if prev is not None:
+        head += " prev fused ms | ratio | prev graph ms | ratio graph | prev identical |"
+    if tk is not None:
+        head += " fused ms | ratio | fused graph ms | ratio graph | fused identical | graph vs prev |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    logits_of = {}
+    for R, B in shapes:
+        if R not in logits_of:
+            logits_of = {R: make_logits(R, a.L, a.V, seed=R, device=dev)}
+        logits = logits_of[R]
+        base = run_baseline(logits, B)  # warm-up + reference
+        tb_l = []
+        row = {"batch": R, "budget": B}
+        line = f"| {R} | {B} |"
+        if torch_cols:
             tree, anc = run_ours(logits, B)
             same = identical(base, tree, anc)
-            tb_l, to_l = [], []
+            to_l = []
             for _ in range(reps):  # interleaved, so both see the same machine load
                 tb_l.append(timed(lambda: run_baseline(logits, B), 1, dev))
                 to_l.append(timed(lambda: run_ours(logits, B), 1, dev))
             tb, to = statistics.median(tb_l), statistics.median(to_l)
-            row = {"batch": R, "budget": B, "baseline_ms": tb, "ours_ms": to, "ratio": tb / to, "identical": same}
+            row.update(baseline_ms=tb, ours_ms=to, ratio=tb / to, identical=same)
             if not same:
                 # is it the builder or the log-probs?  Feed the baseline's own
                 # per-request top-K log-probs to build_ddtree and compare again.
                 k = min(B, a.V)
-                per = [torch.topk(logits[r].float(), k, dim=-1) for r in range(R)]
-                lp = torch.stack([v - torch.logsumexp(logits[r].float(), -1, keepdim=True) for r, (v, _) in enumerate(per)])
-                ids = torch.stack([i for _, i in per])
+                ids, lp = per_request_logprobs(logits, k)
                 t2 = dd.build_ddtree(ids, lp, B)
                 row["identical_same_logprobs"] = identical(base, t2, dd.ancestor_mask(t2))
                 ours_ids, ours_lp = dd.topk_logprobs(logits, k)
@@ -222,59 +376,25 @@ def main():
                 row["ours_graph_ms"] = tg
                 row["ratio_graph"] = tb / tg
                 del g
-            fused_txt = ""
-            if tk is not None:
-                k = min(B, a.V)
-                if tk.supports_topk(a.V, k) and tk.supports_build(a.L, k, B):
-                    ft, fa = run_fused(logits, B)  # compile + warm-up
-                    sync(dev)
-                    row["fused_identical"] = identical(base, ft, fa)
-                    tf_l, tb2_l = [], []
-                    for _ in range(reps):
-                        tb2_l.append(timed(lambda: run_baseline(logits, B), 1, dev))
-                        tf_l.append(timed(lambda: run_fused(logits, B), 1, dev))
-                    tb2, tf = statistics.median(tb2_l), statistics.median(tf_l)
-                    g, static, out = graphed(logits, B, run_fused)
-                    g.replay()
-                    torch.cuda.synchronize()
-                    row["fused_identical_graph"] = identical(base, out[0], out[1])
-                    # graph replays: many, as CUDA events give sub-ms resolution
-                    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    gl = []
-                    for _ in range(reps):
-                        st.record()
-                        for _ in range(10):
-                            g.replay()
-                        en.record()
-                        en.synchronize()
-                        gl.append(st.elapsed_time(en) / 10)
-                    tfg = statistics.median(gl)
-                    del g
-                    row.update(baseline2_ms=tb2, fused_ms=tf, fused_ratio=tb2 / tf,
-                               fused_graph_ms=tfg, fused_ratio_graph=tb2 / tfg)
-                    fused_txt = (f" {tf:.3f} | {tb2 / tf:.1f}x | {tfg:.3f} | {tb2 / tfg:.1f}x | "
-                                 f"{row['fused_identical'] and row['fused_identical_graph']} |")
-                else:
-                    fused_txt = " - | - | - | - | (unsupported size) |"
-            rows.append(row)
-            print(f"| {R} | {B} | {tb:.2f} | {to:.2f} | {tb / to:.1f}x | "
-                  f"{row.get('ours_graph_ms', float('nan')):.3f} | {row.get('ratio_graph', float('nan')):.1f}x | "
-                  f"{same and row.get('identical_graph', True)} |" + fused_txt, flush=True)
-    goal = []
-    for row in rows:
-        if "fused_ms" not in row:
-            continue
-        best = min(row["fused_ms"], row["fused_graph_ms"])
-        gbps = row["batch"] * a.L * a.V * 4 / (best * 1e-3) / 1e9
-        row["fused_best_ms"], row["fused_logits_GBps"] = best, gbps
-        if (row["batch"], row["budget"]) == (32, 64):
-            ok = best <= 0.35 and row["baseline2_ms"] / best >= 30 and row["fused_identical"] and row["fused_identical_graph"]
-            goal.append(f"goal batch 32 / budget 64: fused {best:.3f} ms (<= 0.35), {row['baseline2_ms'] / best:.1f}x baseline (>= 30), "
-                        f"{gbps:.0f} GB/s of fp32 logits, identical {row['fused_identical'] and row['fused_identical_graph']}: {'MET' if ok else 'NOT MET'}")
-        if (row["batch"], row["budget"]) == (1, 16):
-            ok = best <= row["baseline2_ms"] and row["fused_identical"] and row["fused_identical_graph"]
-            goal.append(f"goal batch 1 / budget 16: fused {best:.3f} ms vs baseline {row['baseline2_ms']:.3f} ms, "
-                        f"identical {row['fused_identical'] and row['fused_identical_graph']}: {'MET' if ok else 'NOT MET'}")
+            line += (f" {tb:.2f} | {to:.2f} | {tb / to:.1f}x | {row.get('ours_graph_ms', float('nan')):.3f} | "
+                     f"{row.get('ratio_graph', float('nan')):.1f}x | {same and row.get('identical_graph', True)} |")
+        fused_txt = ""
+        if tk is not None:
+            k = min(B, a.V)
+            if tk.supports_topk(a.V, k) and tk.supports_build(a.L, k, B):
+                row.update(measure_fused(logits, B, base, reps, prev))
+                names = (["prev"] if prev is not None else []) + ["fused"]
+                for name in names:
+                    fused_txt += (f" {row[name + '_ms']:.3f} | {row[name + '_ratio']:.1f}x | {row[name + '_graph_ms']:.3f} | "
+                                  f"{row[name + '_ratio_graph']:.1f}x | {row[name + '_identical'] and row[name + '_identical_graph']} |")
+                fused_txt += (f" {row['prev_graph_ms'] / row['fused_graph_ms']:.1f}x |" if prev is not None else " - |")
+            else:
+                fused_txt = " - | - | - | - | (unsupported size) |" * (2 if prev is not None else 1) + " - |"
+        if not torch_cols:
+            line += f" {row.get('baseline2_ms', float('nan')):.2f} |"
+        rows.append(row)
+        print(line + fused_txt, flush=True)
+    goal = goal_lines(rows, a.L, a.V)
     for line in goal:
         print(line)
     taus = []
