@@ -62,8 +62,6 @@ def _scenario_file(scenario):
 
 def collect(rec, rng, header, trees, public_repo, report_path, progress=None):
     """The evidence dict ``issue.render`` takes (its docstring lists the keys)."""
-    import tomllib
-
     from ..harness import load_scenario, run_scenario
 
     say = progress or (lambda m: None)
@@ -95,8 +93,7 @@ def collect(rec, rng, header, trees, public_repo, report_path, progress=None):
                   "merge_base": rng.points[0].id if rng.extra_old else None, "size": len(rng.points)},
         "public_repo": public_repo,
         "command": rerun_command(header, rng, public_repo, report_path),
-        "scenario": {"name": scenario.name, "file": _scenario_file(scenario), "text": Path(scenario.path).read_text(),
-                     "data": tomllib.loads(Path(scenario.path).read_text())},
+        "scenario": {"name": scenario.name, "file": _scenario_file(scenario), "text": Path(scenario.path).read_text()},
         **sides,
         "remedy_reruns": reruns,
         "environment": environment(project.ROOT),

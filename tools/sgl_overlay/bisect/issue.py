@@ -10,8 +10,7 @@ which ``evidence.collect`` gathers (I/O) after a ``first-bad`` verdict:
 * ``public_repo``: the upstream repository cited (the lock's), never the
   clone the bisection read;
 * ``command``: the command that writes this report again;
-* ``scenario``: ``name``, ``file`` (path in this project), ``text`` (the file),
-  ``data`` (the file parsed);
+* ``scenario``: ``name``, ``file`` (path in this project), ``text`` (the file);
 * ``last_good``, ``first_bad``: the harness's reports (tools/regress.py
   --json) on the two trees;
 * ``remedy_reruns``: for each stated remedy the harness did not re-run
@@ -22,6 +21,7 @@ which ``evidence.collect`` gathers (I/O) after a ``first-bad`` verdict:
 docs/bisect.md, section "Bug reports (--report)".
 """
 import re
+import tomllib
 
 PR = re.compile(r"\(#(\d+)\)")
 FIGURES = (                             # harness figure -> what the report calls it
@@ -132,7 +132,7 @@ def symptom(ev):
     """The one line: what the first bad point does that the last good did not."""
     good, bad = _sides(ev)
     fb, lg = ev["first_bad"], ev["last_good"]
-    service = _service(ev["scenario"]["data"])
+    service = _service(tomllib.loads(ev["scenario"]["text"]))
     before = f"{good.name()} starts ({_started(lg)})" if lg.get("outcome") == "ok" else \
         f"{good.name()} passes the same check ({lg.get('judgement')})"
     o = fb.get("outcome")
@@ -188,7 +188,7 @@ def render(ev):
     good, bad = _sides(ev)
     rng, sc, env = ev["range"], ev["scenario"], ev["environment"]
     lg, fb = ev["last_good"], ev["first_bad"]
-    data = sc["data"]
+    data = tomllib.loads(sc["text"])           # in the file's order (the evidence's JSON may sort keys)
     err = fb.get("error") or {}
     lines = [f"# {symptom(ev)}", "",
              "> Reproduce this report on a CPU (no GPU needed; sgl-overlay runs SGLang's own sizing code):",
