@@ -66,7 +66,7 @@ def collect(rec, rng, header, trees, public_repo, report_path, progress=None):
 
     say = progress or (lambda m: None)
     scenario = load_scenario(header["test"]["scenario"])
-    sides, reruns = {}, []
+    sides, reruns, searched = {}, [], []
     for key, which in (("last_good", "last_old"), ("first_bad", "first_new")):
         point = rng.point(rec[which]["id"])
         tree, _, held = trees.get(point)
@@ -77,12 +77,14 @@ def collect(rec, rng, header, trees, public_repo, report_path, progress=None):
             if key != "first_bad":
                 continue
             for r in report.get("remedies") or []:
-                if r.get("works") or not r.get("parsed") or "rerun_outcome" in r:
+                if r.get("works") or not r.get("parsed"):
                     continue
                 p = r["parsed"]
-                say(f"report: re-running {scenario.name} on {point.short()} with {p['flag']} {p['value']} applied")
-                applied = dataclasses.replace(scenario, server={**scenario.server, p["key"]: p["value"]})
-                reruns.append({"remedy": p, "report": trimmed(run_scenario(tree, applied, verify_remedy=False))})
+                if "rerun_outcome" not in r:
+                    say(f"report: re-running {scenario.name} on {point.short()} with {p['flag']} {p['value']} applied")
+                    reruns.append({"remedy": p, "report": trimmed(_run(tree, scenario, p["key"], p["value"]))})
+                if p["relation"] == "above" and isinstance(p["value"], float) and not searched:
+                    searched = searches(tree, scenario, p, sides.get("last_good"), say)
         finally:
             if held:
                 trees.trees.release(held)
@@ -96,8 +98,74 @@ def collect(rec, rng, header, trees, public_repo, report_path, progress=None):
         "scenario": {"name": scenario.name, "file": _scenario_file(scenario), "text": Path(scenario.path).read_text()},
         **sides,
         "remedy_reruns": reruns,
+        "working_values": searched,
         "environment": environment(project.ROOT),
     }
+
+
+def _run(tree, scenario, key, value):
+    from ..harness import run_scenario
+
+    return run_scenario(tree, dataclasses.replace(scenario, server={**scenario.server, key: value}),
+                        verify_remedy=False)
+
+
+STEP = 1000                     # the search's resolution: 0.001, the precision upstream's hint is given in
+RESTORED = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size")
+
+
+def searches(tree, scenario, remedy, last_good, say):
+    """What value of the remedy's flag does work: the smallest that starts
+    the scenario at all, and (the last good point started it) the smallest
+    that gives back the last good point's KV tokens, requests and slots."""
+    seen = {}
+    out = [smallest_working(tree, scenario, remedy, say, seen=seen)]
+    figs = (last_good or {}).get("figures") or {}
+    if out[0]["value"] is not None and (last_good or {}).get("outcome") == "ok":
+        goal = {k: figs[k] for k in RESTORED if figs.get(k) is not None}
+        out.append(smallest_working(tree, scenario, remedy, say, goal=goal, seen=seen,
+                                    floor=round(out[0]["value"] * STEP) - 1))
+    return out
+
+
+def smallest_working(tree, scenario, remedy, say, goal=None, floor=None, seen=None):
+    """The smallest value (in steps of 1/STEP, above both the one the
+    message stated and the scenario's own, which are known to fail, or above
+    ``floor``, up to 0.99) with which the scenario starts ("ok") on this
+    tree, with each figure in ``goal`` at least as given: a binary search,
+    assuming more of the flag never hurts.  None found: ``value`` is None.
+    ``seen`` (value -> report) is shared between searches."""
+    seen = {} if seen is None else seen
+    goal = goal or {}
+    current = scenario.server.get(remedy["key"])        # refused with it too
+    lo = max(round(remedy["value"] * STEP), int(current * STEP) if isinstance(current, (int, float)) else 0,
+             floor or 0)
+    hi = round(0.99 * STEP)
+    out = {"flag": remedy["flag"], "key": remedy["key"], "stated": remedy["value"], "goal": goal}
+
+    def run(v):
+        if v not in seen:
+            seen[v] = trimmed(_run(tree, scenario, remedy["key"], v / STEP))
+        r = seen[v]
+        figs = r.get("figures") or {}
+        return r, r["outcome"] == "ok" and all((figs.get(k) or 0) >= n for k, n in goal.items())
+
+    say(f"report: searching the smallest {remedy['flag']} that starts {scenario.name}"
+        + (f" with {', '.join(f'{k} >= {n}' for k, n in goal.items())}" if goal else "")
+        + f", {lo / STEP:.3f}..{hi / STEP:.3f}")
+    top, good = run(hi)
+    if not good:
+        return {**out, "value": None, "tried_up_to": hi / STEP, "at_top": top}
+    best, below = (hi, top), None
+    while hi - lo > 1:                 # lo fails (known), hi works
+        mid = (lo + hi) // 2
+        r, good = run(mid)
+        if good:
+            hi, best = mid, (mid, r)
+        else:
+            lo, below = mid, (mid, r)
+    return {**out, "value": best[0] / STEP, "at_value": best[1],
+            "below": {"value": below[0] / STEP, "report": below[1]} if below else None}
 
 
 def write(path, text):

@@ -15,6 +15,9 @@ which ``evidence.collect`` gathers (I/O) after a ``first-bad`` verdict:
   --json) on the two trees;
 * ``remedy_reruns``: for each stated remedy the harness did not re-run
   ("already satisfied"), the report of the scenario re-run with it applied;
+* ``working_values``: for a failing "above X" remedy, the harness's searches
+  for the smallest value that starts the scenario, and for the smallest that
+  gives back the last good point's figures (``evidence.searches``);
 * ``environment``: ``python``, ``torch``, ``platform``, ``project_commit``,
   ``project_dirty``, ``tool_version``.
 
@@ -153,6 +156,32 @@ def symptom(ev):
     return f"From {bad.name()}, {service}: {o} ({fb.get('reason')}), where {before}"
 
 
+def title(ev):
+    """The issue's title: the service, what goes wrong, since when."""
+    _, bad = _sides(ev)
+    data = tomllib.loads(ev["scenario"]["text"])
+    arch = (data.get("model", {}).get("architectures") or [data.get("model", {}).get("kind", "model")])[0]
+    spec = data.get("server", {}).get("speculative_algorithm")
+    who = arch + (f" + {spec}" if spec else "")
+    fb = ev["first_bad"]
+    if fb.get("outcome") == "refused":
+        fails = _remedy_failures(ev)
+        if fails and fails[0][1] == "satisfied":
+            r = fails[0][2]
+            what = (f"refused at start-up although {r['parsed']['flag']} {r.get('current')} already exceeds the "
+                    f"{r['parsed']['value']} its message asks for")
+        elif fails:
+            what = f"following the refusal's hint (\"{fails[0][0]}\") is refused again"
+        else:
+            what = "refused at start-up"
+    elif fb.get("outcome") == "ok":
+        why = fb.get("judgement", "")
+        what = (why.split("ok, but ", 1)[1].split(" (", 1)[0] if "ok, but " in why else why) + ", without an error"
+    else:
+        what = f"{fb.get('outcome')} at start-up"
+    return f"{who}: {what} (since {bad.name()})"
+
+
 def _sides(ev):
     v, kind, repo = ev["verdict"], ev["range"]["kind"], ev["public_repo"]
     return _Point(v["last_old"], kind, repo), _Point(v["first_new"], kind, repo)
@@ -190,7 +219,7 @@ def render(ev):
     lg, fb = ev["last_good"], ev["first_bad"]
     data = tomllib.loads(sc["text"])           # in the file's order (the evidence's JSON may sort keys)
     err = fb.get("error") or {}
-    lines = [f"# {symptom(ev)}", "",
+    lines = [f"# {title(ev)}", "",
              "> Reproduce this report on a CPU (no GPU needed; sgl-overlay runs SGLang's own sizing code):",
              f"> `{ev['command']}`", "",
              "## Symptom", "", symptom(ev) + ".", "",
@@ -287,4 +316,18 @@ def _remedy_section(ev, bad):
         if again is not None:
             out.append(f"  Applied anyway, the harness re-ran the scenario with `{p['flag']} {p['value']}`: "
                        f"{again.get('outcome')} ({again.get('reason')}).")
+    for w in ev.get("working_values") or []:
+        wanted = (" and gives back " + ", ".join(f"{_num(n)} {dict(FIGURES)[k]}" for k, n in w["goal"].items())
+                  + f" (as {_sides(ev)[0].short})") if w["goal"] else ""
+        if w.get("value") is None:
+            out += ["", f"No `{w['flag']}` up to {w['tried_up_to']} starts it{wanted} at {bad.short} "
+                    f"(at {w['tried_up_to']}: {w['at_top'].get('outcome')}: {w['at_top'].get('reason')})."]
+            continue
+        line = (f"The smallest `{w['flag']}` that starts it{wanted} at {bad.short}: **{w['value']:.3f}** "
+                f"(the message stated {w['stated']}); with it: {_started(w['at_value'])}")
+        if w.get("below"):
+            b = w["below"]["report"]
+            line += f"; with {w['below']['value']:.3f}: {b.get('outcome')}" + (
+                f" ({_started(b)})" if b.get("outcome") == "ok" else "")
+        out += ["", line + ". Found by the harness, a binary search in steps of 0.001 up to 0.99."]
     return out
