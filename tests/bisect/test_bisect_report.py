@@ -83,6 +83,14 @@ def test_release_report_dflash_smoke(tmp_path):
                          gpu["pre_load_free_gib"], gpu["post_load_free_gib"])
     assert "Applied anyway, the harness re-ran the scenario with `--mem-fraction-static 0.542`: refused" in remedy
     assert again in remedy
+    # what does work, searched by the harness: above the command's own value (refused), and the
+    # value that gives back the last good figures gives at least 24 / 11,893 / 4
+    first, restore = data["report"]["evidence"]["working_values"]
+    assert first["value"] > mfs and first["at_value"]["outcome"] == "ok" and first["below"]["report"]["outcome"] != "ok"
+    assert restore["goal"] == {"max_total_num_tokens": 11893, "max_running_requests": 4, "max_mamba_cache_size": 24}
+    got = restore["at_value"]["figures"]
+    assert got["max_total_num_tokens"] >= 11893 and got["max_running_requests"] >= 4 and got["max_mamba_cache_size"] >= 24
+    assert f"that starts it at v0.5.17: **{first['value']:.3f}** (the message stated 0.542)" in remedy
 
     # the scenario file, verbatim and parseable, and the checkout commands
     repro = section(text, "Reproducer")
