@@ -102,13 +102,21 @@ class _Point:
         return self.id if self.kind == "commits" else self.short
 
 
+def _who(data):
+    """``Qwen3_5ForConditionalGeneration + DFLASH``: the model, and its drafter's algorithm."""
+    model, spec = data.get("model", {}), data.get("server", {}).get("speculative_algorithm")
+    return (model.get("architectures") or [model.get("kind", "a model")])[0] + (f" + {spec}" if spec else "")
+
+
 def _service(data):
-    model, gpu, server = data.get("model", {}), data.get("gpu", {}), data.get("server", {})
-    arch = (model.get("architectures") or [model.get("kind", "a model")])[0]
-    spec = server.get("speculative_algorithm")
-    n = gpu.get("world_size", 1)
-    device = gpu.get("device_name", "a GPU")
-    return f"{arch}{' + ' + spec if spec else ''} on {n}× {device}"
+    gpu = data.get("gpu", {})
+    return f"{_who(data)} on {gpu.get('world_size', 1)}× {gpu.get('device_name', 'a GPU')}"
+
+
+def _shortfall(rep):
+    """What an ``ok`` run that fails its expected figures lacks ("max_running_requests is 3, not 4")."""
+    why = rep.get("judgement", "")
+    return why.split("ok, but ", 1)[1].split(" (", 1)[0] if "ok, but " in why else why
 
 
 def _started(rep):
@@ -150,19 +158,14 @@ def symptom(ev):
             line += f"; following its hint (\"{fails[0][0]}\") is refused again"
         return line
     if o == "ok":
-        why = fb.get("judgement", "")
-        why = why.split("ok, but ", 1)[1].split(" (", 1)[0] if "ok, but " in why else why
-        return f"From {bad.name()}, SGLang starts {service} but {why}, where {before}, and raises no error"
+        return f"From {bad.name()}, SGLang starts {service} but {_shortfall(fb)}, where {before}, and raises no error"
     return f"From {bad.name()}, {service}: {o} ({fb.get('reason')}), where {before}"
 
 
 def title(ev):
     """The issue's title: the service, what goes wrong, since when."""
     _, bad = _sides(ev)
-    data = tomllib.loads(ev["scenario"]["text"])
-    arch = (data.get("model", {}).get("architectures") or [data.get("model", {}).get("kind", "model")])[0]
-    spec = data.get("server", {}).get("speculative_algorithm")
-    who = arch + (f" + {spec}" if spec else "")
+    who = _who(tomllib.loads(ev["scenario"]["text"]))
     fb = ev["first_bad"]
     if fb.get("outcome") == "refused":
         fails = _remedy_failures(ev)
@@ -175,8 +178,7 @@ def title(ev):
         else:
             what = "refused at start-up"
     elif fb.get("outcome") == "ok":
-        why = fb.get("judgement", "")
-        what = (why.split("ok, but ", 1)[1].split(" (", 1)[0] if "ok, but " in why else why) + ", without an error"
+        what = _shortfall(fb) + ", without an error"
     else:
         what = f"{fb.get('outcome')} at start-up"
     return f"{who}: {what} (since {bad.name()})"
