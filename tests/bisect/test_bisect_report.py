@@ -126,7 +126,7 @@ def test_commit_report_hint_that_fails_when_applied(tmp_path):
     rel = "srt/model_executor/model_runner_kv_cache_mixin.py"
     assert f"```text\n{refusal_text('0.5.14', rel, 0.5, pre, post)}\n```" in section(text, "Error message")
     remedy = section(text, "Why the stated remedy does not work")
-    assert "The harness re-ran the scenario with `--mem-fraction-static 0.542`: refused" in remedy
+    assert "does not work: re-run with --mem-fraction-static 0.542: refused" in remedy
     assert refusal_text("0.5.14", rel, 0.542, pre, post) in remedy
     assert f"git -C sglang checkout {bad}\n" in section(text, "Reproducer")
 

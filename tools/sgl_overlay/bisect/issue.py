@@ -144,22 +144,27 @@ def symptom(ev):
     good, bad = _sides(ev)
     fb, lg = ev["first_bad"], ev["last_good"]
     service = _service(tomllib.loads(ev["scenario"]["text"]))
-    before = f"{good.name()} starts ({_started(lg)})" if lg.get("outcome") == "ok" else \
-        f"{good.name()} passes the same check ({lg.get('judgement')})"
+    if lg.get("outcome") == "ok":
+        before = f"which {good.name()} starts ({_started(lg)})"
+    elif lg.get("outcome") == "refused":
+        before = f"which {good.name()} refuses too, " + (
+            "stating no value to follow" if not (lg.get("remedy") or {}).get("parsed") else "with a remedy that works")
+    else:
+        before = f"where {good.name()} passes ({lg.get('judgement')})"
     o = fb.get("outcome")
     if o == "refused":
-        line = f"From {bad.name()}, SGLang refuses to start {service} that {before}"
+        line = f"From {bad.name()}, SGLang refuses {service}, {before}"
         fails = _remedy_failures(ev)
         if fails and fails[0][1] == "satisfied":
             r = fails[0][2]
-            line += (f", with a hint (\"{fails[0][0]}\") that the refused command already satisfies "
+            line += (f"; its hint (\"{fails[0][0]}\") is already satisfied by the refused command "
                      f"({r['parsed']['flag']} {r.get('current')})")
         elif fails:
             line += f"; following its hint (\"{fails[0][0]}\") is refused again"
         return line
     if o == "ok":
-        return f"From {bad.name()}, SGLang starts {service} but {_shortfall(fb)}, where {before}, and raises no error"
-    return f"From {bad.name()}, {service}: {o} ({fb.get('reason')}), where {before}"
+        return f"From {bad.name()}, SGLang starts {service} but {_shortfall(fb)}, {before}, and raises no error"
+    return f"From {bad.name()}, {service}: {o} ({fb.get('reason')}), {before}"
 
 
 def title(ev):
@@ -311,9 +316,6 @@ def _remedy_section(ev, bad):
         p = r["parsed"]
         out.append(f"* \"{p.get('source')}\": " + ("works: " if r.get("works") else "does not work: ")
                    + str(r.get("why")) + ".")
-        if r.get("rerun_outcome") is not None and not r.get("works"):
-            out.append(f"  The harness re-ran the scenario with `{p['flag']} {p['value']}`: {r['rerun_outcome']} "
-                       f"({r.get('rerun_reason')}).")
         again = reruns.get((p["key"], p["value"]))
         if again is not None:
             out.append(f"  Applied anyway, the harness re-ran the scenario with `{p['flag']} {p['value']}`: "
