@@ -321,7 +321,7 @@ def _remedy_section(ev, bad):
             out.append(f"  Applied anyway, the harness re-ran the scenario with `{p['flag']} {p['value']}`: "
                        f"{again.get('outcome')} ({again.get('reason')}).")
     for w in ev.get("working_values") or []:
-        wanted = (" and gives back " + ", ".join(f"{_num(n)} {dict(FIGURES)[k]}" for k, n in w["goal"].items())
+        wanted = (" and gives back " + ", ".join(f"{_num(w['goal'][k])} {name}" for k, name in FIGURES if k in w["goal"])
                   + f" (as {_sides(ev)[0].short})") if w["goal"] else ""
         if w.get("value") is None:
             out += ["", f"No `{w['flag']}` up to {w['tried_up_to']} starts it{wanted} at {bad.short} "
