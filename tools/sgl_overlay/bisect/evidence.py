@@ -42,7 +42,9 @@ def rerun_command(header, rng, public_repo, report_path):
 def environment(root):
     root = Path(root)
     commit = gitcmd.run(root, "rev-parse", "HEAD", check=False).stdout.strip() or "unknown (not a git checkout)"
-    dirty = gitcmd.run(root, "status", "--porcelain", "--untracked-files=no", check=False).stdout.strip()
+    # the code and scenarios that make a report (not docs: a report being rewritten is not a change to them)
+    dirty = gitcmd.run(root, "status", "--porcelain", "--untracked-files=no", "--", "tools", "pyproject.toml",
+                       check=False).stdout.strip()
     try:
         torch = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:

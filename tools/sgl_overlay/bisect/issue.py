@@ -298,7 +298,7 @@ def render(ev):
               f"{data.get('gpu', {}).get('post_load_free_gib')} GiB after",
               f"* Python {env['python']}, torch {env['torch']}, {env['platform']}; run on a CPU",
               f"* sgl-overlay {env['tool_version']}, commit `{env['project_commit']}`"
-              + (" with uncommitted changes" if env.get("project_dirty") else ""), ""]
+              + (" with uncommitted changes to its tools" if env.get("project_dirty") else ""), ""]
     return "\n".join(lines)
 
 
