@@ -145,26 +145,26 @@ def symptom(ev):
     fb, lg = ev["first_bad"], ev["last_good"]
     service = _service(tomllib.loads(ev["scenario"]["text"]))
     if lg.get("outcome") == "ok":
-        before = f"which {good.name()} starts ({_started(lg)})"
+        prior = f"{good.name()} starts it ({_started(lg)})"
     elif lg.get("outcome") == "refused":
-        before = f"which {good.name()} refuses too, " + (
+        prior = f"{good.name()} refuses it too, " + (
             "stating no value to follow" if not (lg.get("remedy") or {}).get("parsed") else "with a remedy that works")
     else:
-        before = f"where {good.name()} passes ({lg.get('judgement')})"
+        prior = f"{good.name()} passes ({lg.get('judgement')})"
     o = fb.get("outcome")
     if o == "refused":
-        line = f"From {bad.name()}, SGLang refuses {service}, {before}"
+        line = f"From {bad.name()}, SGLang refuses {service}; {prior}"
         fails = _remedy_failures(ev)
         if fails and fails[0][1] == "satisfied":
             r = fails[0][2]
-            line += (f"; its hint (\"{fails[0][0]}\") is already satisfied by the refused command "
+            line += (f"; the refusal's hint (\"{fails[0][0]}\") is already satisfied by the refused command "
                      f"({r['parsed']['flag']} {r.get('current')})")
         elif fails:
-            line += f"; following its hint (\"{fails[0][0]}\") is refused again"
+            line += f"; following the refusal's hint (\"{fails[0][0]}\") is refused again"
         return line
     if o == "ok":
-        return f"From {bad.name()}, SGLang starts {service} but {_shortfall(fb)}, {before}, and raises no error"
-    return f"From {bad.name()}, {service}: {o} ({fb.get('reason')}), {before}"
+        return f"From {bad.name()}, SGLang starts {service}, but {_shortfall(fb)} and it raises no error; {prior}"
+    return f"From {bad.name()}, {service}: {o} ({fb.get('reason')}); {prior}"
 
 
 def title(ev):
@@ -186,7 +186,7 @@ def title(ev):
         what = _shortfall(fb) + ", without an error"
     else:
         what = f"{fb.get('outcome')} at start-up"
-    return f"{who}: {what} (since {bad.name()})"
+    return f"{who}: {what} (since {bad.short}" + (f", #{bad.prs[0]})" if bad.prs else ")")
 
 
 def _sides(ev):
