@@ -38,13 +38,21 @@ def cases(repo, tmp):
         "resume with --fixed": (["--resume", str(tmp / "x.jsonl"), "--fixed"], "drop --fixed"),
         "replay missing log": (["--replay", str(tmp / "missing.jsonl")], "cannot read it"),
         "unknown option": (["--releases", "0.5.9..0.5.10", "--frobnicate"], "unrecognized arguments"),
+        "report with a command": (["--releases", "0.5.9..0.5.10", "--report", str(tmp / "r.md"), "--", *cmd],
+                                  "--report needs --scenario"),
+        "report with --fixed": (["--releases", "0.5.9..0.5.10", *SCEN, "--fixed", "--report", str(tmp / "r.md")],
+                                "it needs a regression, not --fixed"),
+        "report with --with-stack": (["--releases", "0.5.9..0.5.10", *SCEN, "--with-stack", "--report",
+                                      str(tmp / "r.md")], "does not go with --with-stack"),
+        "report is a directory": (["--releases", "0.5.9..0.5.10", *SCEN, "--report", str(tmp)], "is a directory"),
     }
 
 
 NAMES = ["unknown release", "not a version", "no range form", "empty range", "same release", "unknown ref", "same ref",
          "backwards", "repo without refs", "two ranges", "no test", "unknown scenario", "command cannot start",
          "command ignores the tree", "scenario and command", "runs zero", "resume with a range", "resume with --fixed",
-         "replay missing log", "unknown option"]
+         "replay missing log", "unknown option", "report with a command", "report with --fixed",
+         "report with --with-stack", "report is a directory"]
 
 
 def test_every_case_is_listed(tmp_path):
@@ -62,6 +70,7 @@ def test_bad_input_exits_2_before_any_step(name, tmp_path, repo):
     assert message in err, err
     assert "hint:" in err
     assert not log.exists() and calls(tmp_path / "calls") == []
+    assert not (tmp_path / "r.md").exists()
 
 
 def test_exit_codes_are_documented():

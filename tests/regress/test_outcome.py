@@ -70,6 +70,24 @@ def test_judge_needs_a_working_remedy():
     assert judge(sc, {"outcome": "untestable", "reason": "r"})[0] is None
 
 
+def test_judge_works_if_stated_passes_a_refusal_without_a_value():
+    sc = load_scenario("hint-excludes-mamba")
+    base = {"outcome": "refused", "reason": "r", "error": {"message": "Not enough memory."}}
+    assert judge(sc, dict(base, remedy={"parsed": None, "works": False}))[0] is True
+    failing = {"parsed": {"x": 1}, "works": False, "why": "re-run with --mem-fraction-static 0.542: refused"}
+    ok, why = judge(sc, dict(base, remedy=failing, remedies=[failing]))
+    assert ok is False and "0.542: refused" in why
+
+
+def test_judge_checks_the_expected_figures_of_an_ok_run():
+    sc = load_scenario("max-running-lowered")
+    assert sc.expect.figures == {"max_running_requests": 4}
+    run = {"outcome": "ok", "reason": "r", "figures": {"max_running_requests": 4}}
+    assert judge(sc, run)[0] is True
+    ok, why = judge(sc, dict(run, figures={"max_running_requests": 3}))
+    assert ok is False and "max_running_requests is 3, not 4" in why
+
+
 def test_every_scenario_loads_and_states_its_sources():
     names = scenario_names()
     assert {"negative-rest-tp8", "zero-requests-dflash", "dflash-smoke", "dflash-default-48",

@@ -6,9 +6,11 @@ next points, the verdicts, the JSON-lines log, and running one step
 One module per concept: ``terms`` (old/new/skip/abort, git bisect run's
 exit protocol), ``range``, ``strategy`` (pure ``decide``), ``report``
 (verdicts in words), ``log``, ``testrun`` (the test), ``tree_cache``
-(trees per point and stack digest), ``runner`` (``Bisection``), and
-``versus_git`` (side by side with git bisect run).  See docs/bisect.md.
+(trees per point and stack digest), ``runner`` (``Bisection``),
+``versus_git`` (side by side with git bisect run), ``issue`` (a bug report's
+text, pure) and ``evidence`` (what the report is made of, gathered).  See docs/bisect.md.
 """
+from . import evidence, issue
 from .log import LOG_SCHEMA, Log, known_from
 from .range import Point, Range, commit_range, release_range
 from .report import finish, words
@@ -20,5 +22,5 @@ from .tree_cache import StepSkip, TreeCache, Trees
 
 __all__ = ["ABORT", "LOG_SCHEMA", "NEW", "OLD", "SKIP", "TAIL", "Bisection", "Children", "Decision", "Log",
            "Point", "Range", "StepSkip", "Test", "TestRun", "TreeCache", "Trees", "agree", "classify",
-           "commit_range", "cuts", "decide", "finish", "known_from", "release_range", "remaining_steps",
+           "commit_range", "cuts", "decide", "evidence", "finish", "issue", "known_from", "release_range", "remaining_steps",
            "term_of", "words"]

@@ -4,6 +4,7 @@
   python tools/bisect.py --repo PATH_OR_URL --good REF --bad REF --scenario NAME
   python tools/bisect.py ... -- CMD ARG... {tree} ...     any command as the test
   python tools/bisect.py --resume LOG | --replay LOG
+  ... --scenario NAME --report PATH        also write a ready-to-file bug report
 
 The endpoints are verified first (each --runs N times, all must agree),
 then the range is bisected; every result is appended to a JSON-lines log
@@ -17,7 +18,8 @@ is the first release or commit where the test passes.  With --repo and
 Exit codes: 0 first-bad / first-fixed found, 1 the test aborted or a tool
 failed, 2 bad input (before any step), 3 integrity failure, 4 not-in-range,
 5 cannot-reproduce, 6 inconclusive, 7 flaky, 8 --replay of an unfinished
-log, 130 interrupted (resume with --resume LOG).  docs/bisect.md.
+log, 130 interrupted (resume with --resume LOG).  With --report, a verdict
+other than first-bad writes no report and keeps its exit code.  docs/bisect.md.
 """
 import os
 import sys
@@ -63,6 +65,8 @@ def parse(argv):
     ap.add_argument("--tree-cache", metavar="DIR", help="where step trees are kept (default: CACHE/bisect-trees)")
     ap.add_argument("--tree-cache-mb", type=int, default=8192, metavar="MB", help="size bound of the tree cache")
     ap.add_argument("--root", default=str(ROOT), help=argparse.SUPPRESS)
+    ap.add_argument("--report", metavar="PATH", help="after a first-bad verdict, write an upstream bug report "
+                    "(Markdown) there: needs --scenario, not --fixed or --with-stack")
     ap.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     args = ap.parse_args(argv)
@@ -80,7 +84,7 @@ def validate(args):
         given += ["--replay"] if args.resume and args.replay else []
         if given:
             raise UsageError(f"{mode} takes the range, the test and their options from the log; drop {given[0]}",
-                             hint="only --jobs, --json, -q and the cache options go with it")
+                             hint="only --jobs, --report, --json, -q and the cache options go with it")
         return
     if bool(args.releases) == bool(args.repo):
         raise UsageError("give exactly one range: --releases OLD..NEW, or --repo with --good and --bad",
@@ -97,6 +101,24 @@ def validate(args):
             raise UsageError(f"--{opt} must be at least 1, got {getattr(args, opt)}", hint=f"e.g. --{opt} 2")
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError(f"--timeout must be positive, got {args.timeout}", hint="seconds, e.g. --timeout 600")
+    if args.report:
+        check_report(args.report, bool(args.scenario), args.fixed, args.with_stack)
+
+
+def check_report(path, scenario, fixed, with_stack, source="given"):
+    """--report's conditions, before any step: the harness's figures need a
+    scenario; a bug report is about a regression in pristine upstream."""
+    if not scenario:
+        raise UsageError(f"--report needs --scenario: the report's figures are the harness's (test {source} is a command)",
+                         hint="bisect with --scenario NAME (tools/regress.py --list), or drop --report")
+    if fixed:
+        raise UsageError("--report writes a bug report: it needs a regression, not --fixed",
+                         hint="drop --report, or bisect the regression (good = old, bad = new)")
+    if with_stack:
+        raise UsageError("--report describes pristine upstream trees: it does not go with --with-stack",
+                         hint="bisect without --with-stack to report upstream's behaviour")
+    if Path(path).is_dir():
+        raise UsageError(f"--report {path} is a directory", hint="give the report's file name, e.g. docs/upstream-reports/NAME.md")
 
 
 def stack_for(root, wanted, digest=None):
@@ -121,6 +143,9 @@ def setup(args, progress):
                 B.Log.read(path)                 # the usual "cannot read it" error, before any lock file
             log.own()                            # one live writer: refused at once if another bisect has it
         header, results, verdict = B.Log.read(path)
+        if args.report:
+            check_report(args.report, bool(header["test"].get("scenario")), header["fixed"], header.get("with_stack"),
+                         source="in the log")
         rng = B.Range.from_dict(header["range"])
         test = B.Test(root=ROOT, **header["test"])
         s = dict(fixed=header["fixed"], runs=header["runs"], jobs=args.jobs if args.jobs > 1 else header["jobs"])
@@ -176,6 +201,28 @@ def commit_command(rec, header):
     return shlex.join(cmd)
 
 
+def make_trees(rng, header, args, stack, progress):
+    cache = header.get("cache") or args.cache
+    tree_root = header.get("tree_cache") or args.tree_cache or str(source.cache_dir(cache) / "bisect-trees")
+    return B.Trees(rng, lockmod.load(Path(header["stack_root"]) / "upstream.lock"), stack, cache,
+                   B.TreeCache(tree_root, (header.get("tree_cache_mb") or args.tree_cache_mb) << 20), progress)
+
+
+def write_report(args, rec, rng, header, progress):
+    """The bug report for a first-bad verdict (``{"path", "evidence"}``), or
+    ``{"path": None, "why"}``: no report for another verdict."""
+    if rec["verdict"] != "first-bad":
+        why = f"no report written to {args.report}: the verdict is {rec['verdict']}, and a report needs a first bad point"
+        print(why, file=sys.stderr)
+        return {"path": None, "why": why}
+    trees = make_trees(rng, header, args, None, progress)
+    public = lockmod.load(Path(header["stack_root"]) / "upstream.lock").repo
+    ev = B.evidence.collect(rec, rng, header, trees, public, args.report, progress)
+    B.evidence.write(args.report, B.issue.render(ev))
+    progress(f"report: {args.report}")
+    return {"path": str(args.report), "evidence": ev}
+
+
 def main(argv):
     args = parse(argv)
     validate(args)
@@ -191,7 +238,8 @@ def main(argv):
                      args.json, msg + f"\ncontinue with: python tools/bisect.py --resume {log.path}")
             return UNFINISHED
         rec = v if verdict is not None else B.finish(v, rng, s["fixed"], results)
-        cli.emit({"status": "done", "log": str(log.path), **rec}, args.json, text(rec, rng, header, log.path))
+        extra = {"report": write_report(args, rec, rng, header, progress)} if args.report else {}
+        cli.emit({"status": "done", "log": str(log.path), **rec, **extra}, args.json, text(rec, rng, header, log.path))
         return EXIT[rec["verdict"]]
     progress(f"log: {log.path}")
     for n in rng.notes:
@@ -202,10 +250,7 @@ def main(argv):
     stack = stack_for(header["stack_root"], header["with_stack"], header["stack_digest"])
     if stack is not None and not stack.patches and not stack.overlay:
         progress("--with-stack: the stack is empty, so every step is the pristine tree")
-    cache = header.get("cache") or args.cache
-    tree_root = header.get("tree_cache") or args.tree_cache or str(source.cache_dir(cache) / "bisect-trees")
-    trees = B.Trees(rng, lockmod.load(Path(header["stack_root"]) / "upstream.lock"), stack, cache,
-                    B.TreeCache(tree_root, (header.get("tree_cache_mb") or args.tree_cache_mb) << 20), progress)
+    trees = make_trees(rng, header, args, stack, progress)
     def stop(signum, frame):               # kill PID: the same clean stop as Ctrl-C
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, stop)
@@ -226,6 +271,7 @@ def main(argv):
     if rec["verdict"] in ("first-bad", "first-fixed") and rng.kind == "releases":
         rec["commit_command"] = commit_command(rec, header)
     log.append({"type": "verdict", **rec})
-    cli.emit({"status": "done", "log": str(log.path), **rec}, args.json, text(rec, rng, header, log.path))
+    extra = {"report": write_report(args, rec, rng, header, progress)} if args.report else {}
+    cli.emit({"status": "done", "log": str(log.path), **rec, **extra}, args.json, text(rec, rng, header, log.path))
     return EXIT[rec["verdict"]]
 

@@ -49,6 +49,7 @@ def run(req: dict) -> dict:
     root = Path(req["root"])
     lay = layout.detect(root)
     ledger_file = _ledger_file()
+    log = _capture_log(root)
     result = {"layout": lay.era, "entry_module": lay.entry, "timing": {"import_torch_s": round(torch_s, 4)}}
     ctx = None
     t = time.perf_counter()
@@ -64,6 +65,7 @@ def run(req: dict) -> dict:
     result["timing"]["sizing_s"] = round(time.perf_counter() - t, 4)
     # The ledger file (the memory-ledger patch), else the tree's in-memory ledger.
     result["ledger"] = _read_ledger(ledger_file) or (ctx.ledger if ctx is not None else None)
+    result["log"] = log[-LOG_RECORDS:]
     if ctx is not None:
         result["notes"] = ctx.notes
         result["reads"] = sorted(ctx.reads)
@@ -71,6 +73,35 @@ def run(req: dict) -> dict:
 
     result["standins_touched"] = len(loader.StubRegistry.touched)
     return result
+
+
+# What upstream logged during the run (its ``sglang.*`` loggers, INFO and
+# above): the evidence of what a user would have seen.  WARNING and above
+# still reach stderr as before.
+LOG_RECORDS = 200
+
+
+def _capture_log(root):
+    import logging
+    import os
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, rec):
+            try:
+                where = os.path.relpath(rec.pathname, root)
+            except ValueError:
+                where = rec.pathname
+            records.append({"level": rec.levelname, "logger": rec.name, "message": rec.getMessage(),
+                            "where": f"{where}:{rec.lineno}"})
+
+    log = logging.getLogger("sglang")
+    log.setLevel(logging.INFO)
+    log.addHandler(Keep(logging.INFO))
+    log.addHandler(logging.StreamHandler(sys.stderr))
+    log.handlers[-1].setLevel(logging.WARNING)
+    return records
 
 
 # The memory-ledger patch's environment variable (docs/memory.md): a tree that

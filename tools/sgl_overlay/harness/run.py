@@ -105,6 +105,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
         "timing": child.get("timing", {}),
         "reads": child.get("reads", []),
         "ledger": child.get("ledger"),
+        "log": child.get("log", []),
     }
     if verdict["outcome"] == "refused":
         remedies = outcome_mod.parse_remedies(verdict.get("message", ""))
@@ -180,6 +181,11 @@ def judge(scenario: Scenario, report: dict) -> tuple[bool | None, str]:
         return False, f"{o} is not among the passing outcomes {exp.passing}: {report['reason']}"
     if exp.case is not None and report.get("ledger") is not None and report.get("case") != exp.case:
         return False, f"{o}, but the ledger's case is {report.get('case')}, not {exp.case}"
+    if o == "ok" and exp.figures:
+        figs = report.get("figures") or {}
+        wrong = [f"{k} is {figs.get(k)}, not {v}" for k, v in exp.figures.items() if figs.get(k) != v]
+        if wrong:
+            return False, "ok, but " + "; ".join(wrong) + f" ({report['reason']})"
     if o == "ok" and report.get("case") == "over_budget" and exp.remedy == "works":
         failing = [r for r in report.get("remedies", []) if not r.get("works")]
         if not report.get("remedies") or failing:
@@ -191,9 +197,11 @@ def judge(scenario: Scenario, report: dict) -> tuple[bool | None, str]:
         msg = (report.get("error") or {}).get("message", "")
         if exp.message and not re.search(exp.message, msg):
             return False, f"refused, but the message does not match /{exp.message}/: {msg}"
-        if exp.remedy == "works":
+        if exp.remedy in ("works", "works-if-stated"):
             rem = report.get("remedy") or {}
             if not rem.get("parsed"):
+                if exp.remedy == "works-if-stated":
+                    return True, f"refused, stating no remedy value (none to verify): {report['reason']}"
                 return False, "refused without a remedy value in the message"
             if not rem.get("works"):
                 return False, f"refused; the remedy does not work: {rem.get('why')}"

@@ -20,9 +20,11 @@ class ScenarioError(UsageError):
 @dataclass
 class Expect:
     passing: list[str]
-    remedy: str | None = None  # "works": a refusal passes only with a verified remedy
+    # "works": a refusal passes only with a verified remedy; "works-if-stated":
+    # a refusal stating no value passes, one stating a value only if it works
+    remedy: str | None = None
     message: str | None = None  # regex a refusal's message must match
-    figures: dict = field(default_factory=dict)  # exact figures an ok run must show (used by tests)
+    figures: dict = field(default_factory=dict)  # exact figures an ok run must show (judged)
     # the memory ledger's case (fits / over_budget / cannot_run), checked where the tree writes a ledger
     case: str | None = None
 
@@ -77,8 +79,8 @@ def load(name_or_path: str) -> Scenario:
     passing = exp.get("pass")
     if not passing or any(o not in OUTCOMES for o in passing):
         raise ScenarioError(f"{path}: [expect] pass must list outcomes among {OUTCOMES}")
-    if exp.get("remedy") not in (None, "works"):
-        raise ScenarioError(f"{path}: [expect] remedy must be \"works\" or absent")
+    if exp.get("remedy") not in (None, "works", "works-if-stated"):
+        raise ScenarioError(f"{path}: [expect] remedy must be \"works\", \"works-if-stated\" or absent")
     return Scenario(
         name=data.get("name", path.stem),
         description=data.get("description", ""),
