@@ -131,3 +131,6 @@ def _check_source(path: Path, source: dict | None, logged: dict) -> None:
         raise ScenarioError(f"{path}: [source] status {source['status']!r} needs a reason")
     if not logged:
         raise ScenarioError(f"{path}: a [source] scenario needs [expect.logged] figures")
+    if not isinstance(source.get("witness_post_load_free_gib"), (int, float)):
+        raise ScenarioError(f"{path}: [source] needs witness_post_load_free_gib (the post-load reading "
+                            "at which the release gives every logged figure); see docs/regress.md")
