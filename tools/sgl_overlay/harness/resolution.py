@@ -51,6 +51,11 @@ PROBES = (
     "is_hopper_with_cuda_12_3", "is_host_cpu_arm64", "cpu_has_amx_support", "xpu_has_xmx_support",
     "is_blackwell", "is_sm80_supported", "is_sm100_or_sm110_supported",
 )
+# Pure helpers of the same file the rules call on the server args themselves:
+# as stand-ins they answered falsy, so the default attention backend missed
+# trtllm_mha on SM100 (and fa3 on Hopper), and trtllm_mha's page size 64 with it
+# (docs/regress.md, "Public start-up logs").
+RULE_HELPERS = ("is_no_spec_infer_or_topk_one",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +202,7 @@ def _probe_closure(root: Path, hw: Hardware) -> dict:
     ns = {"torch": torch, "lru_cache": functools.lru_cache, "functools": functools, "sys": sys,
           "platform": platform, "os": os, "find_spec": importlib.util.find_spec, "importlib": importlib,
           "logger": logging.getLogger("sglang.probes"), "Tuple": tuple, "Optional": object, **answered}
-    out = tree_functions(path, PROBES, ns, skip=tuple(answered))
+    out = tree_functions(path, PROBES + RULE_HELPERS, ns, skip=tuple(answered))
     out.update(answered)
     return out
 

@@ -11,6 +11,9 @@ from ..errors import UsageError
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 OUTCOMES = ("ok", "broken", "refused", "untestable")
+LOGGED_FIGURES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size")
+# how a public log's figures compare with the harness's (docs/regress.md, "Public start-up logs")
+SOURCE_STATUSES = ("exact", "rounding", "open")
 
 
 class ScenarioError(UsageError):
@@ -27,6 +30,8 @@ class Expect:
     figures: dict = field(default_factory=dict)  # exact figures an ok run must show (judged)
     # the memory ledger's case (fits / over_budget / cannot_run), checked where the tree writes a ledger
     case: str | None = None
+    # figures a public start-up log printed (public-*.toml): tests/regress/test_public_logs.py
+    logged: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -39,6 +44,8 @@ class Scenario:
     draft: dict | None
     expect: Expect
     path: Path
+    # where a scenario's figures come from (public-*.toml): url, release, hf_id, status ...
+    source: dict | None = None
 
     def to_request(self, overrides: dict | None = None) -> dict:
         """The plain-data form sent to the child interpreter."""
@@ -81,6 +88,9 @@ def load(name_or_path: str) -> Scenario:
         raise ScenarioError(f"{path}: [expect] pass must list outcomes among {OUTCOMES}")
     if exp.get("remedy") not in (None, "works", "works-if-stated"):
         raise ScenarioError(f"{path}: [expect] remedy must be \"works\", \"works-if-stated\" or absent")
+    source = data.get("source")
+    logged = exp.get("logged", {})
+    _check_source(path, source, logged)
     return Scenario(
         name=data.get("name", path.stem),
         description=data.get("description", ""),
@@ -94,6 +104,35 @@ def load(name_or_path: str) -> Scenario:
             message=exp.get("message"),
             figures=exp.get("figures", {}),
             case=exp.get("case"),
+            logged=logged,
         ),
         path=path,
+        source=source,
     )
+
+
+def _check_source(path: Path, source: dict | None, logged: dict) -> None:
+    """A [source] table (a public log) needs its address, the release it runs on and
+    a status; [expect.logged] holds only figures the harness reports."""
+    unknown = sorted(set(logged) - set(LOGGED_FIGURES))
+    if unknown:
+        raise ScenarioError(f"{path}: [expect.logged] has {', '.join(unknown)}; "
+                            f"known: {', '.join(LOGGED_FIGURES)}")
+    if source is None:
+        if logged:
+            raise ScenarioError(f"{path}: [expect.logged] needs a [source] table saying where the log is")
+        return
+    for key in ("url", "release", "status"):
+        if not isinstance(source.get(key), str) or not source[key]:
+            raise ScenarioError(f"{path}: [source] needs {key} (a string); see docs/regress.md")
+    if not source["url"].startswith("https://"):
+        raise ScenarioError(f"{path}: [source] url must be an https address, not {source['url']!r}")
+    if source["status"] not in SOURCE_STATUSES:
+        raise ScenarioError(f"{path}: [source] status must be one of {', '.join(SOURCE_STATUSES)}")
+    if source["status"] != "exact" and not source.get("reason"):
+        raise ScenarioError(f"{path}: [source] status {source['status']!r} needs a reason")
+    if not logged:
+        raise ScenarioError(f"{path}: a [source] scenario needs [expect.logged] figures")
+    if not isinstance(source.get("witness_post_load_free_gib"), (int, float)):
+        raise ScenarioError(f"{path}: [source] needs witness_post_load_free_gib (the post-load reading "
+                            "at which the release gives every logged figure); see docs/regress.md")

@@ -183,10 +183,29 @@ def _install_runtime_context(ctx: Context, sa) -> dict:
             if f"get_{top}" in accessors and top != "parallel":
                 accessors[f"get_{top}"] = (lambda t=top: _NsGroup(sa, t, nsmap, harness))
     accessors["get_context"] = lambda: _RuntimeContext(sa)
+    accessors.update(_runtime_context_predicates(ctx, accessors))
     loader.set_fakes(accessors)
     # v0.5.20+ read resolved flags through arg_groups.overrides.resolving_view(server_args)
     loader.set_fakes({"resolving_view": lambda args, *a, **k: args})
     return accessors
+
+
+# v0.5.18-v0.5.19: predicates runtime_context defines over the published bags and the
+# configurator calls (its Mamba ratio, the pools' extra buffer); as stand-ins they were
+# falsy (extra_buffer counted 3 slots per request instead of 5: docs/regress.md, public logs)
+_RUNTIME_CONTEXT_PREDICATES = ("mamba_extra_buffer_enabled", "mamba_extra_buffer_lazy_enabled")
+
+
+def _runtime_context_predicates(ctx: Context, accessors: dict) -> dict:
+    """The release's own runtime_context predicates, run on the accessors above."""
+    path = ctx.root / "sglang" / "srt" / "runtime_context.py"
+    if not path.is_file():
+        return {}
+    source = path.read_text(encoding="utf-8")
+    names = [n for n in _RUNTIME_CONTEXT_PREDICATES if f"def {n}(" in source]
+    if not names:
+        return {}
+    return loader.definitions(ctx.root, "sglang.srt.runtime_context", names, dict(accessors))
 
 
 def weights_module(ctx: Context):

@@ -1,0 +1,140 @@
+"""The harness against start-up logs nobody here wrote (issue 14 part 3): every
+``public-*.toml`` scenario names its public source (``[source] url``), the release the
+log came from (``[source] release``) and the figures the log printed
+(``[expect.logged]``, typed in from the source; the address is in the scenario's
+comments next to each line used).
+
+A log prints its free-memory readings with two decimals (GiB), and the sizing depends on
+them only through one budget, post-load - pre-load x (1 - mem_fraction_static).  Each
+scenario records a witness: the post-load reading (the pre-load one as logged) at which
+the release's code gives exactly every logged figure at once (found by bisection with the
+harness; ``[source] witness_post_load_free_gib``).  The tests run the harness at the logged
+readings and at the witness:
+
+* at the witness, every logged figure comes out exactly (KV tokens, Mamba slots and
+  requests from one reading: a check that the logged figures are consistent with each
+  other and with the release's code);
+* ``status = "exact"``: the logged readings themselves give the logged figures;
+  ``"rounding"``: the witness lies within the rounding of the readings (the post-load
+  reading's half-hundredth plus the pre-load one's times 1 - mem_fraction_static);
+  ``"open"``: it lies outside (asserted, so the status cannot be wrong), then a strict
+  xfail with the scenario's reason.  docs/regress.md has the table."""
+
+import dataclasses
+
+import pytest
+
+from sgl_overlay.harness import load_scenario, run_scenario, source_root
+from sgl_overlay.harness.scenario import SCENARIO_DIR, ScenarioError, load
+
+PUBLIC = sorted(p.stem for p in SCENARIO_DIR.glob("public-*.toml"))
+ROUNDING_GIB = 0.005   # a "%.2f GB" reading is within half a hundredth of a GiB
+
+
+def _run(root, sc, post):
+    gpu = dict(sc.gpu, post_load_free_gib=post)
+    r = run_scenario(root, dataclasses.replace(sc, gpu=gpu), verify_remedy=False)
+    assert r["outcome"] == "ok", r.get("reason")
+    return r["figures"]
+
+
+@pytest.fixture(scope="module")
+def runs(release_tree):
+    """name -> (scenario, figures at the logged readings, figures at the witness)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            sc = load_scenario(name)
+            root = source_root(release_tree(sc.source["release"]))
+            cache[name] = (sc, _run(root, sc, sc.gpu["post_load_free_gib"]),
+                           _run(root, sc, sc.source["witness_post_load_free_gib"]))
+        return cache[name]
+
+    return get
+
+
+def _mem_fraction_static(sc, figures) -> float:
+    for c in figures.get("resolution", []):
+        if c["flag"] == "mem_fraction_static":
+            return float(c["resolved"])
+    return float(sc.server["mem_fraction_static"])
+
+
+def test_there_are_public_scenarios():
+    assert PUBLIC, "no public-*.toml scenario"
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_one_reading_gives_every_logged_figure(runs, name):
+    sc, _, witness = runs(name)
+    assert {k: witness[k] for k in sc.expect.logged} == sc.expect.logged
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_logged_figures(runs, name):
+    sc, nominal, _ = runs(name)
+    logged = sc.expect.logged
+    got = {k: nominal[k] for k in logged}
+    if sc.source["status"] == "exact":
+        assert got == logged
+        return
+    box = (sc.source.get("post_rounding_gib", ROUNDING_GIB)
+           + sc.source.get("pre_rounding_gib", ROUNDING_GIB) * (1 - _mem_fraction_static(sc, nominal)))
+    shift = sc.source["witness_post_load_free_gib"] - sc.gpu["post_load_free_gib"]
+    if sc.source["status"] == "rounding":
+        assert abs(shift) <= box, (shift, box)
+        return
+    assert abs(shift) > box, f"{name}: the witness is within the rounding ({shift:+.4f} GiB); status rounding"
+    pytest.xfail(f"{sc.source['reason']} (harness {got}, logged {logged}, budget shift {shift:+.4f} GiB "
+                 f"outside +-{box:.4f})")
+
+
+def test_mamba_ratio_of_v0_5_18_is_the_logs(runs):
+    """v0.5.18 printed "max_running_requests is capped to 24" with 124 Mamba slots: the
+    only slots-per-request ratio r with 124 // r == 24 is 5 (the extra_buffer strategy
+    with the overlap scheduler).  The harness must apply the same ratio to its own slot
+    count.  (It gave 32 requests, i.e. ratio 3, while runtime_context's
+    mamba_extra_buffer_enabled() was an inert stand-in.)"""
+    sc, nominal, _ = runs("public-h100-qwen38-27b-fp8")
+    slots, reqs = sc.expect.logged["max_mamba_cache_size"], sc.expect.logged["max_running_requests"]
+    (ratio,) = [r for r in range(1, 12) if slots // r == reqs]
+    assert nominal["max_running_requests"] == nominal["max_mamba_cache_size"] // ratio
+
+
+def test_default_attention_backend_of_the_b200_log(runs):
+    """The B200 log (every flag at its default) says "Use trtllm_mha backend by default" and
+    "changing page_size from None to 64": the release's own rules must say the same.  (The
+    harness chose flashinfer and page size 1 while utils.common.is_no_spec_infer_or_topk_one
+    was an inert stand-in.)"""
+    _, nominal, _ = runs("public-b200-qwen3-8b-main0427")
+    resolved = {c["flag"]: c["resolved"] for c in nominal["resolution"]}
+    assert (resolved["attention_backend"], resolved["page_size"]) == ("trtllm_mha", 64)
+    assert nominal["max_total_num_tokens"] % 64 == 0
+
+
+def _write(tmp_path, body):
+    p = tmp_path / "x.toml"
+    p.write_text('[gpu]\npre_load_free_gib = 1.0\npost_load_free_gib = 0.5\n[model]\n[server]\n'
+                 '[expect]\npass = ["ok"]\n' + body)
+    return p
+
+
+def test_source_table_is_checked(tmp_path):
+    good = ('[expect.logged]\nmax_total_num_tokens = 10\n[source]\nurl = "https://example.org/x"\n'
+            'release = "0.5.18"\nstatus = "exact"\nwitness_post_load_free_gib = 0.5\n')
+    sc = load(str(_write(tmp_path, good)))
+    assert sc.source["release"] == "0.5.18" and sc.expect.logged == {"max_total_num_tokens": 10}
+    bad = {
+        "no url": good.replace('url = "https://example.org/x"\n', ""),
+        "not https": good.replace("https://", "http://"),
+        "unknown status": good.replace('"exact"', '"close"'),
+        "open without reason": good.replace('"exact"', '"open"'),
+        "unknown figure": good.replace("max_total_num_tokens", "tokens"),
+        "logged without source": '[expect.logged]\nmax_total_num_tokens = 10\n',
+        "no witness": good.replace("witness_post_load_free_gib = 0.5\n", ""),
+    }
+    for why, body in bad.items():
+        with pytest.raises(ScenarioError):
+            load(str(_write(tmp_path, body)))
+            pytest.fail(why)
