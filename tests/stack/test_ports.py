@@ -155,6 +155,7 @@ def test_export_of_a_port_applies_and_runs_the_evidence(ported, port_patches, tm
     for name, n in zip(files[:2], (1, 2)):
         mail = (out / name).read_text()
         assert f"Subject: [PATCH {n}/2] flatten_ragged" in mail
+        assert "\n\n---\n" not in mail                 # the message ends where the trailers were
         for trailer in ("Topic:", "Upstream-Status:", "Ports:", "Evidence:"):
             assert trailer not in mail.split("\n---\n")[0], (name, trailer)
     check = tmp_path / "check"
@@ -193,8 +194,8 @@ def test_an_evidence_test_that_fails_patched_stops_the_export(ported, port_patch
 def test_export_of_a_port_that_does_not_apply(ported, port_patches, tmp_path):
     """A port patch whose context is not v0.5.23's: strict git am refuses
     it, the export names the file and writes nothing (exit 1)."""
-    bad = port_patches["one.patch"].replace(" def flatten_ragged(per_pos_val, per_pos_idx):",
-                                            " def flatten_ragged(per_pos_val, per_pos_idx, strict):")
+    bad = port_patches["one.patch"].replace("\n     for p, pv in enumerate(per_pos_val):\n",
+                                            "\n     for p, pv in enumerate(per_pos_val, 1):\n")
     assert bad != port_patches["one.patch"]
     write_port(ported.root, {"one.patch": bad})
     r = run(ported, "export", "--topic", "ragged", "--onto", "0.5.23", "--out", str(tmp_path / "pr"), "--json")
@@ -290,3 +291,13 @@ def test_dropped_sentences_are_read_across_lines():
     assert [(m.group(1), " ".join(m.group(2).split())) for m in ports.DROPPED.finditer(text)] == [
         ("a.patch", "upstream already does this in abc123 (#42)."),
         ("b.patch", "upstream already does this in def456.")]
+
+
+def test_export_pinned_ignores_the_port(ported, tmp_path):
+    """--pinned exports the pinned patches (rebased) even where a port
+    exists: nsa.patch conflicts on v0.5.23 as before the port."""
+    r = run(ported, "export", "--topic", "ragged", "--onto", "0.5.23", "--out", str(tmp_path / "pr"),
+            "--pinned", "--no-tests", "--json")
+    assert r.returncode == 1 and r.data["status"] == "does-not-apply", r.stdout + r.stderr
+    assert "port" not in r.data
+    assert {p["patch"]: p["status"] for p in r.data["patches"]} == {"kept.patch": "applied", "nsa.patch": "conflict"}

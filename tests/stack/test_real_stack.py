@@ -64,14 +64,15 @@ def first_patch_applies(release_dir, topic):
 
 @pytest.mark.parametrize("topic", ["memory", "sm120"])
 def test_export_onto_0_5_23_refuses_what_git_apply_refuses(repo_stack, topic, tmp_path):
-    """The topic's first patch does not apply to 0.5.23 (upstream moved the
+    """The topic's first pinned patch does not apply to 0.5.23 (upstream moved the
     sizing into kv_cache_configurator.py in 0.5.16 and guarded the
     symmetric-memory table in 0.5.14): the export says so, names it, and
     writes nothing."""
     lock, _ = repo_stack
     name, applies = first_patch_applies(source.release_tree("0.5.23"), topic)
     assert applies is False, f"{name} applies to 0.5.23 with plain git apply"
-    out = stack.export(ROOT, lock, topic, stack.Onto(version="0.5.23"), tmp_path / "pr", run_tests=False)
+    out = stack.export(ROOT, lock, topic, stack.Onto(version="0.5.23"), tmp_path / "pr", run_tests=False,
+                       use_port=False)        # the pinned patches, even where patches/ports/v0.5.23/ has the topic
     assert out["status"] == "does-not-apply"
     first = out["patches"][0]
     assert first["patch"] == name and first["status"] == "conflict", first

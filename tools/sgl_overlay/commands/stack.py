@@ -14,12 +14,13 @@
         change (without --tree: the stack is built and re-exported, which must
         reproduce patches/ exactly)
   python tools/stack.py export --topic T [--onto VERSION|COMMIT] [--out DIR]
-        [--test-python PY]
+        [--test-python PY] [--pinned] [--no-tests]
         the topic alone on the newest (or given) upstream, verified to apply
         and to pass tests/T there, as numbered mails + pull-request.md; with a
         ported series (patches/ports/<label>/T/) that series, strict git am,
         every patch's Evidence: tests run before/after it and the
         upstream-style tests on pristine/patched, results in pull-request.md
+        (--pinned: the pinned patches even so)
   python tools/stack.py lint
         series and files agree, headers, trailers, whitespace, python/ paths,
         the debug topic never marked for upstream; patches/ports/** too
@@ -71,6 +72,8 @@ def parse(argv):
     e.add_argument("--repo", metavar="URL_OR_PATH")
     e.add_argument("--out", default="export")
     e.add_argument("--no-tests", action="store_true")
+    e.add_argument("--pinned", action="store_true",
+                   help="export the pinned patches (rebased) even where patches/ports/<label>/T/ exists")
     e.add_argument("--test-python", metavar="PY",
                    help="the interpreter that runs a ported series' upstream-style tests (test/...), one with "
                         "SGLang's dependencies (default: this one)")
@@ -180,7 +183,7 @@ def _main(args, progress, root):
                 raise UsageError("export with --repo needs --onto COMMIT", hint="e.g. --onto main")
             spec = source.list_releases(progress)[-1]       # the newest release
         r = stack.export(root, lock, args.topic, onto_of(spec, args.repo), args.out, args.cache, progress,
-                         run_tests=not args.no_tests, test_python=args.test_python)
+                         run_tests=not args.no_tests, test_python=args.test_python, use_port=not args.pinned)
         cli.emit(strip_texts(r), args.json, export_text(r))
         return OK if r["status"] == stack.ExportStatus.EXPORTED else FAILED
     return OK

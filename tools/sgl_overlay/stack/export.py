@@ -33,17 +33,18 @@ def strip_trailers(text):
     """Remove this project's downstream-only trailers from a mail."""
     head, sep, rest = text.partition("\n---\n")
     head = re.sub(r"(?m)^(%s): .*(\n|\Z)" % "|".join(DOWNSTREAM_TRAILERS), "", head)
-    return re.sub(r"\n\n+\Z", "\n", head.rstrip("\n") + "\n") + sep + rest if sep else head
+    return head.rstrip("\n") + sep + rest if sep else head
 
 
-def export(root, lock, topic, onto, out_dir, cache=None, progress=None, run_tests=True, test_python=None):
+def export(root, lock, topic, onto, out_dir, cache=None, progress=None, run_tests=True, test_python=None,
+           use_port=True):
     """The topic's patches alone on ``onto``: verified to apply and to pass
     the topic's tests there, written as numbered mails plus a pull-request
     description.  A ported series for ``onto`` is exported instead of the
-    pinned patches (``export_port``)."""
+    pinned patches (``export_port``) unless ``use_port`` is false."""
     say = progress or (lambda m: None)
     root = Path(root)
-    d = ports.port_dir(root, topic, onto)
+    d = ports.port_dir(root, topic, onto) if use_port else None
     if d:
         say(f"exporting the ported series {d.relative_to(root).as_posix()}")
         return export_port(root, lock, ports.load(d), onto, out_dir, cache, progress, run_tests, test_python)
