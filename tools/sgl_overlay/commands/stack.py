@@ -153,9 +153,10 @@ def _main(args, progress, root):
     if args.verb in ("rebase", "check"):
         spec = args.onto if args.verb == "rebase" else args.against
         onto = onto_of(spec, args.repo)
+        cover = stack.coverage(root, onto) if args.verb == "rebase" else {}     # a bad port: exit 2 before work
         report = stack.rebase(lock, series.load(root), onto, args.cache, progress)
-        if args.verb == "rebase":
-            stack.mark_ported(report, stack.coverage(root, onto))
+        if cover:
+            stack.mark_ported(report, cover)
         if args.verb == "rebase" and args.write:
             report["written"] = stack.write_rebase(root, lock, series.load(root), report, onto, args.cache, progress)
         cli.emit(strip_texts(report), args.json, rebase_text(report))
