@@ -178,13 +178,14 @@ def _main(args, progress, root):
             raise UsageError(f"--test-python {args.test_python}: not an executable file",
                              hint="give the python of an environment with SGLang's dependencies, "
                                   "e.g. VENV/bin/python")
+        test_python = os.path.abspath(args.test_python) if args.test_python else None   # a venv's link kept
         spec = args.onto
         if not spec:
             if args.repo:
                 raise UsageError("export with --repo needs --onto COMMIT", hint="e.g. --onto main")
             spec = source.list_releases(progress)[-1]       # the newest release
         r = stack.export(root, lock, args.topic, onto_of(spec, args.repo), args.out, args.cache, progress,
-                         run_tests=not args.no_tests, test_python=args.test_python, use_port=not args.pinned)
+                         run_tests=not args.no_tests, test_python=test_python, use_port=not args.pinned)
         cli.emit(strip_texts(r), args.json, export_text(r))
         return OK if r["status"] == stack.ExportStatus.EXPORTED else FAILED
     return OK

@@ -220,8 +220,8 @@ def port_description(port, out, run_tests):
     if not uts:
         lines += ["The series adds no test file under `test/`.", ""]
     else:
-        lines += [f"Run from an SGLang checkout with `python/` importable: on {label} with the file copied in "
-                  "(pristine), and with the series applied (patched).", "",
+        lines += [f"Run as a reviewer would, at the root of an SGLang tree with `python/` importable: {label} "
+                  "with the file copied in (pristine), and with the series applied (patched).", "",
                   "| file | added by | pristine | patched | verdict |", "|---|---|---|---|---|"]
         for u in uts:
             cells = []
