@@ -128,11 +128,14 @@ def test_export_of_a_port_applies_and_runs_the_evidence(ported, port_patches, tm
     (t,) = ev1["tests"]
     assert (t["before"], t["after"], t["verdict"]) == ("failed", "passed", "fails on pristine, passes patched")
     assert ev1["runs"]["before"]["exit"] == 1 and ev1["runs"]["after"]["exit"] == 0
+    # why it fails on pristine: v0.5.23 under -O flattens the first position and drops the second idx one
+    assert (t["before_reason"], t["after_reason"]) == ("AssertionError: ([0.5], [7], [1])", "")
     assert ev1["runs"]["before"]["command"].endswith("--tree <v0.5.23>")
     # patch 2: "before" is v0.5.23 + patch 1, where the per-position assert still vanishes under -O
     inner, matched = ev2["tests"]
     assert (inner["before"], inner["after"], inner["verdict"]) == \
         ("failed", "passed", "fails on pristine, passes patched")
+    assert inner["before_reason"] == "AssertionError: ([0.5, 0.25], [7], [2])"     # two values, one token id
     assert ev2["runs"]["before"]["command"].endswith("--tree <v0.5.23 + patches 1..1>")
     assert ev2["runs"]["after"]["command"].endswith("--tree <v0.5.23 + patches 1..2>")
     # well-formed columns flatten on pristine too: reported, not hidden
@@ -166,8 +169,8 @@ def test_export_of_a_port_applies_and_runs_the_evidence(ported, port_patches, tm
     pr = (out / "pull-request.md").read_text()
     assert "# ragged: 2 change(s) for SGLang v0.5.23" in pr
     assert f"| `{EVIDENCE}::test_matched_columns_flatten` | passed | passed | does not fail on pristine |" in pr
-    assert f"| `{EVIDENCE}::test_outer_mismatch_refused_under_O` | failed | passed | " \
-           "fails on pristine, passes patched |" in pr
+    assert f"| `{EVIDENCE}::test_outer_mismatch_refused_under_O` | failed: `AssertionError: ([0.5], [7], [1])` | " \
+           "passed | fails on pristine, passes patched |" in pr
     assert f"`python -m pytest {EVIDENCE}::test_outer_mismatch_refused_under_O --tree <v0.5.23>` → exit 1" in pr
     assert f"`PYTHONPATH=python python -m pytest {UPSTREAM_TEST}`" in pr
 

@@ -58,26 +58,43 @@ def read_junit(path):
     return cases
 
 
+def _cases_of(cases, node):
+    """The cases of ``node`` (a node id, or a file) in a run; a collection
+    error of its file counts as an error of it."""
+    cls, name = node_key(node)
+    module = node_key(node.split("::")[0])[0]
+    for c in cases:
+        c_cls, c_name = c[0], c[1]
+        if not c_cls and c_name == module:
+            yield ("", c_name, "error", c[3])
+        elif name is None and (c_cls == cls or c_cls.startswith(cls + ".")):
+            yield c
+        elif c_cls == cls and (c_name == name or c_name.startswith(name + "[")):
+            yield c
+
+
 def outcome(cases, node):
     """The outcome of ``node`` (a node id, or a file) in a run: passed,
     failed, error (its module did not collect, or setup failed), skipped,
     or not-run (no test of it in the run)."""
-    cls, name = node_key(node)
-    module = node_key(node.split("::")[0])[0]
-    got = []
-    for c_cls, c_name, out, _ in cases:
-        if not c_cls and c_name == module:                    # a collection error of its file
-            got.append("error")
-        elif name is None and (c_cls == cls or c_cls.startswith(cls + ".")):
-            got.append(out)
-        elif c_cls == cls and (c_name == name or c_name.startswith(name + "[")):
-            got.append(out)
+    got = [c[2] for c in _cases_of(cases, node)]
     if not got:
         return "not-run"
     for o in ("error", "failed"):
         if o in got:
             return o
     return "passed" if "passed" in got else "skipped"
+
+
+def reason(cases, node, limit=160):
+    """Why ``node`` failed in a run: the first line of its first failure or
+    error message (pytest's, e.g. "AssertionError: assert 'fa3' == 'triton'"),
+    or "" when it did not fail."""
+    for c in _cases_of(cases, node):
+        if c[2] in FAILING:
+            line = next((l.strip() for l in c[3].splitlines() if l.strip()), "")
+            return line if len(line) <= limit else line[:limit - 1] + "…"
+    return ""
 
 
 def missing_module(cases, output):
@@ -144,12 +161,15 @@ def run_series(root, tree, port, commits, label, progress=None, test_python=None
             per_patch[idx - 1]["runs"][side] = {
                 "command": f"python -m pytest {' '.join(nodes)} --tree <{state_name(label, i)}>",
                 "exit": r["exit"], "summary": r["summary"],
-                "outcomes": {n: outcome(r["cases"], n) for n in nodes}}
+                "outcomes": {n: outcome(r["cases"], n) for n in nodes},
+                "reasons": {n: reason(r["cases"], n) for n in nodes}}
     for entry, p in zip(per_patch, port.patches):
         runs = entry["runs"]
         for n in evidence_of(p):
             b, a = runs["before"]["outcomes"][n], runs["after"]["outcomes"][n]
-            entry["tests"].append({"node": n, "before": b, "after": a, "verdict": verdict(b, a)})
+            entry["tests"].append({"node": n, "before": b, "after": a, "verdict": verdict(b, a),
+                                   "before_reason": runs["before"]["reasons"][n],
+                                   "after_reason": runs["after"]["reasons"][n]})
     files = [(p, f) for p in port.patches for f in upstream_tests(p)]
     uts = [{"file": f, "added_by": p.name, "index": p.index} for p, f in files]
     if files:

@@ -185,6 +185,11 @@ def _description(topic, patches, report, out):
     return "\n".join(lines)
 
 
+def _cell(outcome, why):
+    """An outcome for a Markdown table cell, with the failure's first line."""
+    return f"{outcome}: `{why.replace('`', chr(39)).replace('|', '/')}`" if why else outcome
+
+
 def _run_line(side, run):
     return f"- {side}: `{run['command']}` → exit {run['exit']}: {run['summary'] or 'no output'}"
 
@@ -213,7 +218,8 @@ def port_description(port, out, run_tests):
             lines += ["No evidence tests named (`Evidence:`).", ""]
             continue
         lines += ["| test | before | after | verdict |", "|---|---|---|---|"]
-        lines += [f"| `{t['node']}` | {t['before']} | {t['after']} | {t['verdict']} |" for t in ev["tests"]]
+        lines += [f"| `{t['node']}` | {_cell(t['before'], t['before_reason'])} | "
+                  f"{_cell(t['after'], t['after_reason'])} | {t['verdict']} |" for t in ev["tests"]]
         lines += ["", _run_line("before", ev["runs"]["before"]), _run_line("after", ev["runs"]["after"]), ""]
     uts = out.get("upstream_tests") or []
     lines += ["### Upstream-style tests", ""]
