@@ -162,7 +162,7 @@ def run_series(root, tree, port, commits, label, progress=None, test_python=None
                 "command": f"python -m pytest {' '.join(nodes)} --tree <{state_name(label, i)}>",
                 "exit": r["exit"], "summary": r["summary"],
                 "outcomes": {n: outcome(r["cases"], n) for n in nodes},
-                "reasons": {n: reason(r["cases"], n) for n in nodes}}
+                "reasons": {n: reason(r["cases"], n).replace(str(tree), "<tree>") for n in nodes}}
     for entry, p in zip(per_patch, port.patches):
         runs = entry["runs"]
         for n in evidence_of(p):
