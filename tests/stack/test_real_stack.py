@@ -64,16 +64,44 @@ def first_patch_applies(release_dir, topic):
 
 @pytest.mark.parametrize("topic", ["memory", "sm120"])
 def test_export_onto_0_5_23_refuses_what_git_apply_refuses(repo_stack, topic, tmp_path):
-    """The topic's first patch does not apply to 0.5.23 (upstream moved the
+    """The topic's first pinned patch does not apply to 0.5.23 (upstream moved the
     sizing into kv_cache_configurator.py in 0.5.16 and guarded the
     symmetric-memory table in 0.5.14): the export says so, names it, and
     writes nothing."""
     lock, _ = repo_stack
     name, applies = first_patch_applies(source.release_tree("0.5.23"), topic)
     assert applies is False, f"{name} applies to 0.5.23 with plain git apply"
-    out = stack.export(ROOT, lock, topic, stack.Onto(version="0.5.23"), tmp_path / "pr", run_tests=False)
+    out = stack.export(ROOT, lock, topic, stack.Onto(version="0.5.23"), tmp_path / "pr", run_tests=False,
+                       use_port=False)        # the pinned patches, even where patches/ports/v0.5.23/ has the topic
     assert out["status"] == "does-not-apply"
     first = out["patches"][0]
     assert first["patch"] == name and first["status"] == "conflict", first
     assert first["failure"]["file"].startswith("python/sglang/") and first["failure"]["hunk"], first
     assert not (tmp_path / "pr").exists()          # nothing written for a series that does not apply
+
+
+def test_rebase_onto_0_5_23_names_the_real_ports():
+    """`stack.py rebase --onto 0.5.23` on the repository's stack: every
+    pinned memory and sm120 patch is `ported`, by the port patch whose
+    `Ports:` line names it (read here from the files with a plain regex) or
+    as dropped, and no other topic's patch is."""
+    import json
+    import re
+    import sys
+    oracle = {}
+    for f in sorted((ROOT / "patches" / "ports" / "v0.5.23").glob("*/*.patch")):
+        m = re.search(r"^Ports: (.+)$", f.read_text(), re.M)
+        for name in re.split(r"[,\s]+", m.group(1).strip()) if m else []:
+            oracle[name] = f.relative_to(ROOT).as_posix()
+    assert oracle, "no port in patches/ports/v0.5.23"
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "stack.py"), "rebase", "--onto", "0.5.23", "--json"],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 1, p.stderr                    # ported is not resolved: --write stays refused
+    report = json.loads(p.stdout)
+    for r in report["patches"]:
+        if r["topic"] in ("memory", "sm120"):
+            assert r["status"] == "ported", r
+            assert r["ported"] == {"port": oracle[r["patch"]]} if r["patch"] in oracle else "dropped" in r["ported"], r
+        else:
+            assert r["status"] != "ported" and r["patch"] not in oracle, r
+    assert report["ported"] == sum(r["topic"] in ("memory", "sm120") for r in report["patches"])

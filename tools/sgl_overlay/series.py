@@ -18,6 +18,7 @@ from .errors import UsageError
 from .paths import relpath
 
 PATCH_ROOT = "python"          # patches and overlay touch only python/...
+PORT_ROOTS = (PATCH_ROOT, "test")   # a ported series may also add upstream-style tests (test/...)
 OVERLAY_MANIFEST = "overlay.toml"
 UPSTREAM_STATUS = re.compile(
     r"^(Pending|Submitted \[[^\]]+\]|Backport \[[^\]]+\]|Denied \[[^\]]+\]|"
@@ -121,9 +122,11 @@ def read_series(patches_dir):
     return names
 
 
-def parse_patch(path, index):
+def parse_patch(path, index, where=None, roots=(PATCH_ROOT,)):
+    """One patch mail, parsed and checked; ``where`` names it in errors
+    (default patches/NAME), ``roots`` are the top folders its paths may touch."""
     raw = path.read_bytes()
-    where = f"patches/{path.name}"
+    where = where or f"patches/{path.name}"
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -168,7 +171,8 @@ def parse_patch(path, index):
             if p[:2] not in ("a/", "b/"):
                 raise UsageError(f"{where}: path {p!r} lacks the a/ b/ prefixes",
                                  hint="export with git format-patch (default prefixes)")
-            relpath(p[2:], "diff", where, under=PATCH_ROOT)
+            under = next((r for r in roots if p[2:].startswith(r + "/")), roots[0])
+            relpath(p[2:], "diff", where, under=under)
         _check_symlink(pf, where)
         files.append(pf.path)
         added += pf.added
@@ -216,9 +220,9 @@ def _check_symlink(pf, where):
                          hint="a symlink a patch creates must resolve inside the tree")
 
 
-def lint(patch):
+def lint(patch, where=None):
     """Problems with a patch's metadata, as (field, message, hint)."""
-    where = f"patches/{patch.name}"
+    where = where or f"patches/{patch.name}"
     out = []
     if not patch.body:
         out.append(("body", f"{where}: the message has no body",

@@ -3,8 +3,9 @@
   python tools/stack.py rebase --onto VERSION|COMMIT [--repo URL] [--write]
         apply the stack onto a newer upstream and classify every patch
         (applied, applied-3way, conflict, merged-upstream, probably-upstream,
-        emptied); --write updates upstream.lock and the patches, only when
-        every patch is resolved
+        emptied; ported where patches/ports/<label>/ carries it); --write
+        updates upstream.lock and the patches, only when every patch is
+        resolved
   python tools/stack.py check --against VERSION|COMMIT [--repo URL]
         which patch breaks on that upstream; changes nothing
   python tools/stack.py refresh [--tree build/sglang] [--check]
@@ -13,11 +14,16 @@
         change (without --tree: the stack is built and re-exported, which must
         reproduce patches/ exactly)
   python tools/stack.py export --topic T [--onto VERSION|COMMIT] [--out DIR]
+        [--test-python PY] [--pinned] [--no-tests]
         the topic alone on the newest (or given) upstream, verified to apply
-        and to pass tests/T there, as numbered mails + pull-request.md
+        and to pass tests/T there, as numbered mails + pull-request.md; with a
+        ported series (patches/ports/<label>/T/) that series, strict git am,
+        every patch's Evidence: tests run before/after it and the
+        upstream-style tests on pristine/patched, results in pull-request.md
+        (--pinned: the pinned patches even so)
   python tools/stack.py lint
         series and files agree, headers, trailers, whitespace, python/ paths,
-        the debug topic never marked for upstream
+        the debug topic never marked for upstream; patches/ports/** too
 
 Every verb takes --json. Exit codes: 0 ok, 1 a patch does not resolve / lint
 findings / refresh --check found changes / export failed, 2 bad input, 3
@@ -27,6 +33,7 @@ integrity failure (docs/stack.md).
 
 import argparse
 import contextlib
+import os
 import tempfile
 from pathlib import Path
 
@@ -65,6 +72,11 @@ def parse(argv):
     e.add_argument("--repo", metavar="URL_OR_PATH")
     e.add_argument("--out", default="export")
     e.add_argument("--no-tests", action="store_true")
+    e.add_argument("--pinned", action="store_true",
+                   help="export the pinned patches (rebased) even where patches/ports/<label>/T/ exists")
+    e.add_argument("--test-python", metavar="PY",
+                   help="the interpreter that runs a ported series' upstream-style tests (test/...), one with "
+                        "SGLang's dependencies (default: this one)")
     sub.add_parser("lint", parents=[common])
     return ap.parse_args(argv)
 
@@ -84,12 +96,18 @@ def rebase_text(report):
         extra = ""
         if r.get("upstream_commit"):
             extra = f" (upstream {r['upstream_commit'][:12]})"
+        if r.get("ported"):
+            pt = r["ported"]
+            extra = (f" by {pt['port']}" if "dropped" not in pt else
+                     f" ({pt['port']}: dropped, {pt['dropped']})") + f" (git: {r['git_status']})"
         if r["status"] == stack.Status.APPLIED and not r.get("changed"):
             extra = " (unchanged)"
         lines.append(f"  {r['index']:>2} {r['patch']:<40} {r['status']}{extra}")
         if r.get("failure") and r["status"] == stack.Status.CONFLICT:
             lines += ["     " + l for l in builder.format_failure(r["failure"]).splitlines()[1:]]
     lines.append("every patch resolved" if report["resolved"] else "unresolved patches: not writable")
+    if report.get("ported"):
+        lines.append(f"{report['ported']} patch(es) covered by the ported series in patches/ports/")
     return "\n".join(lines)
 
 
@@ -135,7 +153,10 @@ def _main(args, progress, root):
     if args.verb in ("rebase", "check"):
         spec = args.onto if args.verb == "rebase" else args.against
         onto = onto_of(spec, args.repo)
+        cover = stack.coverage(root, onto) if args.verb == "rebase" else {}     # a bad port: exit 2 before work
         report = stack.rebase(lock, series.load(root), onto, args.cache, progress)
+        if cover:
+            stack.mark_ported(report, cover)
         if args.verb == "rebase" and args.write:
             report["written"] = stack.write_rebase(root, lock, series.load(root), report, onto, args.cache, progress)
         cli.emit(strip_texts(report), args.json, rebase_text(report))
@@ -153,19 +174,38 @@ def _main(args, progress, root):
                  ("would change:\n" if args.check else "refreshed:\n") + text)
         return FAILED if (args.check and changed) else OK
     if args.verb == "export":
+        if args.test_python and not (Path(args.test_python).is_file() and os.access(args.test_python, os.X_OK)):
+            raise UsageError(f"--test-python {args.test_python}: not an executable file",
+                             hint="give the python of an environment with SGLang's dependencies, "
+                                  "e.g. VENV/bin/python")
+        test_python = os.path.abspath(args.test_python) if args.test_python else None   # a venv's link kept
         spec = args.onto
         if not spec:
             if args.repo:
                 raise UsageError("export with --repo needs --onto COMMIT", hint="e.g. --onto main")
             spec = source.list_releases(progress)[-1]       # the newest release
         r = stack.export(root, lock, args.topic, onto_of(spec, args.repo), args.out, args.cache, progress,
-                         run_tests=not args.no_tests)
-        text = [f"topic {r['topic']} onto {r['onto']}: {r['status']}"]
-        text += [f"  {p['patch']}: {p['status']}" for p in r["patches"]]
-        if r.get("tests"):
-            text.append(f"  tests: {r['tests']['summary']}")
-        text += [f"  wrote {f}" for f in r["files"]]
-        cli.emit(strip_texts(r), args.json, "\n".join(text))
+                         run_tests=not args.no_tests, test_python=test_python, use_port=not args.pinned)
+        cli.emit(strip_texts(r), args.json, export_text(r))
         return OK if r["status"] == stack.ExportStatus.EXPORTED else FAILED
     return OK
+
+
+def export_text(r):
+    text = [f"topic {r['topic']} onto {r['onto']}: {r['status']}" + (f" (from {r['port']})" if r.get("port") else "")]
+    for p in r["patches"]:
+        text.append(f"  {p['patch']}: {p['status']}")
+        if p.get("failure"):
+            text += ["     " + l for l in builder.format_failure(p["failure"]).splitlines()[1:]]
+        for t in p.get("evidence", {}).get("tests", []):
+            text.append(f"    {t['node']}: before {t['before']}, after {t['after']}: {t['verdict']}")
+    for u in r.get("upstream_tests", []):
+        text.append(f"  {u['file']}: pristine {u['pristine']['outcome']}, patched {u['patched']['outcome']}: "
+                    f"{u['verdict']}")
+    if r.get("tests"):
+        text.append(f"  tests: {r['tests']['summary']}")
+    text += [f"  warning: {w}" for w in r.get("warnings", [])]
+    text += [f"  failed: {f}" for f in r.get("failed", [])]
+    text += [f"  wrote {f}" for f in r["files"]]
+    return "\n".join(text)
 

@@ -5,16 +5,18 @@ export a topic as a clean series for an upstream pull request, lint.
 Classification is a pure function of what git reported for a patch
 (``classify``); everything else is I/O around the tree builder.  One module
 per concept: ``classify`` (the patch statuses), ``texts`` (patch texts modulo
-noise), ``rebase``, ``refresh``, ``lint``, ``export``.
+noise), ``rebase``, ``refresh``, ``lint``, ``export``, ``ports`` (the ported
+series' layout and trailers), ``evidence`` (their tests, run before/after).
 """
 
 from .classify import APPLIES, LEAVES_SERIES, RESOLVED, UNRESOLVED, Status, classify
 from .export import DOWNSTREAM_TRAILERS, ExportStatus, export, strip_trailers
 from .lint import lint
+from .ports import coverage, mark_ported
 from .rebase import Onto, new_lock, rebase, write_rebase
 from .refresh import refresh, tree_commits
 from .texts import format_patch, noise_free, patch_id, slug
 
 __all__ = ["APPLIES", "DOWNSTREAM_TRAILERS", "LEAVES_SERIES", "RESOLVED", "UNRESOLVED", "ExportStatus", "Onto",
-           "Status", "classify", "export", "format_patch", "lint", "new_lock", "noise_free", "patch_id",
+           "Status", "classify", "coverage", "export", "format_patch", "lint", "mark_ported", "new_lock", "noise_free", "patch_id",
            "rebase", "refresh", "slug", "strip_trailers", "tree_commits", "write_rebase"]

@@ -11,10 +11,11 @@ class Status(enum.StrEnum):
     EMPTIED = "emptied"
     CONFLICT = "conflict"
     PROBABLY_UPSTREAM = "probably-upstream"
+    PORTED = "ported"       # not from git: a ported series for that upstream carries it (ports.mark_ported)
 
 
 RESOLVED = (Status.APPLIED, Status.APPLIED_3WAY, Status.MERGED_UPSTREAM, Status.EMPTIED)
-UNRESOLVED = (Status.CONFLICT, Status.PROBABLY_UPSTREAM)
+UNRESOLVED = (Status.CONFLICT, Status.PROBABLY_UPSTREAM, Status.PORTED)
 APPLIES = (Status.APPLIED, Status.APPLIED_3WAY)            # the patch is in the rebased tree
 LEAVES_SERIES = (Status.MERGED_UPSTREAM, Status.EMPTIED)    # nothing left to carry
 

@@ -1,5 +1,8 @@
 """Export: a topic's patches alone on an upstream, verified, as numbered
-mails plus a pull-request description."""
+mails plus a pull-request description.  Where the topic has a ported series
+for that upstream (``patches/ports/<label>/<topic>/``), that series is
+exported instead: applied with strict git am, and its evidence really run
+(``evidence``)."""
 import dataclasses
 import enum
 import re
@@ -9,13 +12,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .. import series
+from .. import builder, gitcmd, series
 from ..errors import UsageError
-from .classify import APPLIES
-from .rebase import rebase
-from .texts import slug
+from . import evidence, ports
+from .classify import APPLIES, Status
+from .rebase import new_base, rebase
+from .texts import format_patch, slug
 
-DOWNSTREAM_TRAILERS = ("Topic", "Upstream-Status")
+DOWNSTREAM_TRAILERS = ports.DOWNSTREAM
 
 
 class ExportStatus(enum.StrEnum):
@@ -29,15 +33,21 @@ def strip_trailers(text):
     """Remove this project's downstream-only trailers from a mail."""
     head, sep, rest = text.partition("\n---\n")
     head = re.sub(r"(?m)^(%s): .*(\n|\Z)" % "|".join(DOWNSTREAM_TRAILERS), "", head)
-    return re.sub(r"\n\n+\Z", "\n", head.rstrip("\n") + "\n") + sep + rest if sep else head
+    return head.rstrip("\n") + sep + rest if sep else head
 
 
-def export(root, lock, topic, onto, out_dir, cache=None, progress=None, run_tests=True):
+def export(root, lock, topic, onto, out_dir, cache=None, progress=None, run_tests=True, test_python=None,
+           use_port=True):
     """The topic's patches alone on ``onto``: verified to apply and to pass
     the topic's tests there, written as numbered mails plus a pull-request
-    description."""
+    description.  A ported series for ``onto`` is exported instead of the
+    pinned patches (``export_port``) unless ``use_port`` is false."""
     say = progress or (lambda m: None)
     root = Path(root)
+    d = ports.port_dir(root, topic, onto) if use_port else None
+    if d:
+        say(f"exporting the ported series {d.relative_to(root).as_posix()}")
+        return export_port(root, lock, ports.load(d), onto, out_dir, cache, progress, run_tests, test_python)
     stack = series.load(root)
     mine = [p for p in stack.patches if p.topic == topic]
     if not mine:
@@ -71,22 +81,94 @@ def export(root, lock, topic, onto, out_dir, cache=None, progress=None, run_test
                 return out
         else:
             out["tests"] = {"summary": f"no tests/{topic} folder" if run_tests else "not run"}
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for i, r in enumerate(report["patches"], 1):
-            f = out_dir / f"{i:04d}-{slug(r['subject'])}.patch"
-            text = strip_trailers(r["text"])
-            text = text.replace("Subject: [PATCH] ", f"Subject: [PATCH {i}/{len(mine)}] ", 1) \
-                if len(mine) > 1 else text
-            f.write_text(text)
-            out["files"].append(str(f))
-        desc = out_dir / "pull-request.md"
-        desc.write_text(_description(topic, mine, report, out))
-        out["files"].append(str(desc))
+        out["files"] = write_mails(out_dir, report["patches"], _description(topic, mine, report, out))
         out["status"] = ExportStatus.EXPORTED
         return out
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_mails(out_dir, entries, description):
+    """The numbered mails (downstream trailers stripped, ``[PATCH i/n]``) and
+    pull-request.md; returns the files written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = []
+    for i, r in enumerate(entries, 1):
+        f = out_dir / f"{i:04d}-{slug(r['subject'])}.patch"
+        text = strip_trailers(r["text"])
+        text = text.replace("Subject: [PATCH] ", f"Subject: [PATCH {i}/{len(entries)}] ", 1) \
+            if len(entries) > 1 else text
+        f.write_text(text)
+        files.append(str(f))
+    desc = out_dir / "pull-request.md"
+    desc.write_text(description)
+    files.append(str(desc))
+    return files
+
+
+def export_port(root, lock, port, onto, out_dir, cache=None, progress=None, run_tests=True, test_python=None):
+    """A ported series: strict git am onto the upstream's prepared tree (the
+    one rebase prepares), then every patch's evidence run before/after and
+    the upstream-style tests on pristine/patched; the mails and
+    pull-request.md only when all of it holds."""
+    say = progress or (lambda m: None)
+    tmp = Path(tempfile.mkdtemp(prefix="sgl-overlay-export-"))
+    try:
+        tree = tmp / "tree"
+        say(f"preparing upstream {onto.label}")
+        base = new_base(lock, onto, tree, cache, progress)
+        gitcmd.run(tree, "checkout", "--quiet", "-b", "patched")
+        total = len(port.patches)
+        label = ports.label_of(onto) if onto.version else base["base_commit"][:12]
+        out = {"topic": port.topic, "onto": onto.label, "label": label, "port": port.rel, "base": base,
+               "patches": [], "files": []}
+        commits = [base["base_commit"]]
+        for p in port.patches:
+            say(f"git am {p.index}/{total} {p.name}")
+            entry = {"patch": p.name, "index": p.index, "subject": p.subject, "topic": p.topic,
+                     "ports": ports.ports_of(p), "dropped": [{"patch": n, "reason": r} for n, r in ports.dropped_in(p)]}
+            out["patches"].append(entry)
+            failure = builder.apply_patch(tree, p, total)
+            if failure:
+                entry["status"], entry["failure"] = Status.CONFLICT, failure
+                out["status"] = ExportStatus.DOES_NOT_APPLY
+                return out
+            entry["status"] = Status.APPLIED
+            commits.append(gitcmd.out(tree, "rev-parse", "HEAD"))
+            entry["commit"] = commits[-1]
+            entry["text"] = format_patch(tree, commits[-1])
+        if run_tests:
+            ev = evidence.run_series(root, tree, port, commits, label, progress, test_python)
+            for entry, e in zip(out["patches"], ev["patches"]):
+                entry["evidence"] = e
+            out["upstream_tests"] = ev["upstream_tests"]
+            failed = [t["node"] for e in ev["patches"] for t in e["tests"]
+                      if t["verdict"] == evidence.Verdict.FAILS_PATCHED]
+            failed += [u["file"] for u in ev["upstream_tests"] if u["verdict"] == evidence.Verdict.FAILS_PATCHED]
+            out["warnings"] = _warnings(ev)
+            if failed:
+                out["failed"] = failed
+                out["status"] = ExportStatus.TESTS_FAIL
+                return out
+        out["files"] = write_mails(out_dir, out["patches"], port_description(port, out, run_tests))
+        out["status"] = ExportStatus.EXPORTED
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _warnings(ev):
+    """What the evidence does not show, in words (never hidden)."""
+    w = [f"{e['patch']}: {t['node']} does not fail on pristine (before: {t['before']})"
+         for e in ev["patches"] for t in e["tests"] if t["verdict"] == evidence.Verdict.DOES_NOT_FAIL]
+    w += [f"{u['file']}: does not fail on pristine" for u in ev["upstream_tests"]
+          if u["verdict"] == evidence.Verdict.DOES_NOT_FAIL]
+    w += [f"{u['file']}: not run here, the interpreter lacks module "
+          f"{u['patched'].get('missing_module') or u['pristine'].get('missing_module')!r} "
+          "(run the export with --test-python PY, PY having SGLang's dependencies)"
+          for u in ev["upstream_tests"] if u["verdict"] == evidence.Verdict.NOT_RUN]
+    return w
 
 
 def _description(topic, patches, report, out):
@@ -100,4 +182,61 @@ def _description(topic, patches, report, out):
         lines += [f"`{t['command']}`: {t['summary']} (exit {t['exit']}).", ""]
     else:
         lines += [t.get("summary", ""), ""]
+    return "\n".join(lines)
+
+
+def _cell(outcome, why):
+    """An outcome for a Markdown table cell, with the failure's first line."""
+    return f"{outcome}: `{why.replace('`', chr(39)).replace('|', '/')}`" if why else outcome
+
+
+def _run_line(side, run):
+    return f"- {side}: `{run['command']}` → exit {run['exit']}: {run['summary'] or 'no output'}"
+
+
+def port_description(port, out, run_tests):
+    """pull-request.md of a ported series: what each patch does and why
+    (its message), how it applies, and the evidence as run."""
+    base = out["base"]
+    n = len(port.patches)
+    label = out["label"]
+    lines = [f"# {port.topic}: {n} change(s) for SGLang {label}", "",
+             f"Applies with `git am` (strict, no 3-way) onto {label} "
+             f"({base.get('artifact') or base.get('repo', '')}; tree {base.get('tree_normalized', '')[:12]}).", ""]
+    for p, e in zip(port.patches, out["patches"]):
+        lines += [f"## {p.index}/{n} {p.subject}", "", p.body, ""]
+    lines += ["## Evidence", ""]
+    if not run_tests:
+        return "\n".join(lines + ["Not run (--no-tests): this text claims nothing about tests.", ""])
+    lines += [f"Every patch's tests were run on {label} with the patches before it (before) and with it "
+              "(after); the `tests/...` node ids are the downstream overlay's tests of this behaviour, "
+              "`--tree` the SGLang tree they test.", ""]
+    for p, e in zip(port.patches, out["patches"]):
+        ev = e["evidence"]
+        lines += [f"### {p.index}/{n} {p.subject}", ""]
+        if not ev["tests"]:
+            lines += ["No evidence tests named (`Evidence:`).", ""]
+            continue
+        lines += ["| test | before | after | verdict |", "|---|---|---|---|"]
+        lines += [f"| `{t['node']}` | {_cell(t['before'], t['before_reason'])} | "
+                  f"{_cell(t['after'], t['after_reason'])} | {t['verdict']} |" for t in ev["tests"]]
+        lines += ["", _run_line("before", ev["runs"]["before"]), _run_line("after", ev["runs"]["after"]), ""]
+    uts = out.get("upstream_tests") or []
+    lines += ["### Upstream-style tests", ""]
+    if not uts:
+        lines += ["The series adds no test file under `test/`.", ""]
+    else:
+        lines += [f"Run as a reviewer would, at the root of an SGLang tree with `python/` importable: {label} "
+                  "with the file copied in (pristine), and with the series applied (patched).", "",
+                  "| file | added by | pristine | patched | verdict |", "|---|---|---|---|---|"]
+        for u in uts:
+            cells = []
+            for side in ("pristine", "patched"):
+                r = u[side]
+                why = f", lacks `{r['missing_module']}`" if r.get("missing_module") else ""
+                cells.append(f"{r['outcome']} (exit {r['exit']}: {r['summary'] or 'no output'}{why})")
+            lines.append(f"| `{u['file']}` | {u['index']}/{n} | {cells[0]} | {cells[1]} | {u['verdict']} |")
+        lines += [""] + [f"- `{u['patched']['command']}`" for u in uts] + [""]
+    if out.get("warnings"):
+        lines += ["### Not shown by this evidence", ""] + [f"- {w}" for w in out["warnings"]] + [""]
     return "\n".join(lines)

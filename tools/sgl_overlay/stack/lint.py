@@ -1,8 +1,26 @@
-"""Lint: every problem with the stack."""
+"""Lint: every problem with the stack, and with the ported series in
+patches/ports/**."""
+import re
 from pathlib import Path
 
-from .. import series
+from .. import series, versions
 from ..errors import UsageError
+from . import ports
+
+
+def _problem(patch, field, error, hint):
+    return {"patch": patch, "field": field, "error": error, "hint": hint}
+
+
+def _whitespace(p, where, label):
+    for pf in p.patchset:
+        for h in pf:
+            for line in h:
+                if line.is_added and line.value.rstrip("\n") != line.value.rstrip():
+                    return [_problem(label, "whitespace",
+                                     f"{where}: trailing whitespace in an added line of {pf.path} "
+                                     f"(line {line.target_line_no})", "strip it in the tree and refresh")]
+    return []
 
 
 def lint(root):
@@ -15,19 +33,106 @@ def lint(root):
         return [{"patch": None, "field": "series", "error": e.message, "hint": e.hint}]
     for p in stack.patches:
         for field, message, hint in series.lint(p):
-            problems.append({"patch": p.name, "field": field, "error": message, "hint": hint})
-        for pf in p.patchset:
-            for h in pf:
-                for line in h:
-                    if line.is_added and line.value.rstrip("\n") != line.value.rstrip():
-                        problems.append({"patch": p.name, "field": "whitespace",
-                                         "error": f"patches/{p.name}: trailing whitespace in an added line "
-                                                  f"of {pf.path} (line {line.target_line_no})",
-                                         "hint": "strip it in the tree and refresh"})
-                        break
+            problems.append(_problem(p.name, field, message, hint))
+        problems += _whitespace(p, f"patches/{p.name}", p.name)
         if p.topic == "debug" and not p.upstream_status.startswith("Inappropriate"):
-            problems.append({"patch": p.name, "field": "Upstream-Status",
-                             "error": f"patches/{p.name}: the debug topic is marked {p.upstream_status!r}",
-                             "hint": "debug instrumentation is not for upstream: "
-                                     "Upstream-Status: Inappropriate [debug instrumentation]"})
+            problems.append(_problem(p.name, "Upstream-Status",
+                                     f"patches/{p.name}: the debug topic is marked {p.upstream_status!r}",
+                                     "debug instrumentation is not for upstream: "
+                                     "Upstream-Status: Inappropriate [debug instrumentation]"))
+    return problems + lint_ports(root, stack)
+
+
+def _label_ok(name):
+    if ports.HEX.match(name):
+        return True
+    return name.startswith("v") and versions.release(name[1:]) is not None
+
+
+def lint_ports(root, stack):
+    """Every problem with patches/ports/<label>/<topic>/ (docs/stack.md)."""
+    base = Path(root) / ports.PORTS
+    if not base.is_dir():
+        return []
+    problems = []
+    for label in sorted(base.iterdir()):
+        rel = f"{ports.PORTS.as_posix()}/{label.name}"
+        if not label.is_dir() or not _label_ok(label.name):
+            problems.append(_problem(None, "ports", f"{rel}: not a release tag (v0.5.23) or a commit folder",
+                                     "name a port folder patches/ports/v<version>/ or patches/ports/<commit>/"))
+            continue
+        for d in sorted(label.iterdir()):
+            problems += lint_port(root, stack, d)
     return problems
+
+
+def lint_port(root, stack, d):
+    rel = f"{ports.PORTS.as_posix()}/{d.parent.name}/{d.name}"
+    if not d.is_dir() or not series.TOPIC.match(d.name):
+        return [_problem(None, "ports", f"{rel}: not a topic folder", "patches/ports/<label>/<topic>/, "
+                         "the topic in lower-case letters, digits and '-'")]
+    try:
+        names = series.read_series(d)
+    except UsageError as e:
+        return [_problem(None, "series", e.message, e.hint)]
+    problems, patches = [], []
+    for i, n in enumerate(names, 1):
+        try:
+            patches.append(ports.parse(d, n, i))
+        except UsageError as e:
+            problems.append(_problem(ports.where(rel, n), "patch", e.message, e.hint))
+    pinned = {p.name: p for p in stack.patches}
+    accounted = set()
+    for p in patches:
+        where = ports.where(rel, p.name)
+        problems += [_problem(where, f, m, h) for f, m, h in series.lint(p, where)]
+        problems += _whitespace(p, where, where)
+        if p.topic and p.topic != d.name:
+            problems.append(_problem(where, "Topic", f"{where}: Topic {p.topic!r} in the port folder of {d.name!r}",
+                                     f"Topic: {d.name}, or move the patch"))
+        named = ports.ports_of(p)
+        dropped = [n for n, _ in ports.dropped_in(p)]
+        if "Ports" not in p.trailers:
+            problems.append(_problem(where, "Ports", f"{where}: missing trailer 'Ports:'",
+                                     "name the pinned patches (patches/*.patch) this port patch carries"))
+        for n in named + dropped:
+            if n not in pinned:
+                problems.append(_problem(where, "Ports", f"{where}: names {n!r}, which is not in patches/series",
+                                         "name the pinned patch files (patches/*.patch) it carries or drops"))
+            elif pinned[n].topic != d.name:
+                problems.append(_problem(where, "Ports", f"{where}: names {n!r} of topic {pinned[n].topic!r}",
+                                         f"a port of {d.name!r} carries that topic's patches only"))
+        accounted.update(named + dropped)
+        problems += _lint_evidence(root, p, where)
+    missing = [p.name for p in stack.patches if p.topic == d.name and p.name not in accounted]
+    if missing and patches:
+        problems.append(_problem(None, "Ports", f"{rel}: pinned patch(es) of topic {d.name!r} not accounted "
+                                 f"for: {', '.join(missing)}",
+                                 "name each in a port patch's 'Ports:', or say in a body "
+                                 "'Dropped: X.patch — upstream already does this in <commit> (#PR)'"))
+    if patches and not any(ports.upstream_tests(p) for p in patches):
+        problems.append(_problem(None, "test", f"{rel}: no patch adds an upstream-style test (test/.../test_*.py)",
+                                 "add a unit test in SGLang's own test/ layout, runnable on a CPU"))
+    return problems
+
+
+def _lint_evidence(root, p, where):
+    nodes = ports.evidence_of(p)
+    if not nodes:
+        return [_problem(where, "Evidence", f"{where}: missing trailer 'Evidence:'",
+                         "name the pytest node ids (taking --tree) that fail before this patch and pass after")]
+    out = []
+    for node in nodes:
+        path, *names = node.split("::")
+        f = Path(root) / path
+        if not path.endswith(".py") or not f.is_file():
+            out.append(_problem(where, "Evidence", f"{where}: Evidence {node!r}: no file {path}",
+                                "give repo-relative node ids, e.g. tests/memory/test_x.py::test_y"))
+            continue
+        text = f.read_text(encoding="utf-8", errors="replace")
+        for name in names:
+            name = name.split("[", 1)[0]
+            if not re.search(rf"^\s*(?:async\s+def|def|class)\s+{re.escape(name)}\b", text, re.M):
+                out.append(_problem(where, "Evidence", f"{where}: Evidence {node!r}: {path} defines no {name!r}",
+                                    "give an existing test's node id"))
+    return out

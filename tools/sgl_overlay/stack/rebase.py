@@ -25,7 +25,7 @@ class Onto:
         return self.version or (self.commit or "")[:12]
 
 
-def _new_base(lock, onto, repo_dir, cache, progress):
+def new_base(lock, onto, repo_dir, cache, progress):
     if onto.version:
         return source.base_from_release(onto.version, repo_dir, lock.subdir, lock.symlinks, cache, progress)
     if not onto.repo:
@@ -85,7 +85,7 @@ def rebase(lock, stack, onto, cache=None, progress=None, keep=None):
         builder.apply_all(stack, old, False, progress, keep_going=False)
         new = Path(keep) if keep else tmp / "new"
         say(f"preparing upstream {onto.label}")
-        base = _new_base(lock, onto, new, cache, progress)
+        base = new_base(lock, onto, new, cache, progress)
         gitcmd.run(new, "checkout", "--quiet", "-b", "patched")
         # the old blobs, so that --3way can find each patch's preimage
         gitcmd.run(new, "fetch", "--quiet", str(old), "+patched:refs/sgl-overlay/old")
@@ -194,7 +194,8 @@ def write_rebase(root, lock, stack, report, onto, cache=None, progress=None):
         bad = [f"{r['patch']} ({r['status']})" for r in report["patches"] if r["status"] not in RESOLVED]
         raise ApplyError(f"not writing: {len(bad)} patch(es) unresolved: {', '.join(bad)}",
                          hint="resolve conflicts (refresh the patch on the new upstream) and confirm "
-                              "probably-upstream patches by dropping them, then run again")
+                              "probably-upstream patches by dropping them, then run again; a ported patch's "
+                              "port series (patches/ports/) replaces it there, by hand")
     new = new_lock(lock, onto, cache, progress)
     written, dropped, texts = [], [], {}
     for r in report["patches"]:

@@ -1,0 +1,132 @@
+"""Ported topic series: ``patches/ports/<label>/<topic>/`` (a ``series`` file
+and its patch mails, made against that upstream's tree), what each port
+patch says it carries (``Ports:``, the "Dropped: X.patch — upstream already
+does this in ..." sentences), its evidence tests (``Evidence:``) and the
+upstream-style test files it adds; which pinned patches a label's ports
+cover.  Parsing only: no git, nothing run (docs/stack.md)."""
+import dataclasses
+import re
+from pathlib import Path
+
+from .. import series
+from .classify import RESOLVED, Status
+
+PORTS = Path("patches") / "ports"
+HEX = re.compile(r"^[0-9a-f]{7,40}$")
+DOWNSTREAM = ("Topic", "Upstream-Status", "Ports", "Evidence")   # trailers stripped on export
+DROPPED = re.compile(
+    r"Dropped:\s+([A-Za-z0-9][A-Za-z0-9._+-]*\.patch)\s*(?:—|–|--|-)\s*"
+    r"(upstream already does this in\b[^\n]*(?:\n(?!\n|Dropped:|[A-Za-z][A-Za-z0-9-]*: )[^\n]*)*)")
+
+
+def label_of(onto):
+    """The folder name of ports onto ``onto``: ``v<version>`` for a release,
+    else the commit as given."""
+    return f"v{onto.version}" if onto.version else (onto.commit or "")
+
+
+def label_dirs(root, onto):
+    """The existing ``patches/ports/<label>`` folders for ``onto``: the
+    release's ``v<version>``, or the commit's (as given, or a folder named by
+    a prefix of it, 7 hex digits or more)."""
+    base = Path(root) / PORTS
+    if not base.is_dir():
+        return []
+    labels = [label_of(onto)]
+    if not onto.version and HEX.match(onto.commit or ""):
+        labels += sorted(d.name for d in base.iterdir() if HEX.match(d.name)
+                         and (onto.commit.startswith(d.name) or d.name.startswith(onto.commit)))
+    return [base / l for l in dict.fromkeys(labels) if (base / l).is_dir()]
+
+
+def port_dir(root, topic, onto):
+    """``patches/ports/<label>/<topic>`` when it holds a series for ``onto``,
+    else None."""
+    return next((d / topic for d in label_dirs(root, onto) if (d / topic / "series").is_file()), None)
+
+
+@dataclasses.dataclass
+class PortSeries:
+    dir: Path
+    label: str
+    topic: str
+    patches: list          # series.Patch, in series order
+
+    @property
+    def rel(self):
+        return (PORTS / self.label / self.topic).as_posix()
+
+
+def where(port_rel, name):
+    return f"{port_rel}/{name}"
+
+
+def parse(d, name, index):
+    """One port patch: paths under python/ or test/."""
+    rel = (PORTS / d.parent.name / d.name).as_posix()
+    return series.parse_patch(d / name, index, where=where(rel, name), roots=series.PORT_ROOTS)
+
+
+def load(d):
+    """The port series in folder ``d`` (UsageError for a series or a patch
+    that does not parse)."""
+    d = Path(d)
+    patches = [parse(d, n, i) for i, n in enumerate(series.read_series(d), 1)]
+    return PortSeries(dir=d, label=d.parent.name, topic=d.name, patches=patches)
+
+
+def ports_of(patch):
+    """The pinned patches a port patch carries (its ``Ports:`` trailer)."""
+    return [n for n in re.split(r"[,\s]+", patch.trailers.get("Ports", "")) if n]
+
+
+def evidence_of(patch):
+    """Its evidence: pytest node ids (``Evidence:``, space-separated)."""
+    return patch.trailers.get("Evidence", "").split()
+
+
+def message(patch):
+    """The commit message as written (trailers included)."""
+    head, _, rest = patch.raw.decode("utf-8", "replace").partition("\n\n")
+    return re.split(r"\n---\n|\ndiff --git ", rest, maxsplit=1)[0]
+
+
+def dropped_in(patch):
+    """[(pinned patch, reason)] from its "Dropped: X.patch — upstream
+    already does this in ..." sentences."""
+    return [(m.group(1), " ".join(m.group(2).split())) for m in DROPPED.finditer(message(patch))]
+
+
+def upstream_tests(patch):
+    """The upstream-style test files it adds (``test/.../test_*.py``)."""
+    return [pf.path for pf in patch.patchset if pf.is_added_file and pf.path.startswith("test/")
+            and Path(pf.path).name.startswith("test_") and pf.path.endswith(".py")]
+
+
+def coverage(root, onto):
+    """{pinned patch name: what covers it} for every topic ported to
+    ``onto``: {"port": "patches/ports/<label>/<topic>/<patch>"} or
+    {"dropped": reason, "port": the series folder}."""
+    out = {}
+    for base in label_dirs(root, onto):
+        for d in sorted(p for p in base.iterdir() if (p / "series").is_file()):
+            port = load(d)
+            for p in port.patches:
+                for name, reason in dropped_in(p):
+                    out.setdefault(name, {"dropped": reason, "port": port.rel})
+                for name in ports_of(p):
+                    out[name] = {"port": where(port.rel, p.name)}
+    return out
+
+
+def mark_ported(report, cover):
+    """The rebase report with every pinned patch that ``cover`` names
+    marked ``ported`` (what git reported kept as ``git_status``).  A ported
+    patch still counts as unresolved: the pinned stack cannot carry it onto
+    that upstream; the port series replaces it there."""
+    for r in report["patches"]:
+        if r["patch"] in cover:
+            r["git_status"], r["status"], r["ported"] = r["status"], Status.PORTED, cover[r["patch"]]
+    report["ported"] = sum(1 for r in report["patches"] if r["status"] == Status.PORTED)
+    report["resolved"] = all(r["status"] in RESOLVED for r in report["patches"])
+    return report
