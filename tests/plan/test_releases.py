@@ -56,7 +56,12 @@ def test_hybrid_plan_on_every_release_with_qwen3_5(release):
                      release=release, free_gib=PRO6000_FREE)
     s = core.size(dep)
     assert s.verdict == core.STARTS, s.why
-    assert s.ledger["cell_size_bytes_per_token"] == 16 * 4 * 256 * 2 * 2 == 65536
+    cell = 16 * 4 * 256 * 2 * 2
+    if release in ("0.5.9", "0.5.10.post1"):  # their sizing path reports no cell size:
+        # the KV tokens are the KV budget (4-digit GiB in the ledger) over that cell
+        assert abs(s.ledger["kv_tokens"] - s.ledger["kv_budget_gib"] * (1 << 30) / cell) < 2
+    else:
+        assert s.ledger["cell_size_bytes_per_token"] == cell == 65536
     assert s.ledger["mamba_state_per_slot_bytes"] == 48 * (3 * (2 * 16 * 128 + 48 * 128) * 2
                                                            + 48 * 128 * 128 * 4) == 153944064
     assert s.ledger["running_requests"] == 4 and s.ledger["kv_tokens"] >= 32768
