@@ -122,3 +122,36 @@ def test_free_memory_before_and_after_needs_no_weights(tmp_path):
     assert code == 0, err
     assert rep["model"]["weights_method"] == "free-gib"
     assert (rep["ledger"]["kv_tokens"], rep["ledger"]["running_requests"]) == (918523, 3587)
+
+
+def _decoder_params(c: dict, mlp: int) -> int:
+    """By hand, per the published architecture (not transformers'): embeddings, each
+    layer's attention (q, k, v, o; Qwen3's per-head q/k RMSNorm), its MLP (``mlp``
+    parameters), two norms, the final norm, and the lm_head unless tied."""
+    h, heads, kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim") or h // heads
+    attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h
+    if c["model_type"].startswith("qwen3"):
+        attn += 2 * hd
+    per_layer = attn + mlp + 2 * h
+    emb = c["vocab_size"] * h
+    return emb * (1 if c["tie_word_embeddings"] else 2) + c["num_hidden_layers"] * per_layer + h
+
+
+@pytest.mark.parametrize("name,mlp,params", [
+    # Llama-3.2-3B: tied embeddings (the lm_head is the embedding: counted once)
+    ("llama-3.2-3b", lambda c: 3 * c["hidden_size"] * c["intermediate_size"], 3_212_749_824),
+    # Qwen3-8B: dense, q/k norms
+    ("qwen3-8b", lambda c: 3 * c["hidden_size"] * c["intermediate_size"], 8_190_735_360),
+    # Qwen3-30B-A3B: 128 experts of 3 x hidden x moe_intermediate, plus the router
+    ("qwen3-30b-a3b", lambda c: c["num_experts"] * 3 * c["hidden_size"] * c["moe_intermediate_size"]
+     + c["hidden_size"] * c["num_experts"], 30_532_122_624),
+])
+def test_estimate_equals_the_hand_derived_parameter_count(name, mlp, params):
+    """Published configs with no index at hand (data/SOURCES.md, "weights/"): the
+    estimate is the parameter count derived by hand from the config x 2 B (bf16); the
+    counts are the model cards' (3.21B, 8.19B, 30.5B)."""
+    path = DATA / "weights" / name / "config.json"
+    c = json.loads(path.read_text())
+    assert _decoder_params(c, mlp(c)) == params
+    assert _estimate(path.parent).by_dtype == {"bfloat16": 2 * params}
