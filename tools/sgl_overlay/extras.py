@@ -15,6 +15,8 @@ EXTRAS = {
     # SGLang's own sizing modules, run on a CPU by tools/regress.py,
     # tools/plan.py and tools/bisect.py --scenario
     "harness": ("torch", "numpy", "msgspec", "orjson"),
+    # tools/plan.py's weights estimate from config.json alone (planner/weights.py)
+    "plan": ("transformers",),
 }
 
 

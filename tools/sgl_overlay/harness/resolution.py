@@ -422,11 +422,28 @@ class Recorder:
         try:
             stash = object.__getattribute__(obj, "_resolved_overrides")
         except AttributeError:
-            return
+            stash = None
         for source, fields in stash or ():
             for k, v in fields.items():
                 force_set(obj, k, v)
                 self.rule_of[k] = str(source)
+        self.fallbacks(obj)
+
+    def fallbacks(self, obj) -> None:
+        """v0.5.20+: a field declared ``Arg(resolvable=True, fallback=X)`` stays None
+        on the ServerArgs when no rule answered, and the config bags the sizing
+        reads (``get_schedule().mamba_full_memory_ratio``) hold X:
+        ``runtime_context._build_config_bags`` reads every leaf through
+        ``overrides.resolution_result``, which ends in ``arg_utils.with_fallback``.
+        Project the release's own ``arg_utils.fallbacks_of`` the same way."""
+        arg_utils = sys.modules.get("sglang.srt.arg_groups.arg_utils")
+        fallbacks_of = getattr(arg_utils, "fallbacks_of", None)
+        if fallbacks_of is None:
+            return
+        for k, v in fallbacks_of(type(obj)).items():
+            if getattr(obj, k, None) is None:
+                force_set(obj, k, v)
+                self.rule_of[k] = "arg_groups.arg_utils.with_fallback (the field's declared fallback)"
 
 
 def force_set(obj, name, value) -> None:

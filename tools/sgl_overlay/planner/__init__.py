@@ -41,7 +41,7 @@ def deployment(model, gpu: str | None = None, argv=(), draft=None, tree=None, re
                              hint=f"known GPUs: {', '.join(gpus.names())}; or give the free memory with "
                                   f"--free-gib PRE[,POST]")
     t = resolved_tree or resolve_tree(tree, release, DEFAULT_TREE)
-    mi = load_model(model, t.root, t.label, weights_gib)
+    mi = load_model(model, t.root, t.label, weights_gib, need_weights=not (free_gib and len(free_gib) > 1))
     d = load_draft(draft) if draft else None
     fields, dropped = parse_flags(t, list(argv))
     if fields.get("speculative_algorithm") and d is None and str(fields["speculative_algorithm"]).upper() == "DFLASH":

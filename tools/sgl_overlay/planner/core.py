@@ -26,7 +26,8 @@ def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KN
         "tree": {"root": str(dep.tree.root), "release": dep.tree.label, "layout": dep.tree.era,
                  "warning": dep.tree.warning},
         "model": {"config": str(dep.model.path), "architecture": dep.model.architecture,
-                  "weights_bytes": dep.model.weights_bytes, "weights_source": dep.model.weights_source},
+                  "weights_bytes": dep.model.weights_bytes, "weights_source": dep.model.weights_source,
+                  "weights_method": dep.model.weights_method},
         "draft": ({k: v for k, v in dep.draft.items() if k != "hf_config"} if dep.draft else None),
         "gpu": ({"name": dep.gpu.name, "total_mib": dep.gpu.total_mib, "source": dep.gpu.source}
                 if dep.gpu else None),

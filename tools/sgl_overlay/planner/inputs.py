@@ -143,8 +143,8 @@ def parse_flags(tree: Tree, argv: list[str]) -> tuple[dict, list[str]]:
                  f"--help` for that release, or plan another release with --release")
     err = res.get("error") or res.get("error", {})
     raise UsageError(f"cannot parse flags with SGLang {tree.label}'s own ServerArgs: {err}",
-                     hint="the planner parses flags for releases whose server_args.py loads with stand-ins "
-                          "(v0.5.5-v0.5.19, patched trees of the pin); plan another release with --release")
+                     hint="the planner parses flags with each release's own ServerArgs (v0.5.5-v0.5.23, patched "
+                          "trees of the pin); plan another release with --release")
 
 
 def memory_for(mi: model_mod.ModelInput, gpu: gpus_mod.Gpu | None, tp: int, free_gib: list[float] | None,

@@ -4,8 +4,8 @@ Nothing here sizes anything: the config's fields are handed to the harness,
 which passes them to the release's own config classes (``Qwen3_5TextConfig``)
 or to its ``ModelConfig`` view, and the release's real sizing code does the
 rest.  What *is* computed here is what the sizing code never sees: the weights'
-byte size (from ``model.safetensors.index.json``'s ``metadata.total_size``,
-else from the config's parameter count and dtype).
+byte size (weights.py: ``--weights-gib``, the checkpoint's index, or an
+estimate from config.json by transformers on the meta device).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
+from . import weights as weights_mod
 
 GIB = 1 << 30
 
@@ -26,7 +27,6 @@ HYBRID_QWEN3_5 = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
 # fields (num_hidden_layers, num_key_value_heads, head_dim or hidden/heads).
 DENSE = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
          "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "MixtralForCausalLM")
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
 
 
 @dataclass
@@ -37,6 +37,7 @@ class ModelInput:
     kind: str  # harness model kind: "dense" | "qwen3_5"
     weights_bytes: int | None
     weights_source: str
+    weights_method: str = ""  # given | index | config (weights.py)
     notes: list[str] = field(default_factory=list)
 
     def text_config(self) -> dict:
@@ -100,24 +101,11 @@ def release_architectures(root: Path) -> set[str]:
     return names
 
 
-def _dense_param_count(t: dict) -> int:
-    """Parameters of a dense decoder with Llama-style blocks (embeddings, attention,
-    gated MLP, two norms per layer, final norm; lm_head unless tied)."""
-    h, n, inter = int(t["hidden_size"]), int(t["num_hidden_layers"]), int(t["intermediate_size"])
-    heads = int(t["num_attention_heads"])
-    kv = int(t.get("num_key_value_heads") or heads)
-    hd = int(t.get("head_dim") or h // heads)
-    vocab = int(t["vocab_size"])
-    attn = h * (heads * hd + 2 * kv * hd) + heads * hd * h
-    if t.get("attention_bias"):
-        attn += heads * hd + 2 * kv * hd
-    per_layer = attn + 3 * h * inter + 2 * h
-    emb = vocab * h * (1 if t.get("tie_word_embeddings") else 2)
-    return emb + n * per_layer + h
-
-
-def load(model: str | Path, root: Path, release: str, weights_gib: float | None = None) -> ModelInput:
-    """Read a model for the release under ``root``; UsageError (exit 2) names what is wrong."""
+def load(model: str | Path, root: Path, release: str, weights_gib: float | None = None,
+         need_weights: bool = True) -> ModelInput:
+    """Read a model for the release under ``root``; UsageError (exit 2) names what is wrong.
+    ``need_weights=False`` (free memory given before and after the load): the weights'
+    size is that difference, and none is read or estimated here."""
     path = _config_path(Path(model))
     cfg = read_json(path, "model config.json")
     archs = cfg.get("architectures") or []
@@ -143,30 +131,16 @@ def load(model: str | Path, root: Path, release: str, weights_gib: float | None 
             f"{path}: SGLang {release} knows {arch!r}, but the planner cannot build its sizing inputs yet",
             hint=f"the planner builds: {', '.join(DENSE + HYBRID_QWEN3_5)}")
     mi = ModelInput(path, cfg, arch, kind, None, "")
-    t = mi.text_config()
-    index = path.parent / "model.safetensors.index.json"
+    index = path.parent / weights_mod.INDEX
     if weights_gib is not None:
-        mi.weights_bytes = int(weights_gib * GIB)
-        mi.weights_source = f"--weights-gib {weights_gib}"
+        w = weights_mod.given(weights_gib)
+    elif not need_weights:
+        w = weights_mod.Weights(0, "not needed: the free memory before and after the load gives it", "free-gib")
     elif index.is_file():
-        total = (read_json(index, "safetensors index").get("metadata") or {}).get("total_size")
-        if not isinstance(total, int) or total <= 0:
-            raise UsageError(f"{index}: no positive metadata.total_size",
-                             hint="fix the index file, or pass --weights-gib")
-        mi.weights_bytes = total
-        mi.weights_source = f"{index.name} metadata.total_size = {total:,} B (every tensor in the checkpoint)"
-    elif kind == "dense":
-        dtype = str(t.get("torch_dtype") or "bfloat16")
-        if dtype not in DTYPE_BYTES:
-            raise UsageError(f"{path}: torch_dtype {dtype!r} has no known byte size",
-                             hint="pass --weights-gib")
-        count = _dense_param_count(t)
-        mi.weights_bytes = count * DTYPE_BYTES[dtype]
-        mi.weights_source = (f"config parameter count {count:,} (Llama-style dense blocks) x "
-                             f"{DTYPE_BYTES[dtype]} B ({dtype}); no model.safetensors.index.json")
+        w = weights_mod.from_index(index, read_json)
     else:
-        raise UsageError(f"{path.parent}: no model.safetensors.index.json to take the weights' size from",
-                         hint="put the index file next to config.json, or pass --weights-gib")
+        w = weights_mod.from_config(path, cfg)
+    mi.weights_bytes, mi.weights_source, mi.weights_method = w.bytes, w.source, w.method
     return mi
 
 
