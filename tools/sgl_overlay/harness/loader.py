@@ -226,6 +226,33 @@ class _CachedSourceLoader(importlib.machinery.SourceFileLoader):
             return super().get_code(fullname)
 
 
+class _OwnCodeFinder(importlib.abc.MetaPathFinder):
+    """The harness's own modules (``sgl_overlay.*``), found as usual, their
+    compiled code taken from the code cache (``_CachedSourceLoader``)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith(OWN_PACKAGE + "."):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            return spec
+        spec.loader = _CachedSourceLoader(fullname, spec.origin)
+        return spec
+
+
+OWN_PACKAGE = __name__.split(".")[0]
+
+
+def cache_own_code() -> None:
+    """Where no bytecode is written (PYTHONDONTWRITEBYTECODE), keep the compiled
+    code of the harness's own modules in the code cache, as the tree's: the
+    child interpreter would otherwise compile each of them on every run."""
+    if sys.dont_write_bytecode and not any(isinstance(f, _OwnCodeFinder) for f in sys.meta_path):
+        from . import code_cache  # noqa: F401 - the cache itself is imported as usual, first
+
+        sys.meta_path.insert(0, _OwnCodeFinder())
+
+
 def _spec(fullname, file, package_dir=None):
     loader = _CachedSourceLoader(fullname, str(file))
     if package_dir is not None:

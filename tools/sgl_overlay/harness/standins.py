@@ -116,7 +116,6 @@ class GPU:
             "is_deepseek_dsa": false,
             "is_deepseek_v4": false,
             "is_minimax_sparse": false,
-            "compute_page_shard_scratch_bytes": lambda *a, **k: 0,
             "configured_pp_size": lambda *a, **k: 1,
             # v0.5.23: linear-attention TP equals attention TP on one node; no QSA profile
             "linear_attn_tp_size": lambda *a, **k: self.attn_tp_size,

@@ -11,13 +11,12 @@ propagate to the child, which classifies them.
 from __future__ import annotations
 
 from .configurator import _drive_configurator
-from .configurator_fields import CONFIGURATOR_FIELD_DEFAULTS
 from .context import Context, Untestable
 from .defaults import KV_DTYPES
 from .inputs import RunnerInputs, runner_inputs
 from .runner import _drive_runner
 
-__all__ = ["CONFIGURATOR_FIELD_DEFAULTS", "KV_DTYPES", "Context", "RunnerInputs",
+__all__ = ["KV_DTYPES", "Context", "RunnerInputs",
            "Untestable", "drive", "runner_inputs"]
 
 

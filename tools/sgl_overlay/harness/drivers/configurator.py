@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
+import torch
 
-from .. import loader
-from ..standins import MissingInput, ModelConfigView, View
-from .configurator_fields import CONFIGURATOR_FIELD_DEFAULTS
-from .context import Context
+from .. import loader, resolution
+from ..standins import ModelConfigView, View
+from ..code_cache import cached
+from .context import Context, Untestable
 from .inputs import runner_inputs
 from .recorders import _install_pool_recorders, _wrap_configurator_factory
 
@@ -56,8 +56,6 @@ def _spec_aux_config(ctx: Context, attrs: dict, draft_mc):
         logging.getLogger(mod.__name__).removeHandler(handler)
     for w in warnings:  # the release's own fallback (layer-count scaling) must not hide a harness gap
         if "Could not resolve DFLASH draft KV bytes" in w:
-            from .context import Untestable
-
             raise Untestable(f"the release could not resolve the drafter's KV bytes per token here: {w}")
     ctx.figures["dflash_draft_cell_size_per_token"] = getattr(cfg, "dflash_draft_cell_size_per_token", None)
     return cfg
@@ -71,11 +69,94 @@ def memory_ledger(ledger) -> dict | None:
     return to_dict() if callable(to_dict) else None
 
 
+MODEL_RUNNER = ("sglang", "srt", "model_executor", "model_runner.py")
+KV_POOL_RUNTIME = ("sglang", "srt", "model_executor", "model_runner_components", "kv_pool_runtime.py")
+
+
+def _runner_constructor_defaults(ctx: Context) -> dict:
+    """The literal defaults of the release's ``ModelRunner.__init__`` keyword
+    parameters (``is_draft_worker``, ``memory_pool_config``, ``draft_model_idx``,
+    the pools ...): what the scheduler's target worker is built with."""
+    import ast
+
+    path = ctx.root.joinpath(*MODEL_RUNNER)
+
+    def build():
+        out = {}
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not (isinstance(node, ast.ClassDef) and node.name == "ModelRunner"):
+                continue
+            for fn in node.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+                    args = fn.args.args[len(fn.args.args) - len(fn.args.defaults):] + fn.args.kwonlyargs
+                    defaults = list(fn.args.defaults) + list(fn.args.kw_defaults)
+                    for arg, default in zip(args, defaults):
+                        if default is None:
+                            continue
+                        try:
+                            out[arg.arg] = ast.literal_eval(default)
+                        except ValueError:
+                            pass
+        return out
+
+    return cached(path, ("runner_init_defaults",), build)
+
+
+PAGE_INTERLEAVE = ("sglang", "srt", "mem_cache", "page_interleave.py")
+PAGE_SHARD_FUNCTIONS = ("make_page_shard_spec", "compute_page_shard_scratch_bytes", "get_kv_shard_group_info")
+
+
+def _page_shard_functions(ctx: Context, accessors: dict, modules) -> None:
+    """v0.5.22+: the release's own logical-page KV sharding functions
+    (``mem_cache/page_interleave.py``: ``make_page_shard_spec``, the scratch
+    bytes charged before sizing), on the resolved ``enable_kv_cache_sharding``
+    read through ``get_parallel()``; bound in the sizing modules in place of
+    their stand-ins (which the pool recorders would otherwise answer)."""
+    path = ctx.root.joinpath(*PAGE_INTERLEAVE)
+    if not path.is_file():
+        return
+    spec_info = ctx.load("sglang.srt.speculative.spec_info")
+    ns = dict(accessors, SpeculativeAlgorithm=spec_info.SpeculativeAlgorithm, torch=torch)
+    found = resolution.tree_functions(path, PAGE_SHARD_FUNCTIONS, ns)
+    for mod in modules:
+        for name, fn in found.items():
+            if name in mod.__dict__:
+                setattr(mod, name, fn)
+
+
+def _release_configurator(ctx: Context, kmod, runner: View, accessors: dict):
+    """The release's own ``ModelRunner.init_kv_cache_configurator`` on the
+    runner's attributes: it chooses every field the configurator is built
+    with (``post_capture_kv_active`` by its own ``is_post_capture_kv_active``,
+    ``attn_dp_size`` and ``pp_size`` from the parallel layout, the dataclass's
+    own defaults for what it leaves out), and the real constructor runs
+    ``__post_init__``.  Returns the configurator."""
+    import importlib
+
+    ns = dict(accessors, KVCacheConfigurator=kmod.KVCacheConfigurator)
+    path = ctx.root.joinpath(*KV_POOL_RUNTIME)
+    if path.is_file():
+        helpers = {"current_platform": View("current_platform", ctx.reads, is_cuda=lambda: True)}  # the scenario's GPU
+        if ctx.exists("sglang.srt.arg_groups.overrides"):
+            overrides = importlib.import_module("sglang.srt.arg_groups.overrides")
+            if hasattr(overrides, "post_capture_kv_sizing_planned"):
+                helpers["post_capture_kv_sizing_planned"] = overrides.post_capture_kv_sizing_planned
+        ns.update(resolution.tree_functions(path, ["is_post_capture_kv_active"], helpers))
+    name = "ModelRunner.init_kv_cache_configurator"
+    init = resolution.tree_functions(ctx.root.joinpath(*MODEL_RUNNER), [name], ns).get(name)
+    if init is None:
+        raise Untestable(f"this tree's sglang/srt/model_executor/model_runner.py has no {name} the harness "
+                         "can define (it builds the KVCacheConfigurator)")
+    init(runner)
+    return object.__getattribute__(runner, "kv_cache_configurator")
+
+
 def _drive_configurator(ctx: Context) -> dict:
     """Era configurator (v0.5.16+): the real KVCacheConfigurator dataclass.
 
-    Built with ``object.__new__``; its fields are set from the scenario, then
-    its own ``__post_init__`` runs.  The runtime-context accessors that v0.5.17+
+    Built by the release's own ``ModelRunner.init_kv_cache_configurator``
+    (``_release_configurator``) on the runner's attributes computed from the
+    scenario; the real constructor runs its ``__post_init__``.  The runtime-context accessors that v0.5.17+
     read (``get_schedule()``, ``get_memory()`` ...) all return the server-args
     view, whose fields carry the same names.
     """
@@ -105,6 +186,7 @@ def _drive_configurator(ctx: Context) -> dict:
         for name, fake in {**accessors, **model_fakes}.items():
             if name in mod.__dict__:
                 setattr(mod, name, fake)
+    _page_shard_functions(ctx, accessors, (kmod, pool_cfg))
     draft = ctx.req.get("draft") or {}
     draft_mc = None
     if draft:
@@ -118,33 +200,27 @@ def _drive_configurator(ctx: Context) -> dict:
         )
     mc = attrs["model_config"]
     layer_ids = list(mc.full_attention_layer_ids)
-    values = dict(attrs)
-    values.update(CONFIGURATOR_FIELD_DEFAULTS)
-    values.update(
+    runner = dict(attrs)
+    runner.update(_runner_constructor_defaults(ctx))  # a target worker: the constructor's defaults
+    runner.update(
         ps=View("ps", ctx.reads, attn_dp_size=1, attn_tp_size=tp, attn_cp_size=1, attn_dcp_size=1, pp_size=1,
-                tp_size=tp, moe_dp_size=1),
-        model_dtype=mc.dtype,
+                tp_size=tp, moe_dp_size=1, tp_rank=0, pp_rank=0),
+        # get_pp_group() on one node: a group of one
+        pp_group=View("pp_group", ctx.reads, world_size=1, rank_in_group=0, is_first_rank=True, is_last_rank=True),
+        # a CUDA stream the pools wait on when they free; nothing in the sizing reads it (a read is named)
+        forward_stream=View("forward_stream", ctx.reads),
         spec_aux_config=_spec_aux_config(ctx, attrs, draft_mc),
         layer_info=View("layer_info", ctx.reads, start_layer=0, end_layer=attrs["end_layer"],
                         num_effective_layers=attrs["num_effective_layers"], full_attention_layer_ids=layer_ids,
                         swa_attention_layer_ids=[], is_hybrid_swa_mtp_draft=False,
                         num_attention_layers=len(layer_ids)),
-        kv_cache_dtype_str=ctx.req["server"].get("kv_cache_dtype", "auto"),
+        # v0.5.17+: ModelRunner sets it to the resolved kv_cache_dtype (get_model().kv_cache_dtype)
+        kv_cache_dtype_str=sa.kv_cache_dtype,
     )
-    cls = kmod.KVCacheConfigurator
-    kvc = object.__new__(cls)
-    missing = []
-    for f in dataclasses.fields(cls):
-        if f.name in values:
-            object.__setattr__(kvc, f.name, values[f.name])
-        elif f.default is not dataclasses.MISSING:
-            object.__setattr__(kvc, f.name, f.default)
-        else:
-            missing.append(f.name)
-    if missing:
-        raise MissingInput("KVCacheConfigurator", ", ".join(missing))
-    if hasattr(cls, "__post_init__"):
-        kvc.__post_init__()
+    kvc = _release_configurator(ctx, kmod, View("runner", ctx.reads, **runner), accessors)
+    cls = type(kvc)
+    if getattr(kvc, "dflash_draft_cell_size_per_token", None) is not None:  # v0.5.23: the configurator's own
+        ctx.figures["dflash_draft_cell_size_per_token"] = kvc.dflash_draft_cell_size_per_token
     for name, key in (("_profile_available_bytes", "available_bytes"),
                       ("_handle_max_mamba_cache", "rest_after_mamba_gib"),
                       ("resolve_max_num_reqs", "resolved_max_num_reqs")):
