@@ -10,9 +10,6 @@ request, the tree (tokens, depths, parents) and its visibility matrix:
             kernels: split-V scan + threshold top-K with logsumexp, one-kernel
             heap build, ancestor-mask kernel, LCRS verify arrays; eager and as
             a CUDA graph; tree_verify_arrays is included in its time
-  prev:     the previous fused path (tools/bench/ddtree_fused_prev.py, a
-            frozen copy: chunk-key scan, two sorts per row, multi-reduction
-            pops), timed the same way, interleaved with fused
 Reports medians (ms per batch) and baseline/ours ratios measured in the same
 run, checks that the trees are identical node for node, and reports expected
 accepted length (surrogate and Monte-Carlo) of DDTree vs the chain.
@@ -102,17 +99,6 @@ def run_fused(logits, B):
     V = logits.shape[-1]
     ids, lp = dd.topk_logprobs(logits, min(B, V), method="triton")
     t = dd.build_ddtree(ids, lp, B, method="triton")
-    anc = dd.ancestor_mask(t)
-    dd.tree_verify_arrays(t)
-    return t, anc
-
-
-def run_prev(logits, B, prev):
-    """The previous fused kernels (frozen copy), same inputs and outputs."""
-    R, L, V = logits.shape
-    k = min(B, V)
-    ids, lp = prev.fused_topk_logprobs(logits.reshape(R * L, V), k)
-    t = dd.DDTree(max_depth=L, **prev.fused_build(ids.view(R, L, k), lp.view(R, L, k), B))
     anc = dd.ancestor_mask(t)
     dd.tree_verify_arrays(t)
     return t, anc
@@ -211,15 +197,12 @@ def per_request_logprobs(logits, k):
     return torch.stack([i for _, i in per]), lp
 
 
-def measure_fused(logits, B, base, reps, prev):
-    """Fused (and previous fused) path: identical flags, eager medians with a
-    baseline interleaved, CUDA-graph medians (prev and new alternating)."""
+def measure_fused(logits, B, base, reps):
+    """Fused path: identical flags, eager medians with a baseline interleaved,
+    CUDA-graph medians of the whole step and of its top-K stage alone."""
     dev = logits.device
     paths = {"fused": run_fused}
     topk_only = {"fused": lambda x, b: dd.topk_logprobs(x, min(b, x.shape[-1]), method="triton")}
-    if prev is not None:
-        paths["prev"] = lambda x, b: run_prev(x, b, prev)
-        topk_only["prev"] = lambda x, b: prev.fused_topk_logprobs(x.reshape(-1, x.shape[-1]), min(b, x.shape[-1]))
     row = {}
     for name, fn in paths.items():
         t, anc = fn(logits, B)  # compile + warm-up
@@ -268,24 +251,18 @@ def goal_lines(rows, L, V):
         best = min(row["fused_ms"], row["fused_graph_ms"])
         gbps = row["batch"] * L * V * 4 / (best * 1e-3) / 1e9
         row["fused_best_ms"], row["fused_logits_GBps"] = best, gbps
-        prev_txt = ""
-        if "prev_ms" in row:
-            pbest = min(row["prev_ms"], row["prev_graph_ms"])
-            row["prev_best_ms"] = pbest
-            prev_txt = f" (previous fused {pbest:.3f} ms, {pbest / best:.1f}x faster now)"
-        split = [f"{name} top-K {row[name + '_topk_graph_ms']:.3f} + build/masks "
-                 f"{row[name + '_graph_ms'] - row[name + '_topk_graph_ms']:.3f} ms"
-                 for name in ("prev", "fused") if name + "_topk_graph_ms" in row]
-        goal.append(f"split batch {row['batch']} / budget {row['budget']} (graph): " + "; ".join(split))
+        goal.append(f"split batch {row['batch']} / budget {row['budget']} (graph): fused top-K "
+                    f"{row['fused_topk_graph_ms']:.3f} + build/masks "
+                    f"{row['fused_graph_ms'] - row['fused_topk_graph_ms']:.3f} ms")
         if (row["batch"], row["budget"]) == (32, 64):
             ok = best <= GOAL_MS and row["baseline2_ms"] / best >= GOAL_RATIO and ok_id
             goal.append(f"goal batch 32 / budget 64: fused {best:.3f} ms (<= {GOAL_MS}), "
                         f"{row['baseline2_ms'] / best:.1f}x baseline (>= {GOAL_RATIO}), {gbps:.0f} GB/s of fp32 logits, "
-                        f"identical {ok_id}: {'MET' if ok else 'NOT MET'}{prev_txt}")
+                        f"identical {ok_id}: {'MET' if ok else 'NOT MET'}")
         if (row["batch"], row["budget"]) == (1, 16):
             ok = best <= row["baseline2_ms"] and ok_id
             goal.append(f"goal batch 1 / budget 16: fused {best:.3f} ms vs baseline {row['baseline2_ms']:.3f} ms, "
-                        f"identical {ok_id}: {'MET' if ok else 'NOT MET'}{prev_txt}")
+                        f"identical {ok_id}: {'MET' if ok else 'NOT MET'}")
     return goal
 
 
@@ -301,7 +278,6 @@ def main():
     ap.add_argument("--mc", type=int, default=64)
     ap.add_argument("--no-tau", action="store_true")
     ap.add_argument("--no-fused", action="store_true", help="skip the Triton paths on cuda")
-    ap.add_argument("--no-prev", action="store_true", help="skip the previous fused path on cuda")
     ap.add_argument("--no-torch", action="store_true", help="skip the pure-torch path (ours)")
     ap.add_argument("--out", default="")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads on CPU (0: keep torch's default)")
@@ -322,7 +298,6 @@ def main():
         info["gpu"] = torch.cuda.get_device_name()
     rows = []
     tk = dd.triton_kernels() if dev.type == "cuda" and not a.no_fused else None
-    prev = load("tools/bench/ddtree_fused_prev.py", "ddtree_fused_prev") if tk is not None and not a.no_prev else None
     info["fused"] = tk is not None
     if tk is not None:
         import triton
@@ -332,10 +307,8 @@ def main():
     head = "| batch | budget | baseline ms |"
     if torch_cols:
         head += " ours ms | ratio | ours graph ms | ratio graph | identical |"
-    if prev is not None:
-        head += " prev fused ms | ratio | prev graph ms | ratio graph | prev identical |"
     if tk is not None:
-        head += " fused ms | ratio | fused graph ms | ratio graph | fused identical | graph vs prev |"
+        head += " fused ms | ratio | fused graph ms | ratio graph | fused identical |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     logits_of = {}
@@ -382,14 +355,11 @@ def main():
         if tk is not None:
             k = min(B, a.V)
             if tk.supports_topk(a.V, k) and tk.supports_build(a.L, k, B):
-                row.update(measure_fused(logits, B, base, reps, prev))
-                names = (["prev"] if prev is not None else []) + ["fused"]
-                for name in names:
-                    fused_txt += (f" {row[name + '_ms']:.3f} | {row[name + '_ratio']:.1f}x | {row[name + '_graph_ms']:.3f} | "
-                                  f"{row[name + '_ratio_graph']:.1f}x | {row[name + '_identical'] and row[name + '_identical_graph']} |")
-                fused_txt += (f" {row['prev_graph_ms'] / row['fused_graph_ms']:.1f}x |" if prev is not None else " - |")
+                row.update(measure_fused(logits, B, base, reps))
+                fused_txt = (f" {row['fused_ms']:.3f} | {row['fused_ratio']:.1f}x | {row['fused_graph_ms']:.3f} | "
+                             f"{row['fused_ratio_graph']:.1f}x | {row['fused_identical'] and row['fused_identical_graph']} |")
             else:
-                fused_txt = " - | - | - | - | (unsupported size) |" * (2 if prev is not None else 1) + " - |"
+                fused_txt = " - | - | - | - | (unsupported size) |"
         if not torch_cols:
             line += f" {row.get('baseline2_ms', float('nan')):.2f} |"
         rows.append(row)
