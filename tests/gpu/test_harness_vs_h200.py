@@ -40,14 +40,20 @@ def test_the_recorded_logs_say_what_docs_gpu_md_says():
     assert zero["kv_cache"][0]["tokens"] == 2007 and zero["mamba_cache"][0]["max_mamba_cache_size"] == 0
 
 
-def test_dflash_smoke_figures_equal_the_gpus(tree):
+def started_with_the_gpus_figures(tree, log, scenario):
+    """The harness on that tree starts the scenario with the KV tokens, running requests
+    and Mamba slots the GPU's start-up log states."""
     root, name = tree
-    f = gpu(f"dflash-smoke.{name}")
-    r = harness(root, "h200-dflash-smoke")
+    f = gpu(f"{log}.{name}")
+    r = harness(root, scenario)
     got = r["figures"]
     assert r["outcome"] == "ok"
     assert (got["max_total_num_tokens"], got["max_running_requests"], got["max_mamba_cache_size"]) == (
         f["max_total_num_tokens"], f["max_running_requests"], f["mamba_cache"][0]["max_mamba_cache_size"])
+
+
+def test_dflash_smoke_figures_equal_the_gpus(tree):
+    started_with_the_gpus_figures(tree, "dflash-smoke", "h200-dflash-smoke")
 
 
 def test_zero_requests_on_the_pin_is_the_gpus_failure(pristine_tree):
@@ -81,13 +87,7 @@ def test_h200_16_logs_say_what_docs_gpu_md_says():
 def test_h200_16_figures_equal_the_gpus(tree):
     """The whole H200 with 16 requests (no blocker; SGLang's own --mem-fraction-static for the
     card): the harness gives the GPU's 277,916 tokens / 16 requests / 16 slots on both trees."""
-    root, name = tree
-    f = gpu(f"h200-16.{name}")
-    r = harness(root, "h200-16")
-    got = r["figures"]
-    assert r["outcome"] == "ok"
-    assert (got["max_total_num_tokens"], got["max_running_requests"], got["max_mamba_cache_size"]) == (
-        f["max_total_num_tokens"], f["max_running_requests"], f["mamba_cache"][0]["max_mamba_cache_size"])
+    started_with_the_gpus_figures(tree, "h200-16", "h200-16")
 
 
 def test_h200_16_patched_ledger_equals_the_gpus_ledger(patched_tree):
