@@ -47,6 +47,12 @@ def test_inputs_and_free_bytes(tmp_path):
     assert plan_mod.free_bytes(_run("patched")) == (PRE, POST, "ledger")
     assert plan_mod.free_bytes(_run("pristine")) == (PRE, POST, "probe")
     assert plan_mod.free_bytes({"probe": {"free_readings": []}}) is None
+    # the pin's sizing uses the second reading of init_torch_distributed (pre_model_load_memory),
+    # not the first (before the distributed init): h200-16's 149,007,630,336 / 148,909,064,192 B
+    readings = [{"bytes": b, "caller": c, "draft": False} for b, c in (
+        (149007630336, "init_torch_distributed"), (148909064192, "init_torch_distributed"),
+        (148909064192, "init_torch_distributed"), (93781229568, "_profile_available_bytes"))]
+    assert plan_mod.free_bytes({"probe": {"free_readings": readings}}) == (148909064192, 93781229568, "probe")
     # no --mem-fraction-static given: the value the start-up logged (server_args) is used
     run = dict(_run("pristine"), command=CMD.replace(" --mem-fraction-static 0.6856901", ""))
     run["log_figures"] = dict(run["log_figures"], server_args={"mem_fraction_static": 0.8123})
@@ -76,3 +82,26 @@ def test_planner_equals_the_h200_start_ups(tmp_path, patched_tree, pristine_tree
     assert rc == 0
     md = (tmp_path / "plan_vs_gpu.md").read_text()
     assert "| dflash-smoke.patched | 100,540,809,216 / 45,412,974,592 (ledger) | starts, over budget by 2.44 GiB taken from the headroom (remedy: --mem-fraction-static = 0.797) | True | 3079 | 4 | 24 | over_budget |" in md
+
+
+def test_planner_equals_the_h200_lossless_hybrid_start_ups(tmp_path, patched_tree):
+    """Call A2 of 2026-12-01 (docs/gpu_results/2026-12-01/e2e-lossless-a2.json): the small
+    Qwen3.5-shaped hybrid, saved in float32, served with --dtype bfloat16: the KV cells are
+    bfloat16 (the flag overrides the checkpoint's dtype), so the planner must give the GPU's
+    36,147,328 tokens (18,073,664 when it read the dtype from config.json), and 17,872,448
+    with a drafter."""
+    e2e_models = e2e.models_mod
+    report = json.loads((ROOT / "docs/gpu_results/2026-12-01/e2e-lossless-a2.json").read_text())
+    report["lossless"]["runs"] = [r for r in report["lossless"]["runs"] if not r.get("skipped")]
+    # config.json as the GPU machine wrote it: transformers' save_pretrained of a float32 model
+    # (the files themselves did not come back; the fields the sizing reads are these)
+    for name, cfg in (("hybrid", e2e_models.HYBRID), ("hybrid-draft", e2e_models.drafter_config(e2e_models.HYBRID))):
+        (tmp_path / "models" / name).mkdir(parents=True)
+        (tmp_path / "models" / name / "config.json").write_text(json.dumps(dict(cfg, torch_dtype="float32")))
+    (tmp_path / "e2e.json").write_text(json.dumps(report))
+    rc = plan_mod.main([str(tmp_path), "--patched-tree", str(patched_tree), "--out", str(tmp_path)])
+    res = {x["id"]: x for x in json.loads((tmp_path / "plan_vs_gpu.json").read_text())}
+    kv = {rid: {r["field"]: r["planner"] for r in x["rows"]}["kv_tokens"] for rid, x in res.items()}
+    assert kv == {"hybrid.patched.base.eager": 36147328, "hybrid.patched.dflash.eager": 17872448,
+                  "hybrid.patched.ddtree.eager": 17872448, "hybrid.patched.dflash.graphs": 17872448}, res
+    assert rc == 0, res

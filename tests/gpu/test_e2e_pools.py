@@ -45,7 +45,8 @@ def test_recorded_ledger_against_the_allocation_shapes():
     rows = {r["name"]: r for r in pools.compare(ledger, smoke_pools())}
     assert set(rows) == {"kv_cache", "draft_kv", "mamba_states", "speculative_intermediate_states"}
     assert rows["mamba_states"]["equal"] and rows["speculative_intermediate_states"]["equal"]
-    # the KV pools hold one padded page (slot 0) beyond the ledger's tokens x cell
+    # the KV pools hold one padded page (slot 0) beyond this (older) ledger's tokens x cell
+    # (written by the stack of cc62f5daf374; since then the ledger states the padded cells)
     assert rows["kv_cache"]["diff"] == 65536 and "1 KV cell(s) of 65536 B" in rows["kv_cache"]["note"]
     assert rows["draft_kv"]["diff"] == 20480 and not rows["draft_kv"]["equal"]
     assert "kv_cache: ledger 201785344 B, allocated 201850880 B" in pools.summary(list(rows.values()))
@@ -134,3 +135,25 @@ def test_native_ops_only_when_asked(tmp_path):
     off = subprocess.run([sys.executable, "-c", user], env=base, capture_output=True, text=True, check=True)
     assert on.stdout.split() == ["native", "cuda"]
     assert off.stdout.split() == ["cuda", "cuda"]
+
+
+def test_h200_16_ledger_equals_the_gpus_pools():
+    """h200-16 (2026-12-01, case over_budget): the probe's records of the pools the GPU built
+    against the patched tree's ledger: every reservation equal to the byte."""
+    ledger = json.loads((DATA / "h200-16.patched.ledger.json").read_text())
+    rows = pools.compare(ledger, json.loads((DATA / "h200-16.patched.pools.json").read_text()))
+    assert {r["name"] for r in rows} == {"kv_cache", "draft_kv", "mamba_states", "speculative_intermediate_states"}
+    assert pools.equal(rows), rows
+
+
+def test_dense_fits_case_on_the_gpu_allocates_the_padding_page():
+    """The dense float32 start-up of 2026-12-01 (case fits, the stack before the ledger stated the
+    padding page): the GPU's pool is (tokens + page_size) cells, the ledger then said tokens cells;
+    the ledger now reserves (tokens + page_size) x cell (budget-ledger.patch, tests/memory/test_allocation.py)."""
+    rec = json.loads((DATA / "dense.patched.base.eager.float32.ledger-and-pools.json").read_text())
+    fig = rec["ledger"]["figures"]
+    assert fig["case"] == "fits"
+    (row,) = [r for r in pools.compare(rec["ledger"], rec["pools"]) if r["name"] == "kv_cache"]
+    cell, tokens, page = fig["target_cell_size_bytes"], fig["max_total_num_tokens"], fig["page_size"]
+    assert row["ledger_bytes"] == tokens * cell and row["diff"] == page * cell == 8192
+    assert row["allocated_bytes"] == (tokens + page) * cell

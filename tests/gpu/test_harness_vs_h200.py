@@ -40,14 +40,20 @@ def test_the_recorded_logs_say_what_docs_gpu_md_says():
     assert zero["kv_cache"][0]["tokens"] == 2007 and zero["mamba_cache"][0]["max_mamba_cache_size"] == 0
 
 
-def test_dflash_smoke_figures_equal_the_gpus(tree):
+def started_with_the_gpus_figures(tree, log, scenario):
+    """The harness on that tree starts the scenario with the KV tokens, running requests
+    and Mamba slots the GPU's start-up log states."""
     root, name = tree
-    f = gpu(f"dflash-smoke.{name}")
-    r = harness(root, "h200-dflash-smoke")
+    f = gpu(f"{log}.{name}")
+    r = harness(root, scenario)
     got = r["figures"]
     assert r["outcome"] == "ok"
     assert (got["max_total_num_tokens"], got["max_running_requests"], got["max_mamba_cache_size"]) == (
         f["max_total_num_tokens"], f["max_running_requests"], f["mamba_cache"][0]["max_mamba_cache_size"])
+
+
+def test_dflash_smoke_figures_equal_the_gpus(tree):
+    started_with_the_gpus_figures(tree, "dflash-smoke", "h200-dflash-smoke")
 
 
 def test_zero_requests_on_the_pin_is_the_gpus_failure(pristine_tree):
@@ -67,3 +73,33 @@ def test_zero_requests_on_the_patched_tree_refuses_with_the_gpus_remedies(patche
     stated = [(x["parsed"]["flag"], str(x["parsed"]["value"])) for x in r["remedies"]]
     logged = list(dict.fromkeys(("--" + x["flag"].lstrip("-"), x["value"]) for x in f["remedies"]))  # logged twice
     assert stated == logged == [("--max-running-requests", "1"), ("--mem-fraction-static", "0.726")]
+
+
+def test_h200_16_logs_say_what_docs_gpu_md_says():
+    for t in ("pristine", "patched"):
+        f = gpu(f"h200-16.{t}")
+        assert (f["max_total_num_tokens"], f["max_running_requests"]) == (277916, 16)
+        assert f["mamba_cache"][0]["max_mamba_cache_size"] == 16
+        assert (f["load_begin_avail_gib"], f["load_end_avail_gib"]) == (138.61, 87.36)
+    assert [(x["flag"], x["value"]) for x in gpu("h200-16.patched")["remedies"]] == [("mem-fraction-static", "0.863")]
+
+
+def test_h200_16_figures_equal_the_gpus(tree):
+    """The whole H200 with 16 requests (no blocker; SGLang's own --mem-fraction-static for the
+    card): the harness gives the GPU's 277,916 tokens / 16 requests / 16 slots on both trees."""
+    started_with_the_gpus_figures(tree, "h200-16", "h200-16")
+
+
+def test_h200_16_patched_ledger_equals_the_gpus_ledger(patched_tree):
+    """Every figure of the ledger the patched tree wrote on the GPU (free bytes, headroom,
+    budget, activation reserve, reservations, remedy) comes out of the harness unchanged,
+    given the scenario's exact free bytes, weights bytes and flags (--disable-cuda-graph
+    included: with graphs the activation reserve counts 2 x cuda_graph_max_bs MiB more,
+    and the warning's remedy would be 0.859, not the GPU's 0.863)."""
+    import json
+    real = json.loads((DATA / "h200-16.patched.ledger.json").read_text())
+    r = harness(patched_tree, "h200-16")
+    assert r["ledger"]["figures"] == real["figures"]
+    assert r["ledger"]["reservations"] == real["reservations"]
+    assert [(x["flag"], x["value"]) for x in r["ledger"]["remedies"]] == [
+        (x["flag"], x["value"]) for x in real["remedies"]] == [("--mem-fraction-static", 0.863)]

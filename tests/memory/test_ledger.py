@@ -117,9 +117,10 @@ def test_ledger_equals_independent_computation(pristine, patched, name):
                 assert res["mamba_states"] == {"bytes": p.mamba_bytes, "slots": p.slots + 1}
                 assert res["speculative_intermediate_states"] == {
                     "bytes": p.spec_bytes, "slots": p.requests + 1, "draft_tokens": E.draft_tokens(sc)}
-            assert res["kv_cache"] == {"bytes": tokens * target, "tokens": tokens}
+            page = sc.server.get("page_size", 1)   # each KV pool's padding cells (MHATokenToKVPool)
+            assert res["kv_cache"] == {"bytes": (tokens + page) * target, "tokens": tokens}
             if cell != target:
-                assert res["draft_kv"] == {"bytes": tokens * (cell - target), "tokens": tokens}
+                assert res["draft_kv"] == {"bytes": (tokens + page) * (cell - target), "tokens": tokens}
         elif case == "over_budget":
             # exactly the pin's figures; the reservations are its pools as allocated
             assert ledger["outcome"] == "ok"

@@ -44,7 +44,11 @@ def free_bytes(run):
     if fig.get("pre_load_free_bytes") and fig.get("post_load_free_bytes"):
         return fig["pre_load_free_bytes"], fig["post_load_free_bytes"], "ledger"
     readings = [r for r in (run.get("probe") or {}).get("free_readings", []) if r.get("draft") is False]
-    pre = next((r["bytes"] for r in readings if r["caller"] == PRE_CALLER), None)
+    # init_torch_distributed reads twice before its third (local) reading: `before_avail_memory`
+    # before the distributed init, then `pre_model_load_memory`, the figure the sizing uses
+    # (sglang/srt/model_executor/model_runner.py at v0.5.12.post1); on the H200 they differ by 94 MiB
+    pres = [r["bytes"] for r in readings if r["caller"] == PRE_CALLER]
+    pre = pres[1] if len(pres) > 1 else (pres[0] if pres else None)
     post = next((r["bytes"] for r in readings if r["caller"] == POST_CALLER), None)
     return (pre, post, "probe") if pre and post else None
 

@@ -15,6 +15,9 @@ from . import model as model_mod
 
 GIB = 1 << 30
 
+# SGLang's --dtype names for the torch dtypes (server_args.py: "half", "float" are aliases)
+DTYPE_FLAG = {"half": "float16", "float": "float32"}
+
 
 @dataclass
 class Memory:
@@ -62,6 +65,11 @@ class Deployment:
             server.setdefault("mamba_scheduler_strategy", server["mamba_radix_cache_strategy"])
         if server.get("speculative_algorithm") and self.draft and not server.get("speculative_draft_model_path"):
             server["speculative_draft_model_path"] = self.draft["path"]
+        model = self.model.harness_model(self.context_len(overrides))
+        # --dtype overrides the checkpoint's dtype (SGLang's ModelConfig), and with it the KV cells
+        # of --kv-cache-dtype auto; "auto" keeps the config's
+        if server.get("dtype") not in (None, "auto"):
+            model["dtype"] = DTYPE_FLAG.get(server["dtype"], server["dtype"])
         return {
             "name": "plan",
             "gpu": {"pre_load_free_gib": m.pre_free_gib, "post_load_free_gib": m.post_free_gib,
@@ -72,7 +80,7 @@ class Deployment:
                     **({"device_name": self.gpu.device_name, "capability": list(self.gpu.capability),
                         "total_mib": self.gpu.total_mib} if self.gpu else
                        {"device_name": None, "capability": None, "total_mib": None})},
-            "model": self.model.harness_model(self.context_len(overrides)),
+            "model": model,
             "server": server,
             "draft": self.draft,
         }
