@@ -13,7 +13,7 @@ SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 OUTCOMES = ("ok", "broken", "refused", "untestable")
 LOGGED_FIGURES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size")
 # how a public log's figures compare with the harness's (docs/regress.md, "Public start-up logs")
-SOURCE_STATUSES = ("exact", "rounding", "open")
+SOURCE_STATUSES = ("exact", "rounding", "explained", "open")
 
 
 class ScenarioError(UsageError):

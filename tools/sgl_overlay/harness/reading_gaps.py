@@ -1,0 +1,72 @@
+"""Where a start-up log's free-memory readings differ from the ones SGLang sizes against.
+
+The sizing takes two readings of free GPU memory: ``pre_model_load_memory``, returned by
+``ModelRunner.init_torch_distributed`` (the minimum over the ranks), and the post-load reading
+inside the profiling step (``_profile_available_bytes``; the patched tree's
+``free_memory_per_rank``).  A log prints two others: "Load weight begin. avail mem" and
+"Load weight end. avail mem" (``load_model``).  The gaps between them are measured on a GPU
+(the probe of tools/gpu records every reading, in order: docs/gpu_results/*/free_readings.json)
+and bound where the sizing's readings lie around the logged ones (docs/regress.md, "Public
+start-up logs")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1 << 30
+SIZING_CALLERS = ("_profile_available_bytes", "free_memory_per_rank")
+
+
+class ReadingsError(ValueError):
+    """A start's readings lack one the gaps need."""
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """Bytes, (least, most) over the measured starts.  ``pre``: the sizing's pre-load reading
+    minus the logged "Load weight begin" one.  ``post``: the logged "Load weight end" reading
+    minus the sizing's post-load one."""
+
+    pre: tuple[int, int]
+    post: tuple[int, int]
+    starts: int
+
+
+def gaps_of_start(readings: list[dict]) -> tuple[int, int]:
+    """(pre gap, post gap) in bytes of one start, from its target worker's readings in order
+    (``caller``, ``bytes``, ``draft``).  ``init_torch_distributed``'s first reading is its
+    ``before_avail_memory`` (ahead of the process groups); the later ones are
+    ``pre_model_load_memory`` and the local reading, equal on one GPU (checked)."""
+    target = [r for r in readings if r.get("draft") is False]
+    dist = [r["bytes"] for r in target if r["caller"] == "init_torch_distributed"][1:]
+    load = [r["bytes"] for r in target if r["caller"] == "load_model"]
+    sizing = [r["bytes"] for r in target if r["caller"] in SIZING_CALLERS]
+    if not dist or len(load) < 2 or not sizing:
+        raise ReadingsError("a start needs init_torch_distributed's pre-load reading, load_model's begin and "
+                            f"end readings and the sizing's own ({' or '.join(SIZING_CALLERS)})")
+    if len(set(dist)) != 1:
+        raise ReadingsError(f"init_torch_distributed's pre-load readings differ ({dist}): not a one-GPU start")
+    return dist[0] - load[0], load[-1] - sizing[0]
+
+
+def measured_gaps(starts: list[list[dict]]) -> Gaps:
+    pairs = [gaps_of_start(s) for s in starts]
+    if not pairs:
+        raise ReadingsError("no start to measure")
+    pre, post = zip(*pairs)
+    return Gaps(pre=(min(pre), max(pre)), post=(min(post), max(post)), starts=len(pairs))
+
+
+def sizing_reading_ends(pre_logged: float, post_logged: float, pre_rounding: float, post_rounding: float,
+                        gaps: Gaps) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The (pre, post) readings in GiB at the two ends of what the sizing can have read, given
+    the logged ones, their rounding and the measured gaps: the smallest budget
+    (post - pre x (1 - mem_fraction_static)) first, the largest second."""
+    low = (pre_logged + pre_rounding + gaps.pre[1] / GIB, post_logged - post_rounding - gaps.post[1] / GIB)
+    high = (pre_logged - pre_rounding + gaps.pre[0] / GIB, post_logged + post_rounding - gaps.post[0] / GIB)
+    return low, high
+
+
+def budget(pre: float, post: float, mem_fraction_static: float) -> float:
+    """The sizing's budget in GiB (``rest_memory`` before the Mamba and KV split)."""
+    return post - pre * (1 - mem_fraction_static)
