@@ -2,7 +2,7 @@
 through the harness on a real tree.
 
 Default tree: v0.5.23 with the whole port applied by ``git am``
-(tests/memory/port_tree.py).  ``--tree DIR``: any tree holding ``sglang/``
+(tests/port_tree.py).  ``--tree DIR``: any tree holding ``sglang/``
 or ``python/sglang/``; the export runs each patch's ``Evidence:`` tests on
 v0.5.23 with the earlier patches of the series (they must fail) and with the
 patch too (they must pass).
@@ -22,7 +22,9 @@ import pytest
 
 from sgl_overlay.harness import load_scenario, run_child, run_scenario, source_root
 
-from tests.memory import port_tree
+from tests import port_tree
+
+SERIES_DIR = port_tree.PORTS / "memory"
 
 GIB = 1 << 30
 VLM_CACHE_BYTES = 100 << 20  # v0.5.23 environ.py SGLANG_VLM_CACHE_SIZE_MB: Qwen3.6 is multimodal
@@ -33,7 +35,7 @@ def port(request, tmp_path_factory) -> Path:
     given = request.config.getoption("--tree")
     if given:
         return source_root(given)
-    return source_root(port_tree.build(tmp_path_factory.mktemp("port-v0.5.23") / "sglang"))
+    return source_root(port_tree.build(SERIES_DIR, tmp_path_factory.mktemp("port-v0.5.23") / "sglang"))
 
 
 @lru_cache(maxsize=None)

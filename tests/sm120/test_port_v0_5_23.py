@@ -4,7 +4,7 @@
 The subject tree (``port_tree``): ``--tree DIR`` when given (the export runs
 each patch's ``Evidence:`` tests on v0.5.23 with the earlier patches of the
 series, then with that patch too), else v0.5.23 with the whole port series
-applied by ``git am`` in pytest's temporary directory.  ``v0523_tree`` is the
+applied strictly (tests/port_tree.py) in pytest's temporary directory.  ``v0523_tree`` is the
 pristine release.
 
 Two ways to run the release's own code on a CPU:
@@ -28,27 +28,19 @@ from pathlib import Path
 
 import pytest
 
-from sgl_overlay import gitcmd, series, source
+from sgl_overlay import source
 from sgl_overlay.harness import loader
 from sgl_overlay.harness import load_scenario, run_scenario
 from sgl_overlay.harness.layout import source_root
 from sgl_overlay.harness.resolution import _platform
 
+from tests import port_tree as port_series
+
 from .support import DEVICES, PDMUX, SM120, SPLITS, pdmux_stream_groups, tree_helpers
 
 LABEL = "0.5.23"
-SERIES_DIR = Path(__file__).resolve().parents[2] / "patches" / "ports" / "v0.5.23" / "sm120"
+SERIES_DIR = port_series.PORTS / "sm120"
 SCENARIO = Path(__file__).resolve().parent / "scenarios" / "olmo2-rtx-pro-6000.toml"
-
-
-def build_port_tree(dest: Path) -> Path:
-    """v0.5.23's release artifact as a git repository (python/sglang), the port
-    series applied with strict ``git am``; returns ``dest``."""
-    source.base_from_release(LABEL, dest)
-    for name in series.read_series(SERIES_DIR):
-        gitcmd.run(dest, "am", "--quiet", "--no-3way", "--committer-date-is-author-date",
-                   str(SERIES_DIR / name))
-    return dest
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +51,7 @@ def v0523_tree():
 @pytest.fixture(scope="module")
 def series_tree(tmp_path_factory):
     """v0.5.23 + the whole port series, always built (it holds the series' test/ files)."""
-    return build_port_tree(tmp_path_factory.mktemp("sm120-port") / "sglang")
+    return port_series.build(SERIES_DIR, tmp_path_factory.mktemp("sm120-port") / "sglang")
 
 
 @pytest.fixture(scope="module")

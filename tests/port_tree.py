@@ -1,9 +1,10 @@
-"""SGLang v0.5.23 with the memory topic's port applied, for the port's tests.
+"""SGLang v0.5.23 with a topic's port applied, for the ports' tests
+(tests/memory and tests/sm120).
 
-``build(dest, upto)`` lays the v0.5.23 release tree (``source.release_tree``,
-cached and verified) out as upstream has it (``dest/python/sglang``) and
-applies the first ``upto`` patches of ``patches/ports/v0.5.23/memory/series``
-(all of them: ``None``) with ``git apply``, in order, strictly (no fuzz,
+``build(series_dir, dest, upto)`` lays the v0.5.23 release tree
+(``source.release_tree``, cached and verified) out as upstream has it
+(``dest/python/sglang``) and applies the first ``upto`` patches of
+``series_dir``'s series (all of them: ``None``) with ``git apply``, in order, strictly (no fuzz,
 whitespace errors refused).  The files are hard links into the cache except
 those a patch touches, which are copied first, so that the build takes a
 second and never writes into the cache.  (That the series also applies with
@@ -23,19 +24,19 @@ from sgl_overlay import gitcmd, series, source
 from sgl_overlay.project import ROOT
 
 RELEASE = "0.5.23"
-SERIES_DIR = ROOT / "patches" / "ports" / "v0.5.23" / "memory"
+PORTS = ROOT / "patches" / "ports" / "v0.5.23"
 
 
-def patches() -> list[str]:
+def patches(series_dir: Path) -> list[str]:
     """The series' patch file names, in order (the series file's own rules)."""
-    return series.read_series(SERIES_DIR)
+    return series.read_series(series_dir)
 
 
-def touched(upto: int | None = None) -> set[str]:
+def touched(series_dir: Path, upto: int | None = None) -> set[str]:
     """Paths (relative to the tree's root) the first ``upto`` patches change."""
     paths = set()
-    for name in patches()[:upto]:
-        for pf in unidiff.PatchSet.from_filename(str(SERIES_DIR / name), encoding="utf-8"):
+    for name in patches(series_dir)[:upto]:
+        for pf in unidiff.PatchSet.from_filename(str(series_dir / name), encoding="utf-8"):
             paths.add(pf.path)
     return paths
 
@@ -47,18 +48,18 @@ def _link_or_copy(src, dst):
         shutil.copy2(src, dst)
 
 
-def build(dest: Path, upto: int | None = None) -> Path:
-    """v0.5.23 + the first ``upto`` patches of the port under ``dest``
+def build(series_dir: Path, dest: Path, upto: int | None = None) -> Path:
+    """v0.5.23 + the first ``upto`` patches of ``series_dir`` under ``dest``
     (which must not exist); returns ``dest``."""
     release = source.release_tree(RELEASE)
     shutil.copytree(release / "sglang", dest / "python" / "sglang", copy_function=_link_or_copy)
-    for rel in touched(upto):
+    for rel in touched(series_dir, upto):
         path = dest / rel
         if path.exists():  # break the hard link: the patch writes this file
             data = path.read_bytes()
             path.unlink()
             path.write_bytes(data)
     gitcmd.init(dest)  # git apply works on the files, whatever repository holds dest
-    for name in patches()[:upto]:
-        gitcmd.run(dest, "apply", "--whitespace=error", str(SERIES_DIR / name))
+    for name in patches(series_dir)[:upto]:
+        gitcmd.run(dest, "apply", "--whitespace=error", str(series_dir / name))
     return dest
