@@ -22,10 +22,11 @@ import json
 import sys
 from pathlib import Path
 
+from sgl_overlay.harness import reading_gaps
+
 GIB = 1 << 30
 # SGLang flags that name machine-local things or the server's address: not sizing inputs
 DROP = {"--model-path": 1, "--port": 1, "--host": 1, "--speculative-draft-model-path": 1}
-PRE_CALLER, POST_CALLER = "init_torch_distributed", "_profile_available_bytes"
 
 
 def runs_of(report):
@@ -43,13 +44,9 @@ def free_bytes(run):
     fig = (run.get("ledger_raw") or {}).get("figures") or {}
     if fig.get("pre_load_free_bytes") and fig.get("post_load_free_bytes"):
         return fig["pre_load_free_bytes"], fig["post_load_free_bytes"], "ledger"
-    readings = [r for r in (run.get("probe") or {}).get("free_readings", []) if r.get("draft") is False]
-    # init_torch_distributed reads twice before its third (local) reading: `before_avail_memory`
-    # before the distributed init, then `pre_model_load_memory`, the figure the sizing uses
-    # (sglang/srt/model_executor/model_runner.py at v0.5.12.post1); on the H200 they differ by 94 MiB
-    pres = [r["bytes"] for r in readings if r["caller"] == PRE_CALLER]
-    pre = pres[1] if len(pres) > 1 else (pres[0] if pres else None)
-    post = next((r["bytes"] for r in readings if r["caller"] == POST_CALLER), None)
+    # the readings the sizing itself uses: `pre_model_load_memory`, not `before_avail_memory`
+    # (on the H200 they differ by 94 MiB), and the sizing's own post-load reading
+    pre, post = reading_gaps.sizing_readings((run.get("probe") or {}).get("free_readings", []))
     return (pre, post, "probe") if pre and post else None
 
 

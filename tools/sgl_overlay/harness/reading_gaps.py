@@ -32,15 +32,30 @@ class Gaps:
     starts: int
 
 
+def _target(readings: list[dict], caller) -> list[int]:
+    """The target worker's readings (``draft`` False) by ``caller`` (a name or a tuple), in order."""
+    names = (caller,) if isinstance(caller, str) else caller
+    return [r["bytes"] for r in readings if r.get("draft") is False and r["caller"] in names]
+
+
+def sizing_readings(readings: list[dict]) -> tuple[int | None, int | None]:
+    """(pre, post) bytes the sizing itself uses, from a start's readings in order (``caller``,
+    ``bytes``, ``draft``): ``pre_model_load_memory``, ``init_torch_distributed``'s second reading
+    (its first, ``before_avail_memory``, is taken ahead of the process groups), and the sizing's
+    own post-load reading; None where the start lacks one."""
+    dist = _target(readings, "init_torch_distributed")
+    sizing = _target(readings, SIZING_CALLERS)
+    return (dist[1] if len(dist) > 1 else None), (sizing[0] if sizing else None)
+
+
 def gaps_of_start(readings: list[dict]) -> tuple[int, int]:
-    """(pre gap, post gap) in bytes of one start, from its target worker's readings in order
-    (``caller``, ``bytes``, ``draft``).  ``init_torch_distributed``'s first reading is its
-    ``before_avail_memory`` (ahead of the process groups); the later ones are
+    """(pre gap, post gap) in bytes of one start, from its readings in order (``caller``,
+    ``bytes``, ``draft``): the sizing's readings (``sizing_readings``) against load_model's
+    logged begin and end.  ``init_torch_distributed``'s readings after its first are
     ``pre_model_load_memory`` and the local reading, equal on one GPU (checked)."""
-    target = [r for r in readings if r.get("draft") is False]
-    dist = [r["bytes"] for r in target if r["caller"] == "init_torch_distributed"][1:]
-    load = [r["bytes"] for r in target if r["caller"] == "load_model"]
-    sizing = [r["bytes"] for r in target if r["caller"] in SIZING_CALLERS]
+    dist = _target(readings, "init_torch_distributed")[1:]
+    load = _target(readings, "load_model")
+    sizing = _target(readings, SIZING_CALLERS)
     if not dist or len(load) < 2 or not sizing:
         raise ReadingsError("a start needs init_torch_distributed's pre-load reading, load_model's begin and "
                             f"end readings and the sizing's own ({' or '.join(SIZING_CALLERS)})")
