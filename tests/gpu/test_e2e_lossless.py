@@ -127,7 +127,8 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
     seen = []
 
     def fake_server(tree, work, model, flags, prefix, port, timeout, common, exercise_fn, probe, extra_env):
-        assert extra_env == ({"SGLO_E2E_NATIVE_OPS": "1"} if flags[1] == "float32" else {})
+        assert extra_env == ({"SGLO_E2E_NATIVE_OPS": "1", "TRITON_F32_DEFAULT": "ieee", "SGLANG_MAMBA_CONV_DTYPE": "float32"}
+                             if flags[1] == "float32" else {})
         seen.append((prefix.name, flags[1]))
         clock["t"] += 100 if len(seen) == 1 else 40
         if prefix.name == "dense.patched.base.eager.float32":
@@ -162,6 +163,14 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
     assert seen[0][0] == "hybrid.patched.base.eager.float32"             # the first run that did not pass
     # the model's dtype carries over from the kept reference (bfloat16 after its float32 exit)
     assert ("dense.patched.dflash.graphs.bfloat16", "bfloat16") in seen
+    # --no-dtype-fallback: the float32 exit is the run's result, nothing is retried in bfloat16
+    seen.clear()
+    clock["t"] = 0.0
+    res3 = e2e.run_lossless("dense.patched.base.eager", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30200,
+                            saves.append, lambda: clock["t"], fallback=False)
+    assert seen == [("dense.patched.base.eager.float32", "float32")]
+    only = res3["runs"][0]
+    assert only["dtype"] == "float32" and "float32_failed" not in only and not only["check"]["pass"]
     other = dict(res, params={"sha256": {"dense": "cd"}})
     import pytest
     with pytest.raises(SystemExit, match="weights differ"):

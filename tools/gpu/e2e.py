@@ -544,10 +544,17 @@ def lossless_flags(run, models, dtype):
 
 
 def lossless_env(dtype):
-    """float32: SGLang's custom ops run their torch forward_native (the probe's native_ops; the
-    sgl_kernel CUDA kernels dispatch only fp16/bf16). Attention and the Gated DeltaNet run their
-    Triton kernels in float32 (whose tl.dot is TF32)."""
-    return {"SGLO_E2E_NATIVE_OPS": "1"} if dtype == "float32" else {}
+    """float32, end to end:
+    - SGLang's custom ops run their torch forward_native (the probe's native_ops; the sgl_kernel
+      CUDA kernels dispatch only fp16/bf16);
+    - Triton's tl.dot on float32 runs IEEE, not TF32 (TRITON_F32_DEFAULT; on the H200, triton 3.6:
+      max error of a 64x64 dot against float64 7.6e-6 with it, 0.024 without);
+    - the Mamba conv states are float32 (SGLANG_MAMBA_CONV_DTYPE, SGLang's own switch, default
+      bfloat16: the causal-conv1d kernel does not compile with float32 activations and bfloat16
+      states, "Mismatched type for col0")."""
+    if dtype != "float32":
+        return {}
+    return {"SGLO_E2E_NATIVE_OPS": "1", "TRITON_F32_DEFAULT": "ieee", "SGLANG_MAMBA_CONV_DTYPE": "float32"}
 
 
 def _generate(base, body):
@@ -703,10 +710,11 @@ def _digests(models):
 
 
 def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port, save=lambda part: None, clock=time.time,
-                 weights_device="cuda", resume=None):
+                 weights_device="cuda", resume=None, fallback=True):
     """The lossless runs in order while the budget lasts; save(part) after each run.
     resume: a previous report's "lossless" part: its passed runs are kept as they are (the
-    references with their outputs), the rest (skipped or failed) is run and compared with them."""
+    references with their outputs), the rest (skipped or failed) is run and compared with them.
+    fallback: a reference that cannot start in float32 is retried in bfloat16 (False: it fails)."""
     models, params = make_lossless_models(work, out, weights_device)
     ps = lossless.prompts(id_max=models_mod.PROMPT_ID_MAX)
     # kept: passed runs, and references that served (their outputs are what the others are judged against)
@@ -748,7 +756,8 @@ def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port,
             # float32 is the honest comparison; if this tree cannot serve the model in float32, say so
             # and fall back to bfloat16 (mismatches then carry their margins)
             # (a server that exited at start-up; a start that timed out is not retried)
-            if ref and not r["healthy"] and "exit_code" in r and r["dtype"] == "float32" and attempt == 0:
+            if ref and not r["healthy"] and "exit_code" in r and r["dtype"] == "float32" and attempt == 0 \
+                    and fallback:
                 r["float32_failed"] = (r["log_figures"]["errors"] or ["no error line"])[-1][:300]
                 dtypes[r["model"]] = "bfloat16"
                 port += 1
@@ -784,6 +793,8 @@ def main(argv=None):
     ap.add_argument("--dtype", default="bfloat16",
                     help="the lossless runs' --dtype (float32 fails on the H200 for the DFlash drafter and the Gated "
                          "DeltaNet kernels: docs/gpu.md)")
+    ap.add_argument("--no-dtype-fallback", action="store_true",
+                    help="a reference that exits at start-up in float32 fails instead of being retried in bfloat16")
     ap.add_argument("--weights-device", default="cuda", help="where the lossless models' weights are generated")
     ap.add_argument("--resume", default=None, help="a previous call's e2e.json: its completed lossless runs are kept "
                     "and the others run (several device calls make one report)")
@@ -859,7 +870,7 @@ def main(argv=None):
         report["lossless"] = run_lossless(args.lossless, work, out, args.budget_s, t0, args.start_timeout, args.dtype,
                                           port, save, weights_device=args.weights_device,
                                           resume=json.loads(Path(args.resume).read_text()).get("lossless")
-                                          if args.resume else None)
+                                          if args.resume else None, fallback=not args.no_dtype_fallback)
         report["lossless"]["ddtree_pristine"] = "not available on the pin: v0.5.12.post1 has no DDTREE algorithm"
         md += "\n" + lossless_table(report["lossless"]["runs"])
         ok &= all(r["check"]["pass"] for r in report["lossless"]["runs"])    # a skipped run is not a pass
