@@ -573,6 +573,14 @@ def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1
         out["capture"][name] = describe(r, cgr.CudaGraphRunner.get_spec_info(r, max_bs * N))
     r = runner("TritonAttnBackend", True)
     out["capture"]["drafter"] = describe(r, cgr.CudaGraphRunner.get_spec_info(r, max_bs * block))
+    # a target runner whose verify width is not budget + 1 (server arguments that skipped DDTREE's rules)
+    r = runner("TritonAttnBackend", False)
+    r.num_tokens_per_bs = block
+    try:
+        cgr.CudaGraphRunner.get_spec_info(r, max_bs * block)
+        out["capture"]["wrong_width"] = None
+    except RuntimeError as e:
+        out["capture"]["wrong_width"] = str(e)
 
     # ---- the backends, with their real graph state
     req_pool_size, ctx = 8, 64

@@ -43,6 +43,9 @@ def check_capture(v):
     assert (d["type"], d["draft_token_num"], d["static_mask"], d["capture_hidden_mode"]) == \
         ("DFlashVerifyInput", BLOCK, False, "NULL"), f"the drafter's graphs must stay DFlash's: {d}"
     assert v["capture_metadata"] == {"triton_static_mask": True, "lcrs_static": True}, v["capture_metadata"]
+    err = v["capture"]["wrong_width"]
+    assert err and f"captured with {BLOCK} tokens per request" in err and f"budget + 1 = {N}" in err \
+        and "--disable-cuda-graph" in err, f"a verify width other than budget + 1 must be refused: {err!r}"
 
 
 def check_replay(v):
