@@ -123,6 +123,7 @@ def server_rules(root: str, argv: list[str]) -> dict:
         "disable_overlap_schedule",
         "max_running_requests",
         "grammar_backend",
+        "disable_cuda_graph",
     )
     return {k: getattr(obj, k, "<no such field>") for k in keys}
 
@@ -499,3 +500,176 @@ def worker_init(root: str, block=16, budget=63) -> dict:
 
 def tp_topk_many(root: str, tps) -> list:
     return [tp_topk(root, tp=tp) for tp in tps]
+
+
+GRAPH_MODULES = WORKER_MODULES + [
+    "sglang.srt.model_executor.cuda_graph_runner",
+    "sglang.srt.model_executor.forward_batch_info",
+    "sglang.srt.layers.attention.hybrid_linear_attn_backend",
+    "sglang.srt.layers.attention.mamba.mamba2_metadata",
+    "sglang.srt.layers.attention.triton_backend",
+]
+
+
+def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1, 4), vocab=64) -> dict:
+    """DDTREE's target verify through the tree's real CUDA-graph code, on CPU:
+
+    (a) ``CudaGraphRunner.get_spec_info``: the verify input the target's graphs are
+        captured with, for a triton and a flashinfer target backend (named by class,
+        which is what DFlash's mask policy reads), and the drafter's;
+    (b) capture metadata of the real ``HybridLinearAttnBackend`` (a real
+        ``TritonAttnBackend`` for the full-attention layers, a real
+        ``MambaAttnBackendBase`` for the linear ones) at the largest captured bs;
+    (c) ``CudaGraphRunner.replay_prepare`` of a DDTree verify batch of
+        ``len(seq_lens)`` requests, padded to a captured bs: what reaches the static
+        buffers the graph reads (``DecodeInputBuffers.create`` allocates them, on CPU).
+
+    Only the Triton kernel that fills kv_indices is a stand-in (absorbed)."""
+    import torch
+
+    _, loader = _install(root, GRAPH_MODULES)
+    loader.set_fakes({"get_moe_expert_parallel_world_size": lambda: 1})  # one GPU, no expert parallelism
+    fbi = loader.load("sglang.srt.model_executor.forward_batch_info")
+    cgr = loader.load("sglang.srt.model_executor.cuda_graph_runner")
+    hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
+    tri = loader.load("sglang.srt.layers.attention.triton_backend")
+    spec_mod = loader.load(f"{SPEC}.spec_info")
+    algo = spec_mod.SpeculativeAlgorithm.from_string("DDTREE")
+    eagle_info = loader.load(f"{SPEC}.eagle_info")
+    worker = loader.load(f"{SPEC}.ddtree_worker")
+    tree_mod = loader.load(f"{SPEC}.ddtree_tree")
+    N = budget + 1
+    max_bs = max(capture_bs)
+    target_args = SimpleNamespace(speculative_ddtree_budget=budget, speculative_dflash_block_size=block,
+                                  speculative_num_draft_tokens=N, speculative_eagle_topk=2, speculative_num_steps=1,
+                                  enable_return_hidden_states=False)
+    # what DFlashWorker.__init__ deep-copies for its draft runner (ddtree_worker._as_dflash_drafter)
+    draft_args = SimpleNamespace(**{**vars(target_args), "speculative_num_draft_tokens": block,
+                                    "speculative_eagle_topk": 1})
+
+    def runner(backend_name, is_draft):
+        args = draft_args if is_draft else target_args
+        r = object.__new__(cgr.CudaGraphRunner)
+        r.model_runner = SimpleNamespace(spec_algorithm=algo, is_draft_worker=is_draft, server_args=args,
+                                         attn_backend=type(backend_name, (), {})(), hisparse_coordinator=None)
+        n = args.speculative_num_draft_tokens
+        r.speculative_num_steps, r.speculative_num_draft_tokens, r.num_tokens_per_bs = 1, n, n
+        r.buffers = SimpleNamespace(custom_mask=torch.ones((max_bs + max_bs * n) * n, dtype=torch.bool))
+        return r
+
+    def describe(r, info):
+        return {
+            "type": type(info).__name__,
+            "tree_input": isinstance(info, eagle_info.EagleVerifyInput),
+            "static_mask": info.custom_mask is not None and info.custom_mask is r.buffers.custom_mask,
+            "draft_token_num": info.draft_token_num,
+            "topk": getattr(info, "topk", None),
+            "capture_hidden_mode": fbi.CaptureHiddenMode(info.capture_hidden_mode).name,
+        }
+
+    out = {"capture": {}}
+    for name in ("TritonAttnBackend", "FlashInferAttnBackend"):
+        r = runner(name, False)
+        out["capture"][name] = describe(r, cgr.CudaGraphRunner.get_spec_info(r, max_bs * N))
+    r = runner("TritonAttnBackend", True)
+    out["capture"]["drafter"] = describe(r, cgr.CudaGraphRunner.get_spec_info(r, max_bs * block))
+    # a target runner whose verify width is not budget + 1 (server arguments that skipped DDTREE's rules)
+    r = runner("TritonAttnBackend", False)
+    r.num_tokens_per_bs = block
+    try:
+        cgr.CudaGraphRunner.get_spec_info(r, max_bs * block)
+        out["capture"]["wrong_width"] = None
+    except RuntimeError as e:
+        out["capture"]["wrong_width"] = str(e)
+
+    # ---- the backends, with their real graph state
+    req_pool_size, ctx = 8, 64
+    req_to_token = torch.arange(req_pool_size * ctx, dtype=torch.int32).view(req_pool_size, ctx)
+    mamba_slot = lambda idx: idx.to(torch.int32) + 1  # noqa: E731 - the pool's req -> Mamba slot map
+    mr = SimpleNamespace(server_args=target_args, device="cpu",
+                         req_to_token_pool=SimpleNamespace(get_mamba_indices=mamba_slot))
+    linear = object.__new__(hyb.MambaAttnBackendBase)
+    hyb.MambaAttnBackendBase.__init__(linear, mr)
+    full = object.__new__(tri.TritonAttnBackend)
+    full.__dict__.update(
+        device="cpu", num_head=2, max_kv_splits=2, v_head_dim=4, swa_v_head_dim=None, max_context_len=ctx,
+        skip_prefill=False, sliding_window_size=None, num_draft_tokens=N, req_to_token=req_to_token,
+        kv_indptr=torch.zeros(max_bs + 1, dtype=torch.int32), qo_indptr=torch.zeros(max_bs + 1, dtype=torch.int32),
+        mask_indptr=torch.zeros(max_bs + 1, dtype=torch.int64), window_kv_indptr=None, speculative_num_steps=1)
+    backend = object.__new__(hyb.HybridLinearAttnBackend)  # its base is a stand-in: no class call
+    hyb.HybridLinearAttnBackend.__init__(backend, full, linear, [1])
+    backend.init_cuda_graph_state(max_bs, max_bs * N)
+
+    g = cgr.CudaGraphRunner
+    r = runner("TritonAttnBackend", False)
+    r.buffers = cgr.DecodeInputBuffers.__dict__["create"].__func__(
+        lambda **kw: _Buffers(cgr, kw), device="cpu", max_bs=max_bs, max_num_token=max_bs * N, hidden_size=8,
+        vocab_size=vocab, dtype=torch.float32, dp_size=1, pp_size=1, is_encoder_decoder=False,
+        require_mlp_tp_gather=False, seq_len_fill_value=backend.get_cuda_graph_seq_len_fill_value(),
+        encoder_len_fill_value=0, num_tokens_per_bs=N, cache_loc_dtype=torch.int64, enable_mamba_track=False)
+    r.__dict__.update(
+        attn_backend=backend, capture_bs=sorted(capture_bs), require_mlp_tp_gather=False, require_gathered_buffer=False,
+        nsa_enable_prefill_cp=False, enable_two_batch_overlap=False, enable_pdmux=False, is_encoder_decoder=False,
+        seq_len_fill_value=backend.get_cuda_graph_seq_len_fill_value(), capture_forward_mode=fbi.ForwardMode.TARGET_VERIFY,
+        capture_hidden_mode=fbi.CaptureHiddenMode.FULL)
+
+    # (b) capture at the largest bs, with what get_spec_info gives
+    cap_info = g.get_spec_info(r, max_bs * N)
+    backend.init_forward_metadata_capture_cuda_graph(
+        max_bs, max_bs * N, r.buffers.req_pool_indices[:max_bs], r.buffers.seq_lens[:max_bs], None,
+        fbi.ForwardMode.TARGET_VERIFY, cap_info)
+    fm, lm = full.forward_metadata, linear.forward_metadata
+    out["capture_metadata"] = {
+        "triton_static_mask": fm.custom_mask is not None and fm.custom_mask.data_ptr() == full.cuda_graph_custom_mask.data_ptr(),
+        "lcrs_static": lm.retrieve_next_token is linear.retrieve_next_token_list[max_bs - 1]
+        and lm.retrieve_next_sibling is linear.retrieve_next_sibling_list[max_bs - 1]
+        and lm.retrieve_parent_token is linear.retrieve_parent_token_list[max_bs - 1],
+    }
+
+    # (c) replay of one DDTree step
+    raw_bs = len(seq_lens)
+    gen = torch.Generator().manual_seed(0)
+    ids, lps = tree_mod.topk_logprobs(torch.randn((raw_bs, block - 1, vocab), generator=gen), budget)
+    tree = tree_mod.build_ddtree(ids, lps, budget)
+    seq = torch.tensor(seq_lens, dtype=torch.int64)
+    vi = worker.make_verify_input(tree, torch.arange(raw_bs) + 1, seq, seq.clone(), int(seq.sum()), block - 1)
+    req_pool_indices = torch.tensor([3, 5, 6, 2, 7][:raw_bs], dtype=torch.int64)
+    fb = SimpleNamespace(
+        batch_size=raw_bs, input_ids=vi.draft_token, req_pool_indices=req_pool_indices, seq_lens=seq,
+        seq_lens_cpu=seq.clone(), seq_lens_sum=int(seq.sum()), out_cache_loc=torch.arange(raw_bs * N) + 100,
+        positions=vi.positions, spec_info=vi, forward_mode=fbi.ForwardMode.TARGET_VERIFY,
+        capture_hidden_mode=fbi.CaptureHiddenMode.FULL, mrope_positions=None, encoder_lens=None, input_embeds=None,
+        mamba_track_indices=None, mamba_track_mask=None, num_token_non_padded=torch.tensor([raw_bs * N]))
+    g.replay_prepare(r, fb)
+    bs = r.bs
+    mask = vi.custom_mask.to(torch.uint8)
+    seq_mask_len = N * (seq + N)
+    out["replay"] = {
+        "raw_bs": r.raw_bs, "bs": bs, "num_tokens_per_bs": r.num_tokens_per_bs,
+        "input_ids": r.buffers.input_ids[:raw_bs * N].tolist() == vi.draft_token.tolist(),
+        "positions": r.buffers.positions[:raw_bs * N].tolist() == vi.positions.tolist(),
+        "mask_len": int(mask.numel()), "mask_expected_len": int(seq_mask_len.sum()),
+        "mask": full.cuda_graph_custom_mask[:mask.numel()].tolist() == mask.tolist(),
+        "mask_indptr": full.mask_indptr[1:raw_bs + 1].tolist() == torch.cumsum(seq_mask_len, 0).tolist(),
+        "qo_indptr": full.qo_indptr[:bs + 1].tolist(),
+        "next_token": linear.retrieve_next_token_list[bs - 1][:raw_bs].tolist() == vi.retrieve_next_token.tolist(),
+        "next_sibling": linear.retrieve_next_sibling_list[bs - 1][:raw_bs].tolist() == vi.retrieve_next_sibling.tolist(),
+        "state_indices": linear.state_indices_list[bs - 1].tolist(),
+        "expected_state_indices": mamba_slot(req_pool_indices).tolist() + [-1] * (bs - raw_bs),
+        "query_start_loc": linear.forward_metadata.query_start_loc.tolist(),
+        "metadata_static": linear.forward_metadata.retrieve_next_token is linear.retrieve_next_token_list[bs - 1],
+    }
+    return out
+
+
+class _Buffers(SimpleNamespace):
+    """``DecodeInputBuffers`` with its real ``populate_from_forward_batch`` (the
+    class itself derives from a stand-in base here, so ``create`` is handed this
+    constructor)."""
+
+    def __init__(self, cgr, fields):
+        super().__init__(**fields)
+        self._populate = cgr.DecodeInputBuffers.__dict__["populate_from_forward_batch"]
+
+    def populate_from_forward_batch(self, **kw):
+        return self._populate(self, **kw)

@@ -32,7 +32,6 @@ REFUSALS = {
     "overlap": (without("--disable-overlap-schedule", takes_value=False), ["overlap scheduling", "--disable-overlap-schedule"]),
     "grammar": (without("--grammar-backend") + ["--grammar-backend", "outlines"],
                 ["grammar-constrained decoding (--grammar-backend outlines)", "--grammar-backend none"]),
-    "cuda-graph": (without("--disable-cuda-graph", takes_value=False), ["CUDA graphs", "--disable-cuda-graph"]),
     "attention": (BASE[:-1] + ["fa3"], ["attention backend fa3", "--attention-backend flashinfer"]),
     "page-size": (BASE + ["--page-size", "16"], ["--page-size 16", "--page-size 1"]),
     "threshold": (BASE + ["--speculative-accept-threshold-single", "0.5"], ["lossy", "1.0"]),
@@ -59,10 +58,13 @@ def check_registration(tree):
 # SGLang's default flags for grammar (no --grammar-backend: xgrammar at the pin):
 # DDTREE starts with grammar turned off (a warning; grammar requests refused one by one)
 DEFAULT_GRAMMAR = without("--grammar-backend")
+# CUDA graphs on (no --disable-cuda-graph): the target's verify graphs are captured
+# with the tree input (test_graphs.py), so DDTREE starts
+GRAPHS = without("--disable-cuda-graph", takes_value=False)
 
 
 def check_rules(tree):
-    argvs = [BASE + ["--speculative-ddtree-budget", "63"], BASE, DEFAULT_GRAMMAR]
+    argvs = [BASE + ["--speculative-ddtree-budget", "63"], BASE, DEFAULT_GRAMMAR, GRAPHS]
     argvs += [argv for argv, _ in REFUSALS.values()]
     results = probe(tree, "server_rules_many", argvs=argvs)
     assert results["ok"], results
@@ -79,7 +81,9 @@ def check_rules(tree):
     assert res[1]["value"]["speculative_num_draft_tokens"] == 16
     assert res[2]["ok"], f"DDTREE with SGLang's default grammar backend was refused: {res[2]}"
     assert res[2]["value"]["grammar_backend"] == "none", res[2]
-    for (name, (_, needles)), r in zip(REFUSALS.items(), res[3:]):
+    assert res[3]["ok"], f"DDTREE with CUDA graphs was refused: {res[3]}"
+    assert res[3]["value"]["disable_cuda_graph"] is False, res[3]
+    for (name, (_, needles)), r in zip(REFUSALS.items(), res[4:]):
         assert not r["ok"] and r["type"] == "ValueError", f"{name}: not refused: {r}"
         for needle in needles:
             assert needle in r["message"], f"{name}: refusal {r['message']!r} lacks {needle!r}"

@@ -26,6 +26,10 @@ Server arguments, in the order ``ServerArgs._handle_speculative_decoding`` runs 
    ``speculative_eagle_topk`` is set to 2: it is upstream's switch for tree
    verification (the hybrid linear-attention backend derives per-node parents
    from the LCRS arrays only when it is > 1); DDTree's branching is not bounded by it.
+
+CUDA graphs: the target's verify graphs are captured with EAGLE's tree-verify
+input (``ddtree_worker.graph_capture_verify_input``, called from
+``CudaGraphRunner.get_spec_info``), the drafter's with DFlash's.
 """
 
 from __future__ import annotations
@@ -118,13 +122,6 @@ def validate_ddtree_server_args(args: "ServerArgs") -> None:
             f"--page-size {args.page_size}",
             "the tree commit keeps the accepted KV slots where they are, which needs page size 1",
             "Start with --page-size 1.",
-        )
-    if not args.disable_cuda_graph:
-        _refuse(
-            "CUDA graphs",
-            "the target-verify graphs are captured with DFlash's chain verify input, "
-            "without the tree mask and parent arrays",
-            "Start with --disable-cuda-graph.",
         )
     backends = {
         b

@@ -87,6 +87,44 @@ def make_verify_input(
     )
 
 
+def graph_capture_verify_input(server_args, num_tokens_per_bs: int, custom_mask: torch.Tensor) -> DDTreeVerifyInput:
+    """The verify input the target's CUDA graphs are captured with (called by
+    ``CudaGraphRunner.get_spec_info`` for DDTREE's target; the drafter's graphs
+    stay DFlash's).
+
+    It is EAGLE's tree-verify capture input (the EAGLE branch of
+    ``get_spec_info``) with DDTREE's values: N = budget + 1 tokens per request,
+    topk 2 and a custom mask, so that the attention backends capture their
+    custom-mask path (flashinfer's wrappers get a mask buffer; triton's kernel
+    reads its static mask), which replay fills from each step's tree
+    (``make_verify_input``). The hybrid linear-attention backend captures its
+    static LCRS buffers in tree mode from ``speculative_eagle_topk`` alone and
+    copies the tree's arrays into them at replay."""
+    num_verify_tokens = int(server_args.speculative_ddtree_budget) + 1
+    if int(num_tokens_per_bs) != num_verify_tokens:
+        raise RuntimeError(
+            f"DDTREE: the target's CUDA graphs would be captured with {num_tokens_per_bs} tokens per "
+            f"request, but the tree verifies budget + 1 = {num_verify_tokens} "
+            "(sglang/srt/speculative/ddtree_worker.py); the server arguments did not go through "
+            "ddtree_algo.finish_ddtree_server_args. Start with --disable-cuda-graph and report this."
+        )
+    return DDTreeVerifyInput(
+        draft_token=None,
+        custom_mask=custom_mask,
+        positions=None,
+        retrieve_index=None,
+        retrieve_next_token=None,
+        retrieve_next_sibling=None,
+        retrieve_cum_len=None,
+        spec_steps=int(server_args.speculative_dflash_block_size) - 1,
+        topk=TREE_MODE_TOPK,
+        draft_token_num=num_verify_tokens,
+        capture_hidden_mode=CaptureHiddenMode.FULL,
+        seq_lens_sum=None,
+        seq_lens_cpu=None,
+    )
+
+
 @contextmanager
 def _as_dflash_drafter(server_args, block_size: int):
     """The DFlash worker reads its block size (and the draft runner its verify

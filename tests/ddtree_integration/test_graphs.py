@@ -1,0 +1,77 @@
+"""Patch ddtree-cuda-graph: DDTREE's target verify in CUDA graphs.
+
+Runs the tree's real CUDA-graph code on CPU (probes.graph_verify):
+``CudaGraphRunner.get_spec_info`` (what the target's graphs are captured with),
+the real ``HybridLinearAttnBackend`` (real ``TritonAttnBackend`` + real
+``MambaAttnBackendBase``) capture metadata, and ``CudaGraphRunner.replay_prepare``
+of one DDTree verify step padded to a captured batch size, with the static buffers
+``DecodeInputBuffers.create`` allocates.
+
+On the stack before the patch (DDTREE's target captured with DFlash's chain
+input) both checks fail, for these reasons (run by hand with
+``--tree`` = a build of the series without ddtree-cuda-graph.patch):
+- capture: with a flashinfer target the chain input has no custom mask
+  (DFlash's mask policy skips it for flashinfer), so the graph is captured on the
+  causal path and no tree mask can reach it; the input is no tree input either;
+- replay: a one-token prompt at its first verify (sequence length 1, the graph
+  runner's fill value) was counted as padding: the batch's last real request got
+  Mamba slot -1 for the step.
+"""
+
+import pytest
+
+from tests.ddtree_integration.run import probe
+
+SEQ_LENS = [9, 1, 5]  # the one-token prompt is not the last request
+BUDGET, BLOCK = 7, 4
+
+
+def graph_verify(tree):
+    r = probe(tree, "graph_verify", budget=BUDGET, block=BLOCK, seq_lens=SEQ_LENS, capture_bs=[1, 4])
+    assert r["ok"], f"{r.get('type')}: {r.get('message')}"
+    return r["value"]
+
+
+def check_capture(v):
+    N = BUDGET + 1
+    for backend in ("TritonAttnBackend", "FlashInferAttnBackend"):
+        c = v["capture"][backend]
+        assert c["tree_input"] and c["type"] == "DDTreeVerifyInput", f"{backend}: captured with {c['type']}, not a tree input"
+        assert c["static_mask"], f"{backend}: captured without the static custom mask: the tree mask cannot reach the graph"
+        assert (c["draft_token_num"], c["topk"], c["capture_hidden_mode"]) == (N, 2, "FULL"), c
+    d = v["capture"]["drafter"]
+    assert (d["type"], d["draft_token_num"], d["static_mask"], d["capture_hidden_mode"]) == \
+        ("DFlashVerifyInput", BLOCK, False, "NULL"), f"the drafter's graphs must stay DFlash's: {d}"
+    assert v["capture_metadata"] == {"triton_static_mask": True, "lcrs_static": True}, v["capture_metadata"]
+    err = v["capture"]["wrong_width"]
+    assert err and f"captured with {BLOCK} tokens per request" in err and f"budget + 1 = {N}" in err \
+        and "--disable-cuda-graph" in err, f"a verify width other than budget + 1 must be refused: {err!r}"
+
+
+def check_replay(v):
+    N = BUDGET + 1
+    r = v["replay"]
+    assert (r["raw_bs"], r["bs"], r["num_tokens_per_bs"]) == (3, 4, N), r
+    assert r["input_ids"] and r["positions"], "the tree's tokens and depth positions must reach the static buffers"
+    assert r["mask_len"] == r["mask_expected_len"] and r["mask"], "the tree's FULL_MASK must reach triton's static mask"
+    assert r["mask_indptr"], r
+    assert r["qo_indptr"] == [i * N for i in range(5)], r["qo_indptr"]
+    assert r["next_token"] and r["next_sibling"] and r["metadata_static"], \
+        "the tree's LCRS arrays must reach the hybrid backend's static buffers"
+    assert r["state_indices"] == r["expected_state_indices"], (
+        f"Mamba slots {r['state_indices']}, expected {r['expected_state_indices']} "
+        "(real requests keep their slot, the padded row gets -1)")
+    assert r["query_start_loc"] == [0, N, 2 * N, 3 * N, 3 * N], r["query_start_loc"]
+
+
+def test_graph_capture_patched(patched_tree):
+    check_capture(graph_verify(patched_tree))
+
+
+def test_graph_replay_patched(patched_tree):
+    check_replay(graph_verify(patched_tree))
+
+
+def test_graphs_fail_on_pristine(pristine_tree):
+    with pytest.raises(AssertionError, match="Unknown speculative algorithm name"):
+        graph_verify(pristine_tree)
