@@ -172,6 +172,18 @@ def test_default_attention_backend_of_the_b200_log(runs):
     assert nominal["max_total_num_tokens"] % 64 == 0
 
 
+@pytest.mark.parametrize("name, logged_mfs", [("public-h100-qwen3-30b-a3b-fp8-v0518", 0.83),
+                                               ("public-h100-qwen3-30b-a3b-fp8-kt-v0518", 0.841)])
+def test_default_mem_fraction_static_of_the_h100_logs(runs, name, logged_mfs):
+    """The two H100 runs of one source leave --mem-fraction-static unset; their server_args lines print
+    0.83 (CUDA graphs on) and 0.841 (--disable-cuda-graph).  The release's own resolution must give the
+    same, from the scenario's flags alone."""
+    sc, nominal, _, _ = runs(name)
+    assert "mem_fraction_static" not in sc.server
+    resolved = {c["flag"]: c["resolved"] for c in nominal["resolution"]}
+    assert float(resolved["mem_fraction_static"]) == logged_mfs
+
+
 def _write(tmp_path, body):
     p = tmp_path / "x.toml"
     p.write_text('[gpu]\npre_load_free_gib = 1.0\npost_load_free_gib = 0.5\n[model]\n[server]\n'
