@@ -161,15 +161,28 @@ def test_mamba_ratio_of_v0_5_18_is_the_logs(runs):
     assert nominal["max_running_requests"] == nominal["max_mamba_cache_size"] // ratio
 
 
-def test_default_attention_backend_of_the_b200_log(runs):
-    """The B200 log (every flag at its default) says "Use trtllm_mha backend by default" and
-    "changing page_size from None to 64": the release's own rules must say the same.  (The
+@pytest.mark.parametrize("name", ["public-b200-qwen3-8b-main0427", "public-gb300-qwen3-8b-main0524"])
+def test_default_attention_backend_of_the_b200_log(runs, name):
+    """The B200 and GB300 logs (every flag at its default) say "Use trtllm_mha backend by default"
+    and "changing page_size from None to 64": the release's own rules must say the same.  (The
     harness chose flashinfer and page size 1 while utils.common.is_no_spec_infer_or_topk_one
     was an inert stand-in.)"""
-    _, nominal, _, _ = runs("public-b200-qwen3-8b-main0427")
+    _, nominal, _, _ = runs(name)
     resolved = {c["flag"]: c["resolved"] for c in nominal["resolution"]}
     assert (resolved["attention_backend"], resolved["page_size"]) == ("trtllm_mha", 64)
     assert nominal["max_total_num_tokens"] % 64 == 0
+
+
+@pytest.mark.parametrize("name, logged_mfs", [("public-h100-qwen3-30b-a3b-fp8-v0518", 0.83),
+                                               ("public-h100-qwen3-30b-a3b-fp8-kt-v0518", 0.841)])
+def test_default_mem_fraction_static_of_the_h100_logs(runs, name, logged_mfs):
+    """The two H100 runs of one source leave --mem-fraction-static unset; their server_args lines print
+    0.83 (CUDA graphs on) and 0.841 (--disable-cuda-graph).  The release's own resolution must give the
+    same, from the scenario's flags alone."""
+    sc, nominal, _, _ = runs(name)
+    assert "mem_fraction_static" not in sc.server
+    resolved = {c["flag"]: c["resolved"] for c in nominal["resolution"]}
+    assert float(resolved["mem_fraction_static"]) == logged_mfs
 
 
 def _write(tmp_path, body):
