@@ -662,6 +662,43 @@ def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1
     return out
 
 
+def chain_verify_replay(root: str, seq_lens=(9, 1, 5), bs=4, draft_tokens=4) -> dict:
+    """A chain target verify (DFLASH's: topk 1, the real ``DFlashVerifyInput``) of
+    ``len(seq_lens)`` requests replayed in a CUDA graph captured for ``bs``, through the
+    real ``MambaAttnBackendBase`` of the hybrid models: the Mamba slot and query range of
+    every row.  The inputs are what ``CudaGraphRunner.replay_prepare`` hands the backend:
+    the requests, then padding rows with the runner's fill values (request 0, sequence
+    length ``get_cuda_graph_seq_len_fill_value()``)."""
+    import torch
+
+    _, loader = _install(root, GRAPH_MODULES)
+    loader.set_fakes({"get_moe_expert_parallel_world_size": lambda: 1})
+    fbi = loader.load("sglang.srt.model_executor.forward_batch_info")
+    hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
+    dflash_info = loader.load(f"{SPEC}.dflash_info")
+    N, raw_bs = draft_tokens, len(seq_lens)
+    mamba_slot = lambda idx: idx.to(torch.int32) + 1  # noqa: E731 - the pool's req -> Mamba slot map
+    args = SimpleNamespace(speculative_eagle_topk=1, speculative_num_draft_tokens=N)
+    linear = object.__new__(hyb.MambaAttnBackendBase)
+    hyb.MambaAttnBackendBase.__init__(linear, SimpleNamespace(
+        server_args=args, device="cpu", req_to_token_pool=SimpleNamespace(get_mamba_indices=mamba_slot)))
+    linear.init_cuda_graph_state(bs, bs * N)
+    fill = linear.get_cuda_graph_seq_len_fill_value()
+    req_pool_indices = torch.tensor([3, 5, 6, 2, 7][:raw_bs] + [0] * (bs - raw_bs), dtype=torch.int64)
+    seq = torch.tensor(list(seq_lens) + [fill] * (bs - raw_bs), dtype=torch.int64)
+    info = dflash_info.DFlashVerifyInput(draft_token=torch.arange(raw_bs * N), positions=torch.arange(raw_bs * N),
+                                         draft_token_num=N)
+    linear.init_forward_metadata_replay_cuda_graph(bs, req_pool_indices.clone(), seq, int(seq.sum()), None,
+                                                   fbi.ForwardMode.TARGET_VERIFY, info, seq.clone())
+    return {
+        "fill": fill,
+        "state_indices": linear.forward_metadata.mamba_cache_indices.tolist(),
+        "expected_state_indices": mamba_slot(req_pool_indices[:raw_bs]).tolist() + [-1] * (bs - raw_bs),
+        "query_start_loc": linear.forward_metadata.query_start_loc.tolist(),
+        "expected_query_start_loc": [i * N for i in range(raw_bs + 1)] + [raw_bs * N] * (bs - raw_bs),
+    }
+
+
 class _Buffers(SimpleNamespace):
     """``DecodeInputBuffers`` with its real ``populate_from_forward_batch`` (the
     class itself derives from a stand-in base here, so ``create`` is handed this

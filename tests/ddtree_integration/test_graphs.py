@@ -1,4 +1,5 @@
-"""Patch ddtree-cuda-graph: DDTREE's target verify in CUDA graphs.
+"""Patches ddtree-cuda-graph (DDTREE's target verify in CUDA graphs) and
+hybrid-verify-graph-padding (a chain verify's padding at replay).
 
 Runs the tree's real CUDA-graph code on CPU (probes.graph_verify):
 ``CudaGraphRunner.get_spec_info`` (what the target's graphs are captured with),
@@ -75,3 +76,27 @@ def test_graph_replay_patched(patched_tree):
 def test_graphs_fail_on_pristine(pristine_tree):
     with pytest.raises(AssertionError, match="Unknown speculative algorithm name"):
         graph_verify(pristine_tree)
+
+
+# ---- patch hybrid-verify-graph-padding: a chain verify (DFLASH) with a one-token prefix
+def chain_replay(tree):
+    r = probe(tree, "chain_verify_replay", seq_lens=SEQ_LENS, bs=4, draft_tokens=BLOCK)
+    assert r["ok"], f"{r.get('type')}: {r.get('message')}"
+    return r["value"]
+
+
+def test_chain_verify_replay_keeps_every_real_request_patched(patched_tree):
+    v = chain_replay(patched_tree)
+    assert v["fill"] == min(SEQ_LENS), "the test needs a real request whose length is the fill value"
+    assert v["state_indices"] == v["expected_state_indices"], v
+    assert v["query_start_loc"] == v["expected_query_start_loc"], v
+
+
+def test_chain_verify_replay_drops_the_last_request_on_pristine(pristine_tree):
+    """The pin counts the one-token request as padding: the batch's last real request
+    (not the one-token one) loses its Mamba slot and its query tokens."""
+    v = chain_replay(pristine_tree)
+    last = len(SEQ_LENS) - 1
+    assert v["state_indices"][:last] == v["expected_state_indices"][:last]
+    assert v["state_indices"][last] == -1 != v["expected_state_indices"][last], v
+    assert v["query_start_loc"][last + 1] == v["query_start_loc"][last], v
