@@ -127,7 +127,8 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
     seen = []
 
     def fake_server(tree, work, model, flags, prefix, port, timeout, common, exercise_fn, probe, extra_env):
-        assert extra_env == ({"SGLO_E2E_NATIVE_OPS": "1"} if flags[1] == "float32" else {})
+        assert extra_env == ({"SGLO_E2E_NATIVE_OPS": "1", "SGLANG_MAMBA_CONV_DTYPE": "float32",
+                              "TRITON_F32_DEFAULT": "ieee"} if flags[1] == "float32" else {})
         seen.append((prefix.name, flags[1]))
         clock["t"] += 100 if len(seen) == 1 else 40
         if prefix.name == "dense.patched.base.eager.float32":

@@ -545,9 +545,14 @@ def lossless_flags(run, models, dtype):
 
 def lossless_env(dtype):
     """float32: SGLang's custom ops run their torch forward_native (the probe's native_ops; the
-    sgl_kernel CUDA kernels dispatch only fp16/bf16). Attention and the Gated DeltaNet run their
-    Triton kernels in float32 (whose tl.dot is TF32)."""
-    return {"SGLO_E2E_NATIVE_OPS": "1"} if dtype == "float32" else {}
+    sgl_kernel CUDA kernels dispatch only fp16/bf16); the Mamba conv states are float32
+    (SGLANG_MAMBA_CONV_DTYPE, bfloat16 by default whatever --dtype says: the Triton causal conv1d
+    kernels do not compile for float32 activations on bfloat16 states); every Triton tl.dot is
+    IEEE float32 (TRITON_F32_DEFAULT=ieee, TF32 otherwise; the GDN chunk path's merge dots follow
+    it with float32-gdn-chunk.patch). docs/gpu.md, "What float32 needed"."""
+    if dtype != "float32":
+        return {}
+    return {"SGLO_E2E_NATIVE_OPS": "1", "SGLANG_MAMBA_CONV_DTYPE": "float32", "TRITON_F32_DEFAULT": "ieee"}
 
 
 def _generate(base, body):
@@ -782,8 +787,8 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=1e9,
                     help="wall-clock budget from the start; lossless runs that would not fit are skipped and reported")
     ap.add_argument("--dtype", default="bfloat16",
-                    help="the lossless runs' --dtype (float32 fails on the H200 for the DFlash drafter and the Gated "
-                         "DeltaNet kernels: docs/gpu.md)")
+                    help="the lossless runs' --dtype (float32 needs the stack's float32 patches and sets "
+                         "lossless_env: docs/gpu.md, 'What float32 needed')")
     ap.add_argument("--weights-device", default="cuda", help="where the lossless models' weights are generated")
     ap.add_argument("--resume", default=None, help="a previous call's e2e.json: its completed lossless runs are kept "
                     "and the others run (several device calls make one report)")
