@@ -1,6 +1,8 @@
 """Run one probe against one SGLang tree in a fresh interpreter.
 
-    python -m tests.ddtree_integration.child < {"root": ..., "probe": ..., "args": {...}}
+    python -m tests.ddtree_integration.child < {"root": ..., "probe": ..., "args": {...}[, "module": ...]}
+
+(``module``: the probes' module, default tests.ddtree_integration.probes.)
 
 The targeted loader of the regression harness (tools/sgl_overlay/harness/loader.py)
 executes only the modules a probe names from the tree; every other ``sglang.*``
@@ -19,8 +21,9 @@ def main() -> int:
     out = sys.stdout
     sys.stdout = sys.stderr  # upstream prints and logging go to stderr
     req = json.load(sys.stdin)
-    from tests.ddtree_integration import probes
+    import importlib
 
+    probes = importlib.import_module(req.get("module", "tests.ddtree_integration.probes"))
     try:
         result = {"ok": True, "value": getattr(probes, req["probe"])(req["root"], **req.get("args", {}))}
     except Exception as e:  # noqa: BLE001 - the probe's failure is the result

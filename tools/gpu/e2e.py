@@ -546,17 +546,16 @@ def lossless_flags(run, models, dtype):
 
 
 def lossless_env(dtype):
-    """float32, end to end:
-    - SGLang's custom ops run their torch forward_native (the probe's native_ops; the sgl_kernel
-      CUDA kernels dispatch only fp16/bf16);
-    - Triton's tl.dot on float32 runs IEEE, not TF32 (TRITON_F32_DEFAULT; on the H200, triton 3.6:
-      max error of a 64x64 dot against float64 7.6e-6 with it, 0.024 without);
-    - the Mamba conv states are float32 (SGLANG_MAMBA_CONV_DTYPE, SGLang's own switch, default
-      bfloat16: the causal-conv1d kernel does not compile with float32 activations and bfloat16
-      states, "Mismatched type for col0")."""
+    """float32: SGLang's custom ops run their torch forward_native (the probe's native_ops; the
+    sgl_kernel CUDA kernels dispatch only fp16/bf16); the Mamba conv states are float32
+    (SGLANG_MAMBA_CONV_DTYPE, bfloat16 by default whatever --dtype says: the Triton causal conv1d
+    kernels do not compile for float32 activations on bfloat16 states); every Triton tl.dot is
+    IEEE float32 (TRITON_F32_DEFAULT=ieee, TF32 otherwise: on the H200, triton 3.6, a 64x64 dot's max
+    error against float64 is 7.6e-6 with it, 0.024 without; the GDN chunk path's merge dots follow
+    it with float32-gdn-chunk.patch). docs/gpu.md, "What float32 needed"."""
     if dtype != "float32":
         return {}
-    return {"SGLO_E2E_NATIVE_OPS": "1", "TRITON_F32_DEFAULT": "ieee", "SGLANG_MAMBA_CONV_DTYPE": "float32"}
+    return {"SGLO_E2E_NATIVE_OPS": "1", "SGLANG_MAMBA_CONV_DTYPE": "float32", "TRITON_F32_DEFAULT": "ieee"}
 
 
 def _generate(base, body):
@@ -793,8 +792,8 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=1e9,
                     help="wall-clock budget from the start; lossless runs that would not fit are skipped and reported")
     ap.add_argument("--dtype", default="bfloat16",
-                    help="the lossless runs' --dtype (float32 fails on the H200 for the DFlash drafter and the Gated "
-                         "DeltaNet kernels: docs/gpu.md)")
+                    help="the lossless runs' --dtype (float32 needs the stack's float32 patches and sets "
+                         "lossless_env: docs/gpu.md, 'What float32 needed')")
     ap.add_argument("--no-dtype-fallback", action="store_true",
                     help="a reference that exits at start-up in float32 fails instead of being retried in bfloat16")
     ap.add_argument("--weights-device", default="cuda", help="where the lossless models' weights are generated")
