@@ -186,9 +186,9 @@ def test_rope_expansion_is_the_measured_post_gap(starts, start_ropes):
 
 def test_the_log_s_own_rope_expansion_widens_its_ends(release_tree):
     """v0.5.18 at the model's own context (262,144): reserve = 262,144 + 256 = 262,400 rows, so both
-    caches grow to 262,528 rows.  Vision: 262,528 x 36 x 4 B = 37,804,032 B, a 38 MiB segment (the
-    old 8,192-row cache shares a segment: nothing released).  Text (M)RoPE: 262,528 x 64 x 4 B =
-    67,207,168 B, a 66 MiB segment, less the old 262,144-row cache's own 64 MiB segment.  Together
+    caches grow to 262,400 rows.  Vision: 262,400 x 36 x 4 B = 37,785,600 B, a 38 MiB segment (the
+    old 8,192-row cache shares a segment: nothing released).  Text (M)RoPE: 262,400 x 64 x 4 B =
+    67,174,400 B, a 66 MiB segment, less the old 262,144-row cache's own 64 MiB segment.  Together
     40 MiB, between "Load weight end" and the sizing's reading; the ends move down by as much."""
     sc = load_scenario("public-h100-qwen38-27b-fp8")
     root = source_root(release_tree(sc.source["release"]))

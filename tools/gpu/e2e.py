@@ -373,7 +373,7 @@ CASES = {
                 "expect": {"pristine": "ok", "patched": ["ok"]}},
     # the RoPE pre-expansion after "Load weight end" (tools/sgl_overlay/harness/rope_reserve.py, docs/regress.md
     # "Where the logs' readings and the sizing's differ"): at the model's own 262,144-token context the release
-    # grows the vision tower's RoPE cache to 262,528 rows and the text one's by 384: predicted 41,943,040 B
+    # grows the vision tower's RoPE cache to 262,400 rows and the text one's by 256: predicted 41,943,040 B
     # (40 MiB) between load_model's end reading and the sizing's; at 2,048 tokens nothing grows (0 B)
     "rope-262k": {"model": "big", "free_gib": None,
                   "flags": ROPE_FLAGS + ["--max-running-requests", "16"],
