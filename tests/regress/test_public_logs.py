@@ -32,7 +32,8 @@ from pathlib import Path
 import pytest
 
 from sgl_overlay.harness import load_scenario, run_scenario, source_root
-from sgl_overlay.harness.reading_gaps import (ReadingsError, budget, gaps_of_start, measured_gaps,
+from sgl_overlay.harness import rope_reserve
+from sgl_overlay.harness.reading_gaps import (GIB, ReadingsError, budget, gaps_of_start, measured_gaps,
                                               sizing_reading_ends)
 from sgl_overlay.harness.scenario import SCENARIO_DIR, ScenarioError, load
 
@@ -50,16 +51,49 @@ def _run(root, sc, post, pre=None):
     return r["figures"]
 
 
+# What each measured start ran (free_readings.json's "model"), for its RoPE pre-expansion on v0.5.12.post1:
+# "hybrid" is tools/gpu/e2e_models.py's HYBRID (text max_position_embeddings 8192, head_dim 128, the
+# Qwen3.5 default partial rotary factor; a one-block vision tower, hidden 64, 2 heads), served with
+# --context-length 4096 (tools/gpu/e2e.py, LOSSLESS_COMMON); the 27B-shaped start is
+# tests/plan/data/qwen3.6-27b (262,144 positions, head_dim 256; no vision_config, so SGLang's default tower:
+# hidden 1152, 16 heads) with --context-length 32768 (tools/gpu/e2e.py, BIG).  Their drafters' few draft
+# rows (a DFlash block of 16) move no cache across a row boundary that matters here: left out.
+START_INPUTS = {
+    "hybrid": ({"kind": "qwen3_5", "context_len": 8192,
+                "text_config": {"max_position_embeddings": 8192, "head_dim": 128},
+                "vision_config": {"hidden_size": 64, "num_heads": 2}}, {"context_length": 4096}),
+    "qwen3.6-27b (dummy weights)": ({"kind": "qwen3_5", "context_len": 262144,
+                                     "text_config": {"max_position_embeddings": 262144, "head_dim": 256},
+                                     "vision_config": {"hidden_size": 1152, "num_heads": 16}},
+                                    {"context_length": 32768}),
+}
+MEASURED_RELEASE = "0.5.12.post1"
+
+
 @pytest.fixture(scope="module")
-def gaps():
-    starts = json.loads(FREE_READINGS.read_text())["starts"]
-    return measured_gaps([s["readings"] for s in starts])
+def starts():
+    return json.loads(FREE_READINGS.read_text())["starts"]
 
 
-def _ends(sc, gaps):
+@pytest.fixture(scope="module")
+def start_ropes(starts, release_tree):
+    rel = rope_reserve.release_rope(source_root(release_tree(MEASURED_RELEASE)))
+    return [rope_reserve.scenario_expansion_bytes(*START_INPUTS[s["model"]], rel) for s in starts]
+
+
+@pytest.fixture(scope="module")
+def gaps(starts, start_ropes):
+    return measured_gaps([s["readings"] for s in starts], start_ropes)
+
+
+def _rope_gib(sc, root) -> float:
+    return rope_reserve.scenario_expansion_bytes(sc.model, sc.server, rope_reserve.release_rope(root)) / GIB
+
+
+def _ends(sc, gaps, root):
     return sizing_reading_ends(sc.gpu["pre_load_free_gib"], sc.gpu["post_load_free_gib"],
                                sc.source.get("pre_rounding_gib", ROUNDING_GIB),
-                               sc.source.get("post_rounding_gib", ROUNDING_GIB), gaps)
+                               sc.source.get("post_rounding_gib", ROUNDING_GIB), gaps, _rope_gib(sc, root))
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +149,7 @@ def test_logged_figures(runs, gaps, name):
     one_gpu = sc.gpu.get("world_size", 1) == 1
     assert one_gpu or status == "open", f"{name}: the gaps were measured on one GPU; a TP>1 log stays open"
     if one_gpu:
-        low, high = _ends(sc, gaps)
+        low, high = _ends(sc, gaps, root)
         at_low, at_high = _run(root, sc, low[1], low[0]), _run(root, sc, high[1], high[0])
         bracketed = all(at_low[k] <= logged[k] <= at_high[k] for k in logged)
         ends = (f"harness at the ends {({k: at_low[k] for k in logged})} .. {({k: at_high[k] for k in logged})}, "
@@ -134,8 +168,37 @@ def test_measured_gaps_are_the_probes_readings(gaps):
     """The gaps come from the H200 probe's readings (v0.5.12.post1, TP1, six starts): the sizing's
     pre-load reading (init_torch_distributed) is 73,400,320 B (70 MiB) above "Load weight
     begin" in every start; the sizing's post-load reading is 0 B (small hybrid) to 20,971,520 B
-    (27B-shaped hybrid) below "Load weight end"."""
-    assert (gaps.pre, gaps.post, gaps.starts) == ((70 << 20, 70 << 20), (0, 20 << 20), 6)
+    (27B-shaped hybrid) below "Load weight end", all of it the RoPE pre-expansion (next test),
+    so nothing is left to carry to the logs."""
+    assert (gaps.pre, gaps.post, gaps.starts) == ((70 << 20, 70 << 20), (0, 0), 6)
+
+
+def test_rope_expansion_is_the_measured_post_gap(starts, start_ropes):
+    """Each start's post-load gap, as measured ("Load weight end" minus the sizing's reading), is
+    the memory reserve_rope_cache_for_long_sequences takes in between: none for the small hybrid
+    (context 4096 + 256 stays below both caches' 8192 rows), and for the 27B-shaped start one fresh
+    20 MiB allocator segment holding the vision tower's grown cache (33,024 rows x 36 x 4 B =
+    4,755,456 B, under 10 MiB: a 20 MiB segment; the text cache's 262,144 rows need no growth)."""
+    measured = [gaps_of_start(s["readings"])[1] for s in starts]
+    assert measured == [0, 0, 0, 0, 20 << 20, 20 << 20]
+    assert start_ropes == measured
+
+
+def test_the_log_s_own_rope_expansion_widens_its_ends(release_tree):
+    """v0.5.18 at the model's own context (262,144): reserve = 262,144 + 256 = 262,400 rows, so both
+    caches grow to 262,400 rows.  Vision: 262,400 x 36 x 4 B = 37,785,600 B, a 38 MiB segment (the
+    old 8,192-row cache shares a segment: nothing released).  Text (M)RoPE: 262,400 x 64 x 4 B =
+    67,174,400 B, a 66 MiB segment, less the old 262,144-row cache's own 64 MiB segment.  Together
+    40 MiB, between "Load weight end" and the sizing's reading; the ends move down by as much."""
+    sc = load_scenario("public-h100-qwen38-27b-fp8")
+    root = source_root(release_tree(sc.source["release"]))
+    assert _rope_gib(sc, root) * GIB == 40 << 20
+    gaps = measured_gaps([[{"caller": c, "bytes": b, "draft": False} for c, b in (
+        ("init_torch_distributed", 9), ("init_torch_distributed", 9), ("load_model", 9), ("load_model", 5),
+        ("_profile_available_bytes", 5))]])
+    low, high = _ends(sc, gaps, root)
+    assert sc.gpu["post_load_free_gib"] - high[1] == pytest.approx(40 / 1024 - ROUNDING_GIB)
+    assert sc.gpu["post_load_free_gib"] - low[1] == pytest.approx(40 / 1024 + ROUNDING_GIB)
 
 
 def test_a_start_without_the_sizing_reading_is_refused():

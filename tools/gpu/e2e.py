@@ -346,6 +346,9 @@ COMMON = ["--load-format", "dummy", "--skip-tokenizer-init", "--attention-backen
           "--disable-cuda-graph", "--disable-piecewise-cuda-graph", "--log-level", "info", "--random-seed", "0"]
 BIG = ["--mm-attention-backend", "triton_attn", "--context-length", "32768", "--tp", "1", "--page-size", "1",
        "--speculative-algorithm", "DFLASH", "--speculative-dflash-block-size", "16"]
+# the 27B-shaped model without a drafter and without --context-length (the model's own 262,144)
+ROPE_FLAGS = ["--mm-attention-backend", "triton_attn", "--tp", "1", "--page-size", "1", "--disable-radix-cache",
+              "--mamba-scheduler-strategy", "no_buffer"]
 
 CASES = {
     "dense": {"model": "dense", "free_gib": None,
@@ -367,6 +370,16 @@ CASES = {
     "h200-16": {"model": "big", "free_gib": None,
                 "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
                                 "--max-running-requests", "16"],
+                "expect": {"pristine": "ok", "patched": ["ok"]}},
+    # the RoPE pre-expansion after "Load weight end" (tools/sgl_overlay/harness/rope_reserve.py, docs/regress.md
+    # "Where the logs' readings and the sizing's differ"): at the model's own 262,144-token context the release
+    # grows the vision tower's RoPE cache to 262,400 rows and the text one's by 256: predicted 41,943,040 B
+    # (40 MiB) between load_model's end reading and the sizing's; at 2,048 tokens nothing grows (0 B)
+    "rope-262k": {"model": "big", "free_gib": None,
+                  "flags": ROPE_FLAGS + ["--max-running-requests", "16"],
+                  "expect": {"pristine": "ok", "patched": ["ok"]}},
+    "rope-2k": {"model": "big", "free_gib": None,
+                "flags": ROPE_FLAGS + ["--max-running-requests", "16", "--context-length", "2048"],
                 "expect": {"pristine": "ok", "patched": ["ok"]}},
 }
 

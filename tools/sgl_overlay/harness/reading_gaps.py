@@ -7,7 +7,10 @@ inside the profiling step (``_profile_available_bytes``; the patched tree's
 "Load weight end. avail mem" (``load_model``).  The gaps between them are measured on a GPU
 (the probe of tools/gpu records every reading, in order: docs/gpu_results/*/free_readings.json)
 and bound where the sizing's readings lie around the logged ones (docs/regress.md, "Public
-start-up logs")."""
+start-up logs").  The post-load gap has a part the release's code fixes for each model and
+context, the RoPE pre-expansion after "Load weight end" (``rope_reserve``): it is taken out
+of each measured start (``gaps_of_start``'s ``rope_bytes``) and put back for each log
+(``sizing_reading_ends``'s ``rope_gib``), so only the rest is carried from the GPU to the logs."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ class ReadingsError(ValueError):
 class Gaps:
     """Bytes, (least, most) over the measured starts.  ``pre``: the sizing's pre-load reading
     minus the logged "Load weight begin" one.  ``post``: the logged "Load weight end" reading
-    minus the sizing's post-load one."""
+    minus the sizing's post-load one, less the start's RoPE pre-expansion (the rest)."""
 
     pre: tuple[int, int]
     post: tuple[int, int]
@@ -48,10 +51,10 @@ def sizing_readings(readings: list[dict]) -> tuple[int | None, int | None]:
     return (dist[1] if len(dist) > 1 else None), (sizing[0] if sizing else None)
 
 
-def gaps_of_start(readings: list[dict]) -> tuple[int, int]:
+def gaps_of_start(readings: list[dict], rope_bytes: int = 0) -> tuple[int, int]:
     """(pre gap, post gap) in bytes of one start, from its readings in order (``caller``,
     ``bytes``, ``draft``): the sizing's readings (``sizing_readings``) against load_model's
-    logged begin and end.  ``init_torch_distributed``'s readings after its first are
+    logged begin and end; the post gap less ``rope_bytes``, the start's RoPE pre-expansion.  ``init_torch_distributed``'s readings after its first are
     ``pre_model_load_memory`` and the local reading, equal on one GPU (checked)."""
     dist = _target(readings, "init_torch_distributed")[1:]
     load = _target(readings, "load_model")
@@ -61,11 +64,16 @@ def gaps_of_start(readings: list[dict]) -> tuple[int, int]:
                             f"end readings and the sizing's own ({' or '.join(SIZING_CALLERS)})")
     if len(set(dist)) != 1:
         raise ReadingsError(f"init_torch_distributed's pre-load readings differ ({dist}): not a one-GPU start")
-    return dist[0] - load[0], load[-1] - sizing[0]
+    return dist[0] - load[0], load[-1] - sizing[0] - rope_bytes
 
 
-def measured_gaps(starts: list[list[dict]]) -> Gaps:
-    pairs = [gaps_of_start(s) for s in starts]
+def measured_gaps(starts: list[list[dict]], rope_bytes: list[int] | None = None) -> Gaps:
+    """The gaps over ``starts`` (each a start's readings), ``rope_bytes`` the RoPE
+    pre-expansion of each (``rope_reserve.scenario_expansion_bytes``; none when omitted)."""
+    ropes = rope_bytes if rope_bytes is not None else [0] * len(starts)
+    if len(ropes) != len(starts):
+        raise ReadingsError(f"{len(starts)} starts but {len(ropes)} RoPE expansions")
+    pairs = [gaps_of_start(s, r) for s, r in zip(starts, ropes)]
     if not pairs:
         raise ReadingsError("no start to measure")
     pre, post = zip(*pairs)
@@ -73,12 +81,15 @@ def measured_gaps(starts: list[list[dict]]) -> Gaps:
 
 
 def sizing_reading_ends(pre_logged: float, post_logged: float, pre_rounding: float, post_rounding: float,
-                        gaps: Gaps) -> tuple[tuple[float, float], tuple[float, float]]:
+                        gaps: Gaps, rope_gib: float = 0.0) -> tuple[tuple[float, float], tuple[float, float]]:
     """The (pre, post) readings in GiB at the two ends of what the sizing can have read, given
-    the logged ones, their rounding and the measured gaps: the smallest budget
-    (post - pre x (1 - mem_fraction_static)) first, the largest second."""
-    low = (pre_logged + pre_rounding + gaps.pre[1] / GIB, post_logged - post_rounding - gaps.post[1] / GIB)
-    high = (pre_logged - pre_rounding + gaps.pre[0] / GIB, post_logged + post_rounding - gaps.post[0] / GIB)
+    the logged ones, their rounding, the measured gaps and the log's own RoPE pre-expansion
+    (``rope_gib``, taken between "Load weight end" and the sizing's reading): the smallest
+    budget (post - pre x (1 - mem_fraction_static)) first, the largest second."""
+    low = (pre_logged + pre_rounding + gaps.pre[1] / GIB,
+           post_logged - post_rounding - gaps.post[1] / GIB - rope_gib)
+    high = (pre_logged - pre_rounding + gaps.pre[0] / GIB,
+            post_logged + post_rounding - gaps.post[0] / GIB - rope_gib)
     return low, high
 
 
