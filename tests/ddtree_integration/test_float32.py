@@ -5,9 +5,9 @@ and the e2e check's float32 environment (e2e.lossless_env).
 
 The hybrid's kernels go through Triton's own front end (AST -> TTIR, the
 stage that raised on the H200) for an H200 target, launched by SGLang's own
-wrappers (triton_frontend.py, float32_probes.py): these tests need triton
-(the device runs 3.6.0; `pip install triton==3.6.0`, 188 MB) and einops,
-which `[test]` does not bring, and skip without them.
+wrappers (triton_frontend.py, float32_probes.py): these tests need the
+pin's triton (3.6.0, the device's) and einops, the `[kernels]` extra, which
+`[test]` does not bring (188 MB), and skip without them.
 """
 
 import importlib.util
@@ -18,10 +18,22 @@ from tests.ddtree_integration.run import probe
 from tests.gpu.e2e_script import e2e
 
 PROBES = "tests.ddtree_integration.float32_probes"
-needs_triton = pytest.mark.skipif(
-    not (importlib.util.find_spec("triton") and importlib.util.find_spec("einops")),
-    reason="triton and einops are not installed (not in [test]): pip install triton==3.6.0 einops",
-)
+# the pin's triton: torch 2.11's, the device's (triton 3.9 no longer compiles the GDN chunk
+# kernels in any dtype: tl.make_block_ptr was removed; docs/gpu.md)
+PIN_TRITON = "3.6."
+
+
+def _kernel_deps():
+    if not (importlib.util.find_spec("triton") and importlib.util.find_spec("einops")):
+        return "triton and einops are not installed (the [kernels] extra, not in [test])"
+    from importlib.metadata import version
+
+    if not version("triton").startswith(PIN_TRITON):
+        return f"triton {version('triton')} is not the pin's ({PIN_TRITON}x): pip install -e '.[kernels]'"
+    return None
+
+
+needs_triton = pytest.mark.skipif(_kernel_deps() is not None, reason=str(_kernel_deps()))
 F32_ENV = e2e.lossless_env("float32")
 _CACHE: dict = {}
 
