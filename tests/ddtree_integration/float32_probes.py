@@ -24,7 +24,8 @@ GDN_MODULES = [f"{FLA}.{m}" for m in (
     "fused_recurrent", "fused_sigmoid_gating_recurrent", "fused_gdn_gating", "layernorm_gated",
 )] + [f"{MAMBA}.causal_conv1d_triton", "sglang.srt.configs.mamba_utils", "sglang.srt.environ",
       "sglang.jit_kernel.triton.gdn_fused_proj", "sglang.srt.layers.attention.triton_ops.extend_attention",
-      "sglang.srt.layers.attention.triton_ops.prefill_attention"]
+      "sglang.srt.layers.attention.triton_ops.prefill_attention",
+      "sglang.srt.speculative.triton_ops.fused_kv_materialize"]
 
 
 def _loader(root: str, real: list[str]):
@@ -42,10 +43,11 @@ def _hybrid_shapes() -> dict:
     its attention layer's heads (query, kv, head dim)."""
     from tests.gpu.e2e_script import models
 
-    t = models.HYBRID["text_config"]
+    t, d = models.HYBRID["text_config"], models.drafter_config(models.HYBRID)
     return {"Hk": t["linear_num_key_heads"], "Hv": t["linear_num_value_heads"], "K": t["linear_key_head_dim"],
             "V": t["linear_value_head_dim"], "W": t["linear_conv_kernel_dim"],
-            "attn": (t["num_attention_heads"], t["num_key_value_heads"], t["head_dim"])}
+            "attn": (t["num_attention_heads"], t["num_key_value_heads"], t["head_dim"]),
+            "draft_kv": (d["num_key_value_heads"], d["head_dim"])}
 
 
 def _extend_verify(mod, rnd, dt, bs, n, prefix, heads):
@@ -154,6 +156,11 @@ def hybrid_kernels(root: str, dtype: str = "float32", env: dict | None = None, c
         # verify's custom mask (DFlash's block of N over a prefix of 20 per request)
         "verify.extend_attention": lambda: _extend_verify(
             L("sglang.srt.layers.attention.triton_ops.extend_attention"), rnd, dt, bs, N, 20, s["attn"]),
+        # DFlash's drafter: its KV cache materialized from the target's features (fused k_norm + RoPE)
+        "draft.fused_norm_rope": lambda: L("sglang.srt.speculative.triton_ops.fused_kv_materialize")._fused_norm_rope(
+            rnd(T, 2 * s["draft_kv"][0] * s["draft_kv"][1]), torch.ones(s["draft_kv"][1], dtype=dt),
+            rnd(4096, s["draft_kv"][1], dtype=torch.float32), torch.arange(T), s["draft_kv"][0], s["draft_kv"][1],
+            s["draft_kv"][1]),
         "norm.rms_norm_gated": lambda: lng.rms_norm_gated(
                 x=rnd(T * Hv, V), weight=torch.ones(V, dtype=dt), bias=None, z=rnd(T * Hv, V), eps=1e-6,
                 group_size=V, norm_before_gate=True, is_rms_norm=True),

@@ -78,7 +78,8 @@ def test_pin_float32_hybrid_fails_to_compile_as_on_the_h200(pristine_tree):
 def test_float32_environment_and_patch_compile_every_hybrid_kernel(pristine_tree, patched_tree):
     """With e2e's float32 environment (conv states float32, TRITON_F32_DEFAULT=ieee) every
     kernel of the hybrid's prefill, decode, packed decode, verify (the attention layer's extend
-    kernel with the verify mask included), input split and gated norm compiles for float32 on
+    kernel with the verify mask included), input split, gated norm and DFlash's drafter KV
+    materialization compiles for float32 on
     the patched tree, and every tl.dot among them is IEEE; the pin still refuses in the GDN
     chunk path (float32-gdn-chunk.patch), and nothing else."""
     pin = hybrid(pristine_tree, "float32", F32_ENV)
@@ -95,7 +96,7 @@ def test_float32_environment_and_patch_compile_every_hybrid_kernel(pristine_tree
             "chunk_local_cumsum_scalar_kernel", "_causal_conv1d_fwd_kernel", "_causal_conv1d_update_kernel",
             "fused_sigmoid_gating_delta_rule_update_kernel", "fused_gdn_gating_kernel",
             "fused_recurrent_gated_delta_rule_packed_decode_kernel", "_layer_norm_fwd_1pass_kernel",
-            "fused_qkvzba_split_reshape_cat_contiguous_kernel", "_fwd_kernel"} <= kernels
+            "fused_qkvzba_split_reshape_cat_contiguous_kernel", "_fwd_kernel", "_fused_norm_rope_kernel"} <= kernels
     precisions = {}
     for c in r["calls"].values():
         for k in c["kernels"]:
