@@ -13,8 +13,8 @@ environment of the run it vouches for (TRITON_F32_DEFAULT is read at import):
 
 (W: the --work folder of an e2e run.)  Writes DIR/gdn_float32_check.json: per
 dtype the largest absolute error of the outputs and of the written states, and
-the largest reference value for scale.  Exit 0: float32 within --tol of the
-reference (and closer than bfloat16); 1 otherwise.
+that error relative to the reference's largest value.  Exit 0: float32 within
+--tol (relative, 1e-4) of the reference and closer than bfloat16; 1 otherwise.
 
 ``reference`` is pure torch and tested on CPU (tests/gpu/test_gdn_float32_check.py).
 """
@@ -98,8 +98,10 @@ def run(shapes, lengths, seed, device="cuda") -> dict:
                                       initial_state_indices=x["slots"], cu_seqlens=x["cu_seqlens"],
                                       head_first=False, use_qk_l2norm_in_kernel=True)
         torch.cuda.synchronize()
-        out[name] = {"max_abs_err_o": (o.double().cpu() - ref_o).abs().max().item(),
-                     "max_abs_err_state": (pool[x["slots"]].double().cpu() - ref_h).abs().max().item()}
+        err_o = (o.double().cpu() - ref_o).abs().max().item()
+        err_h = (pool[x["slots"]].double().cpu() - ref_h).abs().max().item()
+        out[name] = {"max_abs_err_o": err_o, "max_abs_err_state": err_h,
+                     "rel_err": max(err_o / out["ref_max_abs_o"], err_h / out["ref_max_abs_state"])}
     return out
 
 
@@ -108,7 +110,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--lengths", default="1,15,64,100,257", help="the sequences' token counts (one varlen call)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tol", type=float, default=1e-3, help="float32's largest absolute error allowed")
+    ap.add_argument("--tol", type=float, default=1e-4,
+                    help="float32's largest error allowed, relative to the reference's largest value (outputs and "
+                         "states each); IEEE float32 is expected near 1e-6, TF32 near 1e-3, bfloat16 near 1e-2")
     args = ap.parse_args(argv)
     here = Path(__file__).resolve().parent
     import importlib.util
@@ -120,9 +124,8 @@ def main(argv=None) -> int:
     shapes = {"Hk": t["linear_num_key_heads"], "Hv": t["linear_num_value_heads"], "K": t["linear_key_head_dim"],
               "V": t["linear_value_head_dim"]}
     res = run(shapes, [int(n) for n in args.lengths.split(",")], args.seed)
-    f32, bf16 = res["float32"], res["bfloat16"]
-    worst = max(f32["max_abs_err_o"], f32["max_abs_err_state"])
-    res["pass"] = worst <= args.tol and worst < max(bf16["max_abs_err_o"], bf16["max_abs_err_state"])
+    res["tol"] = args.tol
+    res["pass"] = res["float32"]["rel_err"] <= args.tol and res["float32"]["rel_err"] < res["bfloat16"]["rel_err"]
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "gdn_float32_check.json").write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps(res, indent=1))
