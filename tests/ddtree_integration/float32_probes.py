@@ -22,7 +22,10 @@ MAMBA = "sglang.srt.layers.attention.mamba"
 GDN_MODULES = [f"{FLA}.{m}" for m in (
     "utils", "index", "op", "chunk", "chunk_delta_h", "chunk_fwd", "chunk_o", "cumsum", "l2norm", "wy_fast",
     "fused_recurrent", "fused_sigmoid_gating_recurrent", "fused_gdn_gating", "layernorm_gated",
-)] + [f"{MAMBA}.causal_conv1d_triton", "sglang.srt.configs.mamba_utils", "sglang.srt.environ"]
+)] + [f"{MAMBA}.causal_conv1d_triton", "sglang.srt.configs.mamba_utils", "sglang.srt.environ",
+      "sglang.jit_kernel.triton.gdn_fused_proj", "sglang.srt.layers.attention.triton_ops.extend_attention",
+      "sglang.srt.layers.attention.triton_ops.prefill_attention",
+      "sglang.srt.speculative.triton_ops.fused_kv_materialize"]
 
 
 def _loader(root: str, real: list[str]):
@@ -30,17 +33,39 @@ def _loader(root: str, real: list[str]):
 
     base = Path(root)
     common = loader.definitions(base, "sglang.srt.utils.common", ["cdiv", "next_power_of_2"], {})
-    fakes = dict(torch_release=(2, 13), device_context=lambda device: contextlib.nullcontext(), **common)
+    fakes = dict(torch_release=(2, 13), device_context=lambda device: contextlib.nullcontext(),
+                 is_cuda=lambda: True, is_hip=lambda: False, **common)
     return loader, loader.installed(base, real, fakes)
 
 
 def _hybrid_shapes() -> dict:
-    """The e2e check's hybrid (tools/gpu/e2e_models.py HYBRID): its GDN heads and conv width."""
+    """The e2e check's hybrid (tools/gpu/e2e_models.py HYBRID): its GDN heads and conv width,
+    its attention layer's heads (query, kv, head dim)."""
     from tests.gpu.e2e_script import models
 
-    t = models.HYBRID["text_config"]
+    t, d = models.HYBRID["text_config"], models.drafter_config(models.HYBRID)
     return {"Hk": t["linear_num_key_heads"], "Hv": t["linear_num_value_heads"], "K": t["linear_key_head_dim"],
-            "V": t["linear_value_head_dim"], "W": t["linear_conv_kernel_dim"]}
+            "V": t["linear_value_head_dim"], "W": t["linear_conv_kernel_dim"],
+            "attn": (t["num_attention_heads"], t["num_key_value_heads"], t["head_dim"]),
+            "draft_kv": (d["num_key_value_heads"], d["head_dim"])}
+
+
+def _extend_verify(mod, rnd, dt, bs, n, prefix, heads):
+    """extend_attention_fwd as the Triton backend runs a TARGET_VERIFY: n new tokens per request
+    over `prefix` cached ones, a custom mask (prefix visible, the block causal)."""
+    import torch
+
+    hq, hkv, d = heads
+    pool = bs * (prefix + n) + 1
+    kv_indices = torch.arange(1, 1 + bs * prefix, dtype=torch.int64)
+    mask = torch.cat([torch.cat([torch.ones(n, prefix, dtype=torch.bool), torch.ones(n, n, dtype=torch.bool).tril()], 1)
+                      .flatten() for _ in range(bs)])
+    return mod.extend_attention_fwd(
+        rnd(bs * n, hq, d), rnd(bs * n, hkv, d), rnd(bs * n, hkv, d), torch.empty(bs * n, hq, d, dtype=dt),
+        rnd(pool, hkv, d), rnd(pool, hkv, d),
+        torch.arange(0, bs * n + 1, n, dtype=torch.int32), torch.arange(0, bs * prefix + 1, prefix, dtype=torch.int32),
+        kv_indices, mask, False, torch.arange(0, bs * n * (prefix + n) + 1, n * (prefix + n), dtype=torch.int64),
+        n, 1.0, 1.0)
 
 
 def hybrid_kernels(root: str, dtype: str = "float32", env: dict | None = None, calls: list | None = None) -> dict:
@@ -124,7 +149,19 @@ def hybrid_kernels(root: str, dtype: str = "float32", env: dict | None = None, c
                 intermediate_states_buffer=torch.zeros(4, N, Hv, V, K, dtype=torch.float32),
                 intermediate_state_indices=slots, cache_steps=N,
                 retrieve_parent_token=tree["retrieve_parent_token"], **gate_kw),
-            "norm.rms_norm_gated": lambda: lng.rms_norm_gated(
+            # the linear-attention layer's input split (models/qwen3_5.py, every forward)
+        "proj.fused_qkvzba_split": lambda: L("sglang.jit_kernel.triton.gdn_fused_proj")
+            .fused_qkvzba_split_reshape_cat_contiguous(rnd(bs, D + Hv * V), rnd(bs, 2 * Hv), Hk, Hv, K, V),
+        # the attention layer's target verify: the Triton backend's extend kernel with the
+        # verify's custom mask (DFlash's block of N over a prefix of 20 per request)
+        "verify.extend_attention": lambda: _extend_verify(
+            L("sglang.srt.layers.attention.triton_ops.extend_attention"), rnd, dt, bs, N, 20, s["attn"]),
+        # DFlash's drafter: its KV cache materialized from the target's features (fused k_norm + RoPE)
+        "draft.fused_norm_rope": lambda: L("sglang.srt.speculative.triton_ops.fused_kv_materialize")._fused_norm_rope(
+            rnd(T, 2 * s["draft_kv"][0] * s["draft_kv"][1]), torch.ones(s["draft_kv"][1], dtype=dt),
+            rnd(4096, s["draft_kv"][1], dtype=torch.float32), torch.arange(T), s["draft_kv"][0], s["draft_kv"][1],
+            s["draft_kv"][1]),
+        "norm.rms_norm_gated": lambda: lng.rms_norm_gated(
                 x=rnd(T * Hv, V), weight=torch.ones(V, dtype=dt), bias=None, z=rnd(T * Hv, V), eps=1e-6,
                 group_size=V, norm_before_gate=True, is_rms_norm=True),
         }

@@ -5,9 +5,9 @@ and the e2e check's float32 environment (e2e.lossless_env).
 
 The hybrid's kernels go through Triton's own front end (AST -> TTIR, the
 stage that raised on the H200) for an H200 target, launched by SGLang's own
-wrappers (triton_frontend.py, float32_probes.py): these tests need triton
-(the device runs 3.6.0; `pip install triton==3.6.0`, 188 MB) and einops,
-which `[test]` does not bring, and skip without them.
+wrappers (triton_frontend.py, float32_probes.py): these tests need the
+pin's triton (3.6.0, the device's) and einops, the `[kernels]` extra, which
+`[test]` does not bring (188 MB), and skip without them.
 """
 
 import importlib.util
@@ -18,10 +18,22 @@ from tests.ddtree_integration.run import probe
 from tests.gpu.e2e_script import e2e
 
 PROBES = "tests.ddtree_integration.float32_probes"
-needs_triton = pytest.mark.skipif(
-    not (importlib.util.find_spec("triton") and importlib.util.find_spec("einops")),
-    reason="triton and einops are not installed (not in [test]): pip install triton==3.6.0 einops",
-)
+# the pin's triton: torch 2.11's, the device's (triton 3.9 no longer compiles the GDN chunk
+# kernels in any dtype: tl.make_block_ptr was removed; docs/gpu.md)
+PIN_TRITON = "3.6."
+
+
+def _kernel_deps():
+    if not (importlib.util.find_spec("triton") and importlib.util.find_spec("einops")):
+        return "triton and einops are not installed (the [kernels] extra, not in [test])"
+    from importlib.metadata import version
+
+    if not version("triton").startswith(PIN_TRITON):
+        return f"triton {version('triton')} is not the pin's ({PIN_TRITON}x): pip install -e '.[kernels]'"
+    return None
+
+
+needs_triton = pytest.mark.skipif(_kernel_deps() is not None, reason=str(_kernel_deps()))
 F32_ENV = e2e.lossless_env("float32")
 _CACHE: dict = {}
 
@@ -65,9 +77,11 @@ def test_pin_float32_hybrid_fails_to_compile_as_on_the_h200(pristine_tree):
 @needs_triton
 def test_float32_environment_and_patch_compile_every_hybrid_kernel(pristine_tree, patched_tree):
     """With e2e's float32 environment (conv states float32, TRITON_F32_DEFAULT=ieee) every
-    kernel of the hybrid's prefill, decode, packed decode, verify and gated norm compiles for
-    float32 on the patched tree, and every tl.dot among them is IEEE; the pin still refuses in
-    the GDN chunk path (float32-gdn-chunk.patch), and nothing else."""
+    kernel of the hybrid's prefill, decode, packed decode, verify (the attention layer's extend
+    kernel with the verify mask included), input split, gated norm and DFlash's drafter KV
+    materialization compiles for float32 on
+    the patched tree, and every tl.dot among them is IEEE; the pin still refuses in the GDN
+    chunk path (float32-gdn-chunk.patch), and nothing else."""
     pin = hybrid(pristine_tree, "float32", F32_ENV)
     assert pin["conv_state_dtype"] == "torch.float32"
     assert [(c, k) for c, k, _ in failures(pin)] == [("extend.chunk_gated_delta_rule", None)]
@@ -81,7 +95,8 @@ def test_float32_environment_and_patch_compile_every_hybrid_kernel(pristine_tree
             "chunk_gated_delta_rule_fwd_kernel_h_blockdim64", "chunk_fwd_kernel_o", "l2norm_fwd_kernel",
             "chunk_local_cumsum_scalar_kernel", "_causal_conv1d_fwd_kernel", "_causal_conv1d_update_kernel",
             "fused_sigmoid_gating_delta_rule_update_kernel", "fused_gdn_gating_kernel",
-            "fused_recurrent_gated_delta_rule_packed_decode_kernel", "_layer_norm_fwd_1pass_kernel"} <= kernels
+            "fused_recurrent_gated_delta_rule_packed_decode_kernel", "_layer_norm_fwd_1pass_kernel",
+            "fused_qkvzba_split_reshape_cat_contiguous_kernel", "_fwd_kernel", "_fused_norm_rope_kernel"} <= kernels
     precisions = {}
     for c in r["calls"].values():
         for k in c["kernels"]:

@@ -5,6 +5,7 @@ go through sgl_overlay.planner with the same model, drafter, flags, GPU and exac
 bytes; its verdict and figures must be the GPU's."""
 import importlib.util
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -105,3 +106,30 @@ def test_planner_equals_the_h200_lossless_hybrid_start_ups(tmp_path, patched_tre
     assert kv == {"hybrid.patched.base.eager": 36147328, "hybrid.patched.dflash.eager": 17872448,
                   "hybrid.patched.ddtree.eager": 17872448, "hybrid.patched.dflash.graphs": 17872448}, res
     assert rc == 0, res
+
+
+def test_float32_runs_are_planned_with_their_conv_state_dtype(tmp_path, patched_tree, monkeypatch):
+    """A float32 lossless run records e2e.lossless_env("float32"); its SGLANG_MAMBA_CONV_DTYPE
+    (float32 Mamba conv states, twice the bytes of the default bfloat16) must reach the
+    planner's sizing: the same start-up planned without it gets more KV tokens."""
+    monkeypatch.delenv("SGLANG_MAMBA_CONV_DTYPE", raising=False)
+    run = {"env": e2e.lossless_env("float32")}
+    assert plan_mod.sizing_env(run) == {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
+    assert plan_mod.sizing_env({}) == {}
+    report = json.loads((ROOT / "docs/gpu_results/2026-12-01/e2e-lossless-a2.json").read_text())
+    (base,) = [r for r in report["lossless"]["runs"] if r["id"] == "hybrid.patched.base.eager"]
+    base = dict(base, command=base["command"].replace("--dtype bfloat16", "--dtype float32"))
+    assert "--dtype float32" in base["command"]
+    (tmp_path / "models" / "hybrid").mkdir(parents=True)
+    (tmp_path / "models" / "hybrid" / "config.json").write_text(
+        json.dumps(dict(e2e.models_mod.HYBRID, torch_dtype="float32")))
+    kv = {}
+    for label, env in (("bf16 conv", {}), ("f32 conv", run["env"])):
+        report["lossless"]["runs"] = [dict(base, env=env) if env else base]
+        (tmp_path / "e2e.json").write_text(json.dumps(report))
+        plan_mod.main([str(tmp_path), "--patched-tree", str(patched_tree), "--out", str(tmp_path)])
+        (x,) = json.loads((tmp_path / "plan_vs_gpu.json").read_text())
+        assert x.get("env", {}) == plan_mod.sizing_env({"env": env})
+        kv[label] = {r["field"]: r["planner"] for r in x["rows"]}["kv_tokens"]
+    assert kv["f32 conv"] < kv["bf16 conv"], kv
+    assert "SGLANG_MAMBA_CONV_DTYPE" not in os.environ     # restored after each plan

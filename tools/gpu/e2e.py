@@ -450,6 +450,8 @@ def run_server(tree, work, model, flags, prefix, port, start_timeout, common=COM
     with open(log, "w") as lf:
         p = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     run = {"command": " ".join(cmd[1:]).replace(str(work), "$WORK"), "healthy": False}
+    if extra_env:
+        run["env"] = dict(extra_env)      # e2e_plan sizes with the same SGLANG_* settings
     base = f"http://127.0.0.1:{port}"
     while time.time() - t0 < start_timeout and p.poll() is None:
         try:

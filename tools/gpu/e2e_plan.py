@@ -18,7 +18,9 @@ Writes plan_vs_gpu.json and .md into --out (default GPU_OUT).  Exit 0 all equal,
 
 The extraction and comparison are pure (tests/gpu/test_e2e_plan.py)."""
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -48,6 +50,28 @@ def free_bytes(run):
     # (on the H200 they differ by 94 MiB), and the sizing's own post-load reading
     pre, post = reading_gaps.sizing_readings((run.get("probe") or {}).get("free_readings", []))
     return (pre, post, "probe") if pre and post else None
+
+
+def sizing_env(run):
+    """The SGLang settings of a start-up's environment (e2e.lossless_env: SGLANG_MAMBA_CONV_DTYPE
+    for float32 runs sets the Mamba conv states' dtype, hence their bytes): the planner's
+    sizing must run under the same ones."""
+    return {k: v for k, v in (run.get("env") or {}).items() if k.startswith("SGLANG_")}
+
+
+@contextlib.contextmanager
+def environment(env):
+    """os.environ with `env` for the block (the planner's child interpreters inherit it)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def inputs(run, gpu_out):
@@ -150,12 +174,15 @@ def main(argv=None):
         inp = inputs(run, out)
         tree = "patched" if ".patched" in rid else "pristine"
         x["free"] = list(fb)
+        if sizing_env(run):
+            x["env"] = sizing_env(run)
         try:
-            dep = deployment(inp["model"], gpu=gpu, argv=inp["argv"], draft=inp["draft"],
-                             tree=args.patched_tree if tree == "patched" else None,
-                             release=args.release if tree == "pristine" else None,
-                             free_gib=[fb[0] / GIB, fb[1] / GIB], weights_gib=(fb[0] - fb[1]) / GIB)
-            rep = plan(dep, with_suggestions=False, with_sensitivity=False)
+            with environment(sizing_env(run)):
+                dep = deployment(inp["model"], gpu=gpu, argv=inp["argv"], draft=inp["draft"],
+                                 tree=args.patched_tree if tree == "patched" else None,
+                                 release=args.release if tree == "pristine" else None,
+                                 free_gib=[fb[0] / GIB, fb[1] / GIB], weights_gib=(fb[0] - fb[1]) / GIB)
+                rep = plan(dep, with_suggestions=False, with_sensitivity=False)
         except UsageError as e:
             x["error"] = f"planner: {e}"
             continue
