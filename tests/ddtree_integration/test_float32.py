@@ -11,6 +11,7 @@ pin's triton (3.6.0, the device's) and einops, the `[kernels]` extra, which
 """
 
 import importlib.util
+import os
 
 import pytest
 
@@ -30,6 +31,8 @@ def _kernel_deps():
 
     if not version("triton").startswith(PIN_TRITON):
         return f"triton {version('triton')} is not the pin's ({PIN_TRITON}x): pip install -e '.[kernels]'"
+    if os.environ.get("TRITON_INTERPRET"):
+        return "TRITON_INTERPRET is set: these tests need Triton's compiler front end, not its interpreter"
     return None
 
 

@@ -66,6 +66,11 @@ START_INPUTS = {
                                      "text_config": {"max_position_embeddings": 262144, "head_dim": 256},
                                      "vision_config": {"hidden_size": 1152, "num_heads": 16}},
                                     {"context_length": 32768}),
+    # case rope-262k (tools/gpu/e2e.py): the same model without a drafter, at its own context
+    "qwen3.6-27b (dummy weights), context 262144": (
+        {"kind": "qwen3_5", "context_len": 262144,
+         "text_config": {"max_position_embeddings": 262144, "head_dim": 256},
+         "vision_config": {"hidden_size": 1152, "num_heads": 16}}, {"context_length": 262144}),
 }
 MEASURED_RELEASE = "0.5.12.post1"
 
@@ -165,12 +170,12 @@ def test_logged_figures(runs, gaps, name):
 
 
 def test_measured_gaps_are_the_probes_readings(gaps):
-    """The gaps come from the H200 probe's readings (v0.5.12.post1, TP1, six starts): the sizing's
+    """The gaps come from the H200 probe's readings (v0.5.12.post1, TP1, seven starts): the sizing's
     pre-load reading (init_torch_distributed) is 73,400,320 B (70 MiB) above "Load weight
     begin" in every start; the sizing's post-load reading is 0 B (small hybrid) to 20,971,520 B
-    (27B-shaped hybrid) below "Load weight end", all of it the RoPE pre-expansion (next test),
-    so nothing is left to carry to the logs."""
-    assert (gaps.pre, gaps.post, gaps.starts) == ((70 << 20, 70 << 20), (0, 0), 6)
+    (27B-shaped hybrid at context 32,768) or 41,943,040 B (the same at its own 262,144) below "Load
+    weight end", all of it the RoPE pre-expansion (next test), so nothing is left to carry to the logs."""
+    assert (gaps.pre, gaps.post, gaps.starts) == ((70 << 20, 70 << 20), (0, 0), 7)
 
 
 def test_rope_expansion_is_the_measured_post_gap(starts, start_ropes):
@@ -178,9 +183,12 @@ def test_rope_expansion_is_the_measured_post_gap(starts, start_ropes):
     the memory reserve_rope_cache_for_long_sequences takes in between: none for the small hybrid
     (context 4096 + 256 stays below both caches' 8192 rows), and for the 27B-shaped start one fresh
     20 MiB allocator segment holding the vision tower's grown cache (33,024 rows x 36 x 4 B =
-    4,755,456 B, under 10 MiB: a 20 MiB segment; the text cache's 262,144 rows need no growth)."""
+    4,755,456 B, under 10 MiB: a 20 MiB segment; the text cache's 262,144 rows need no growth).
+    The seventh start (case rope-262k, run on the H200 after the prediction was written) is the
+    27B-shaped model at its own 262,144-token context: both caches grow, 40 MiB predicted
+    (test_the_log_s_own_rope_expansion_widens_its_ends' arithmetic) and 41,943,040 B measured."""
     measured = [gaps_of_start(s["readings"])[1] for s in starts]
-    assert measured == [0, 0, 0, 0, 20 << 20, 20 << 20]
+    assert measured == [0, 0, 0, 0, 20 << 20, 20 << 20, 40 << 20]
     assert start_ropes == measured
 
 
