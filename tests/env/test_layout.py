@@ -16,9 +16,28 @@ def test_no_script_folder_shadows_the_standard_library():
     assert shadows == []
 
 
+GUARD = 'if __name__ != "__main__": raise ImportError('
+
+
 def test_the_shims_import_nothing_but_os_and_sys_before_re_executing():
     for shim in (ROOT / "tools").glob("*.py"):
         code = [line for line in shim.read_text().splitlines() if line and not line.startswith(('"', "#"))]
         assert code[0] == "import os, sys  # noqa: E401", shim
-        assert code[1].startswith('os.execv(sys.executable, [sys.executable, "-P", "-m", "sgl_overlay", '), shim
-        assert len(code) == 2, shim
+        # a shim named like a standard-library module refuses to be imported as it
+        guarded = shim.stem in sys.stdlib_module_names
+        if guarded:
+            assert code[1].startswith(GUARD), shim
+        assert code[1 + guarded].startswith('os.execv(sys.executable, [sys.executable, "-P", "-m", "sgl_overlay", '), shim
+        assert len(code) == 2 + guarded, shim
+
+
+def test_tools_on_pythonpath_is_an_error_not_a_loop():
+    """With tools/ on PYTHONPATH, `import random` (which imports bisect) found tools/bisect.py,
+    which re-executed itself forever; now the import fails at once and says why."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
+    r = subprocess.run([sys.executable, "-c", "import random"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "imported in place of the standard library's bisect" in r.stderr and "take it off" in r.stderr, r.stderr
