@@ -35,3 +35,10 @@ def test_table_of_recorded_report():
     report = json.loads((DATA / "e2e-ipython-missing.json").read_text())
     t = e2e.table(report)
     assert t.count("| failed |") == 6 and "FAIL" in t
+
+
+def test_a_plain_run_checks_the_issue_s_cases_and_the_measurements_run_by_name():
+    """`--cases` defaults to the check itself; the rope-* measurement cases (four more 27B-shaped
+    starts) run only when named."""
+    assert set(e2e.DEFAULT_CASES) == {"dense", "zero-requests-dflash", "dflash-smoke", "h200-16"}
+    assert set(e2e.DEFAULT_CASES) < set(e2e.CASES) and {"rope-262k", "rope-2k"} <= set(e2e.CASES)

@@ -383,6 +383,9 @@ CASES = {
                 "expect": {"pristine": "ok", "patched": ["ok"]}},
 }
 
+# what a plain run checks (issue 15); the rope-* cases are measurements, run by name
+DEFAULT_CASES = ("dense", "zero-requests-dflash", "dflash-smoke", "h200-16")
+
 BLOCKER = r'''
 import sys, time, torch
 target = float(sys.argv[1]) * (1 << 30)
@@ -799,7 +802,8 @@ def main(argv=None):
     ap.add_argument("--bundle", default=str(ROOT / "build" / "bundle"))
     ap.add_argument("--work", default="/tmp/sglo-e2e")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--cases", default=",".join(DEFAULT_CASES),
+                    help=f"comma-separated, of {', '.join(CASES)} (default: {', '.join(DEFAULT_CASES)})")
     ap.add_argument("--trees", default="pristine,patched")
     ap.add_argument("--start-timeout", type=float, default=300)
     ap.add_argument("--lossless", default="", help="'all' or run ids (e2e.lossless_runs): lossless speculation, "
