@@ -828,12 +828,11 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": sys.version.split()[0], "cases": []}
-    try:
+    try:    # (a later call on the same machine may reuse --work without the bundle)
         manifest = json.loads((Path(args.bundle) / "bundle.json").read_text())
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"e2e: {Path(args.bundle) / 'bundle.json'} is not readable ({e}): build the bundle with "
-                         "tools/bundle.py (docs/gpu.md)")
-    if not manifest.get("patched_wheel") and "patched" in args.trees.split(","):
+    except (OSError, ValueError):
+        manifest = {}
+    if manifest.get("release") and not manifest.get("patched_wheel") and "patched" in args.trees.split(","):
         raise SystemExit(f"e2e: {args.bundle} is a pristine bundle of sglang {manifest.get('release')} "
                          "(tools/bundle.py --release): it has no patched tree; run it with --trees pristine")
     report["release"] = manifest.get("release")
