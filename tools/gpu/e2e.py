@@ -230,7 +230,8 @@ def install(bundle, work):
     manifest = json.loads((bundle / "bundle.json").read_text())
     deps = [str(bundle / c["file"]) for c in manifest["chosen"]]
     pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--disable-pip-version-check"]
-    subprocess.run(pip + ["--target", str(work / "deps")] + deps, check=True)
+    if deps:
+        subprocess.run(pip + ["--target", str(work / "deps")] + deps, check=True)
     if not manifest.get("patched_wheel"):
         # a pristine bundle of another release (tools/bundle.py --release): its own wheel, no stack
         subprocess.run(pip + ["--target", str(work / "pristine"), str(bundle / manifest["release_wheel"])], check=True)
