@@ -173,10 +173,11 @@ def fetch_release(version, cache=None, progress=None, tags=None):
 
 
 def _fits(name, tags):
-    """Whether the artifact ``name`` is a wheel for ``tags`` (or a pure one); any artifact when tags is None."""
-    if tags is None:
-        return True
-    return name.endswith(".whl") and versions.wheel(name)[2] in (tags, "py3-none-any")
+    """Whether the artifact ``name`` is a wheel for ``tags`` (or a pure one); when tags is None, the
+    sdist or a wheel for DEFAULT_WHEEL_TAGS (or a pure one), not one fetched for another Python."""
+    if not name.endswith(".whl"):
+        return tags is None
+    return versions.wheel(name)[2] in (tags or DEFAULT_WHEEL_TAGS, "py3-none-any")
 
 
 def _cached_release(art_dir, version, tags=None):
