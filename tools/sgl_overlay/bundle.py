@@ -182,8 +182,16 @@ def release_blockers(metadata, tags, machine):
 KERNEL_SLIM_DROP = ("sgl_kernel/flash_ops*.so", "sgl_kernel/sm100/*", "sgl_kernel/flashmla_ops*.so",
                     "*mscclpp*", "sgl_kernel/infllm_ops*.so")
 KERNEL_SLIM_DISABLES = ("FA3/FA4 attention (sgl_kernel.flash_ops), the sm100 (Blackwell datacenter) kernels, "
-                        "FlashMLA, mscclpp all-reduce and InfLLM-V2 sparse attention: use --attention-backend "
-                        "triton (and for Qwen3.5 --mm-attention-backend triton_attn)")
+                        "FlashMLA and mscclpp all-reduce: use --attention-backend triton (and for Qwen3.5 "
+                        "--mm-attention-backend triton_attn)")
+KERNEL_SLIM_INFLLM = "; also InfLLM-V2 sparse attention (sgl_kernel.infllm_v2)"
+
+
+def kernel_slim_disables(kernel_wheel):
+    """What the slim copy of this sglang-kernel wheel lacks (InfLLM-V2 only where the wheel has it)."""
+    with zipfile.ZipFile(kernel_wheel) as z:
+        infllm = any(fnmatch.fnmatch(n, "sgl_kernel/infllm_ops*.so") for n in z.namelist())
+    return KERNEL_SLIM_DISABLES + (KERNEL_SLIM_INFLLM if infllm else "")
 
 
 def slim_wheel(src, dest_dir, drop, label="slim"):
@@ -281,7 +289,7 @@ def _candidates(deps, dl_dir, python, platform, say):
             slim_dir.mkdir(exist_ok=True)
             wname, version, _ = versions.wheel(f.name)
             s = next(iter(slim_dir.glob(f"{wname}-{version}+slim-*.whl")), None) or slim_wheel(f, slim_dir, KERNEL_SLIM_DROP)
-            variants.append(Variant("slim", s.stat().st_size, KERNEL_SLIM_DISABLES,
+            variants.append(Variant("slim", s.stat().st_size, kernel_slim_disables(f),
                                     requires=(("attention-backend", "triton"),)))
             files[(name, "slim")] = s
         cands.append(Candidate(name, tuple(variants), True, why))
