@@ -230,7 +230,13 @@ def install(bundle, work):
     manifest = json.loads((bundle / "bundle.json").read_text())
     deps = [str(bundle / c["file"]) for c in manifest["chosen"]]
     pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--disable-pip-version-check"]
-    subprocess.run(pip + ["--target", str(work / "deps")] + deps, check=True)
+    if deps:
+        subprocess.run(pip + ["--target", str(work / "deps")] + deps, check=True)
+    if not manifest.get("patched_wheel"):
+        # a pristine bundle of another release (tools/bundle.py --release): its own wheel, no stack
+        subprocess.run(pip + ["--target", str(work / "pristine"), str(bundle / manifest["release_wheel"])], check=True)
+        return {"ipython_stub": _ipython_stub(work), "bundle_total": manifest["total"], "release": manifest.get("release"),
+                "pristine_only": True}
     subprocess.run(pip + ["--target", str(work / "patched"), str(bundle / manifest["patched_wheel"])], check=True)
     # the release's own tree: the patched one with the release's files put back, proven by its RECORD
     pristine = work / "pristine"
@@ -252,17 +258,21 @@ def install(bundle, work):
             bad.append(path)
     if bad:
         raise SystemExit(f"the rebuilt release tree differs from the release's RECORD: {bad[:5]}")
-    # sglang/utils.py imports IPython.display at module level (for notebooks); IPython and its
-    # dependencies are 7.5 MiB the bundle's budget has no room for: a stub stands in when the
-    # machine has none (reported as "ipython_stub")
-    import importlib.util
+    return {"ipython_stub": _ipython_stub(work), "bundle_total": manifest["total"],
+            "pristine_proven_files": sum(1 for l in record if l.startswith("sglang/"))}
+
+
+def _ipython_stub(work):
+    """sglang/utils.py imports IPython.display at module level (for notebooks); IPython and its
+    dependencies are 7.5 MiB the bundle's budget has no room for: a stub stands in when the
+    machine has none (reported as "ipython_stub").  Whether it was written."""
     stub = importlib.util.find_spec("IPython") is None
     if stub:
         (work / "stubs" / "IPython").mkdir(parents=True)
         (work / "stubs" / "IPython" / "__init__.py").write_text("")
         (work / "stubs" / "IPython" / "display.py").write_text(
             "class HTML(str):\n    pass\n\n\ndef display(*a, **k):\n    pass\n")
-    return {"ipython_stub": stub, "bundle_total": manifest["total"], "pristine_proven_files": sum(1 for l in record if l.startswith("sglang/"))}
+    return stub
 
 
 # --------------------------------------------------------------------------
@@ -823,14 +833,19 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": sys.version.split()[0], "cases": []}
+    try:    # (a later call on the same machine may reuse --work without the bundle)
+        manifest = json.loads((Path(args.bundle) / "bundle.json").read_text())
+    except (OSError, ValueError):
+        manifest = {}
+    if manifest.get("release") and not manifest.get("patched_wheel") and "patched" in args.trees.split(","):
+        raise SystemExit(f"e2e: {args.bundle} is a pristine bundle of sglang {manifest.get('release')} "
+                         "(tools/bundle.py --release): it has no patched tree; run it with --trees pristine")
+    report["release"] = manifest.get("release")
     if not (work / "pristine" / "sglang").exists():
         shutil.rmtree(work, ignore_errors=True)
         report["install"] = install(args.bundle, work)
     report["install_s"] = round(time.time() - t0, 1)
-    try:    # which stack the patched tree is (its local version names the stack digest)
-        report["patched_wheel"] = json.loads((Path(args.bundle) / "bundle.json").read_text())["patched_wheel"]
-    except (OSError, ValueError, KeyError):
-        report["patched_wheel"] = None
+    report["patched_wheel"] = manifest.get("patched_wheel")  # which stack (its local version names its digest)
     try:
         import torch
         report["torch"] = torch.__version__

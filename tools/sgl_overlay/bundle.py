@@ -20,6 +20,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
 from wheel.wheelfile import WheelFile
 
 from . import source, versions
@@ -94,6 +95,10 @@ def choose(candidates, budget, config):
 
 PROVIDED = ("torch", "triton", "numpy", "safetensors")
 
+# the versions the GPU machine has of what it provides and a release may pin
+# (its records: "torch": "2.11.0+cu130"; torch 2.11.0 itself pins triton==3.6.0)
+MACHINE = {"torch": "2.11.0", "triton": "3.6.0"}
+
 RUNTIME = [
     # name, requirement, why
     ("sglang-kernel", "sglang-kernel=={sglang-kernel}", "SGLang's CUDA kernels"),
@@ -133,14 +138,60 @@ RUNTIME = [
     ("pycparser", "pycparser", "cffi"),
 ]
 
+def runtime_requirements(deps):
+    """The requirement of each ``RUNTIME`` wheel for a release whose own pins
+    are ``deps`` (``{name: version}``: upstream.lock [dependencies] for the
+    pin, ``versions.pins`` of another release's METADATA): the release's pin
+    where it pins that name, else RUNTIME's."""
+    pinned = {canonicalize_name(k): v for k, v in deps.items()}
+    out = []
+    for name, spec, _ in RUNTIME:
+        v = pinned.get(canonicalize_name(name))
+        if v:
+            out.append(f"{name}=={v}")
+            continue
+        try:
+            out.append(spec.format(**deps))
+        except KeyError as e:
+            raise OverlayError(f"the release does not pin {e.args[0]}, which bundle.RUNTIME needs for {name}",
+                               hint="give the version in bundle.RUNTIME for this release") from None
+    return out
+
+
+def release_blockers(metadata, tags, machine):
+    """What stops a release (its wheel's METADATA text, for the platform
+    ``tags``) from running on a machine that provides ``machine``
+    (``{name: version}``, e.g. ``MACHINE``): one ``{name, requires, machine}``
+    for each of those packages whose requirement the machine's version does
+    not satisfy.  The machine's packages are not in the bundle, so a
+    release pinning another torch cannot be bundled for it."""
+    have = {canonicalize_name(k): (k, v) for k, v in machine.items()}
+    out = []
+    for req in versions.requirements(metadata, tags):
+        name, version = have.get(canonicalize_name(req.name), (None, None))
+        if name and not req.specifier.contains(version, prereleases=True):
+            out.append({"name": name, "requires": str(req), "machine": version})
+    return out
+
+
 # sglang-kernel's wheel is 322 MB because of FA3; without these members it is
 # about 16 MiB and `import sgl_kernel` works (flash_ops is imported only by
 # sgl_kernel.flash_attn).
+# (from 0.4.6.post1 also infllm_ops, loaded only by sgl_kernel.infllm_v2's
+# functions: 6.8 MiB).
 KERNEL_SLIM_DROP = ("sgl_kernel/flash_ops*.so", "sgl_kernel/sm100/*", "sgl_kernel/flashmla_ops*.so",
-                    "*mscclpp*")
+                    "*mscclpp*", "sgl_kernel/infllm_ops*.so")
 KERNEL_SLIM_DISABLES = ("FA3/FA4 attention (sgl_kernel.flash_ops), the sm100 (Blackwell datacenter) kernels, "
                         "FlashMLA and mscclpp all-reduce: use --attention-backend triton (and for Qwen3.5 "
                         "--mm-attention-backend triton_attn)")
+KERNEL_SLIM_INFLLM = "; also InfLLM-V2 sparse attention (sgl_kernel.infllm_v2)"
+
+
+def kernel_slim_disables(kernel_wheel):
+    """What the slim copy of this sglang-kernel wheel lacks (InfLLM-V2 only where the wheel has it)."""
+    with zipfile.ZipFile(kernel_wheel) as z:
+        infllm = any(fnmatch.fnmatch(n, "sgl_kernel/infllm_ops*.so") for n in z.namelist())
+    return KERNEL_SLIM_DISABLES + (KERNEL_SLIM_INFLLM if infllm else "")
 
 
 def slim_wheel(src, dest_dir, drop, label="slim"):
@@ -215,11 +266,12 @@ def release_delta(release_wheel, patched_wheel, out):
     return {"changed": changed, "added": added, "removed": removed}
 
 
-def build(lock, patched_wheel, release_wheel, out, python, platform, config, budget, dl_dir, progress=None):
-    say = progress or (lambda m: None)
-    out, dl_dir = Path(out), Path(dl_dir)
+def _candidates(deps, dl_dir, python, platform, say):
+    """The RUNTIME wheels for a release pinning ``deps``, downloaded into
+    ``dl_dir`` where missing (the sglang-kernel also slimmed): (candidates,
+    {(name, variant): file})."""
     dl_dir.mkdir(parents=True, exist_ok=True)
-    reqs = [spec.format(**lock.dependencies) for _, spec, _ in RUNTIME]
+    reqs = runtime_requirements(deps)
     missing = [r for (name, _, _), r in zip(RUNTIME, reqs) if _find(dl_dir, name) is None]
     if missing:
         say(f"downloading {len(missing)} runtime wheel(s) with pip")
@@ -235,15 +287,20 @@ def build(lock, patched_wheel, release_wheel, out, python, platform, config, bud
         if name == "sglang-kernel":
             slim_dir = dl_dir / "slim"
             slim_dir.mkdir(exist_ok=True)
-            s = next(iter(slim_dir.glob(f.name.split("-")[0] + "-*.whl")), None) or slim_wheel(f, slim_dir, KERNEL_SLIM_DROP)
-            variants.append(Variant("slim", s.stat().st_size, KERNEL_SLIM_DISABLES,
+            wname, version, _ = versions.wheel(f.name)
+            s = next(iter(slim_dir.glob(f"{wname}-{version}+slim-*.whl")), None) or slim_wheel(f, slim_dir, KERNEL_SLIM_DROP)
+            variants.append(Variant("slim", s.stat().st_size, kernel_slim_disables(f),
                                     requires=(("attention-backend", "triton"),)))
             files[(name, "slim")] = s
         cands.append(Candidate(name, tuple(variants), True, why))
-    out.mkdir(parents=True, exist_ok=True)
-    delta = out / "sglang-release-delta.zip"
-    d = release_delta(release_wheel, patched_wheel, delta)
-    fixed = Path(patched_wheel).stat().st_size + delta.stat().st_size
+    return cands, files
+
+
+def _decide_and_write(cands, files, first_wheel, fixed, out, budget, config, manifest):
+    """``choose`` within what ``fixed`` bytes (the sglang wheel and what
+    comes with it) leave of ``budget``; when it fits, the wheels
+    (``first_wheel`` and the chosen) are copied to ``out`` and bundle.json
+    is written with ``manifest`` added."""
     decision = choose(cands, budget - fixed, config)
     decision["budget"] = budget
     decision["total"] += fixed
@@ -251,12 +308,61 @@ def build(lock, patched_wheel, release_wheel, out, python, platform, config, bud
         return decision
     for f in out.glob("*.whl"):
         f.unlink()
-    shutil.copy2(patched_wheel, out)
+    shutil.copy2(first_wheel, out)
     for c in decision["chosen"]:
         shutil.copy2(files[(c["name"], c["variant"])], out)
         c["file"] = files[(c["name"], c["variant"])].name
-    decision.update({"python": python, "platform": platform, "config": config, "provided": list(PROVIDED),
-                     "patched_wheel": Path(patched_wheel).name, "release_wheel": Path(release_wheel).name,
-                     "release_delta": {"file": delta.name, **{k: len(v) for k, v in d.items()}}})
+    decision.update({"config": config, "provided": list(PROVIDED), **manifest})
     (out / "bundle.json").write_text(json.dumps(decision, indent=1) + "\n")
     return decision
+
+
+def build(lock, patched_wheel, release_wheel, out, python, platform, config, budget, dl_dir, progress=None):
+    say = progress or (lambda m: None)
+    out, dl_dir = Path(out), Path(dl_dir)
+    cands, files = _candidates(lock.dependencies, dl_dir, python, platform, say)
+    out.mkdir(parents=True, exist_ok=True)
+    delta = out / "sglang-release-delta.zip"
+    d = release_delta(release_wheel, patched_wheel, delta)
+    fixed = Path(patched_wheel).stat().st_size + delta.stat().st_size
+    return _decide_and_write(cands, files, patched_wheel, fixed, out, budget, config, {
+        "python": python, "platform": platform, "patched_wheel": Path(patched_wheel).name,
+        "release_wheel": Path(release_wheel).name,
+        "release_delta": {"file": delta.name, **{k: len(v) for k, v in d.items()}}})
+
+
+def release_metadata(release_wheel):
+    """The METADATA text of a release's wheel."""
+    with zipfile.ZipFile(release_wheel) as z:
+        name = next((n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)), None)
+        if name is None:
+            raise UsageError(f"{Path(release_wheel).name} has no .dist-info/METADATA",
+                             hint="delete the file from the cache and run again")
+        return z.read(name).decode("utf-8", "replace")
+
+
+def build_pristine(release_wheel, out, python, platform, config, budget, dl_dir, machine=MACHINE, progress=None):
+    """A bundle of another release without our stack: its own wheel and the
+    RUNTIME wheels at its own pins.  Refused (OverlayError, exit 1) when the
+    release requires another version of what the machine provides
+    (``release_blockers``): those are not bundled."""
+    say = progress or (lambda m: None)
+    out, dl_dir, release_wheel = Path(out), Path(dl_dir), Path(release_wheel)
+    meta = release_metadata(release_wheel)
+    name, version, tags = versions.wheel(release_wheel.name)
+    blockers = release_blockers(meta, tags, machine)
+    if blockers:
+        raise OverlayError(
+            f"sglang {version} cannot run on the GPU machine: " + "; ".join(
+                f"it requires {b['requires']} (Requires-Dist of {release_wheel.name}), the machine has "
+                f"{b['name']} {b['machine']}" for b in blockers),
+            hint="the machine's " + ", ".join(b["name"] for b in blockers) + " cannot come in a bundle; on a "
+                 "machine image that has the release's versions, pass them with --machine NAME==VERSION "
+                 "(docs/gpu.md, 'Another release')",
+            details={"blockers": blockers})
+    cands, files = _candidates(versions.pins(meta, tags), dl_dir, python, platform, say)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sglang-release-delta.zip").unlink(missing_ok=True)
+    return _decide_and_write(cands, files, release_wheel, release_wheel.stat().st_size, out, budget, config, {
+        "python": python, "platform": platform, "release": version, "release_wheel": release_wheel.name,
+        "patched_wheel": None, "machine": dict(machine)})

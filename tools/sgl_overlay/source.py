@@ -152,8 +152,11 @@ def _fetch_pinned(lock, art_dir, target, say):
     return target
 
 
-def fetch_release(version, cache=None, progress=None):
-    """Any release's artifact (wheel if one is published, else the sdist).
+def fetch_release(version, cache=None, progress=None, tags=None):
+    """Any release's artifact (wheel if one is published, else the sdist);
+    with ``tags`` (``cp312-cp312-manylinux_2_34_x86_64``) its wheel for
+    exactly those tags (no sdist), or a pure wheel when that is what the
+    release publishes.
 
     There is no lock entry for other releases, so the sha256 seen on the
     first download is recorded beside the file and every later use is
@@ -162,20 +165,28 @@ def fetch_release(version, cache=None, progress=None):
     say = _quiet(progress)
     art_dir = cache_dir(cache) / "artifacts"
     art_dir.mkdir(parents=True, exist_ok=True)
-    found = _cached_release(art_dir, version)
+    found = _cached_release(art_dir, version, tags)
     if found:
         return found
     with cache_lock(art_dir / f".{PACKAGE}-{version}.lock", f"the download of sglang {version}", say):
-        return _cached_release(art_dir, version) or _fetch_release(version, art_dir, say)
+        return _cached_release(art_dir, version, tags) or _fetch_release(version, art_dir, say, tags)
 
 
-def _cached_release(art_dir, version):
-    """The cached artifact of ``version``, verified, or None.  The sha256
-    file is written before the artifact is renamed into place, so an
-    artifact is never seen without it."""
+def _fits(name, tags):
+    """Whether the artifact ``name`` is a wheel for ``tags`` (or a pure one); when tags is None, the
+    sdist or a wheel for DEFAULT_WHEEL_TAGS (or a pure one), not one fetched for another Python."""
+    if not name.endswith(".whl"):
+        return tags is None
+    return versions.wheel(name)[2] in (tags or DEFAULT_WHEEL_TAGS, "py3-none-any")
+
+
+def _cached_release(art_dir, version, tags=None):
+    """The cached artifact of ``version`` (for ``tags``), verified, or None.
+    The sha256 file is written before the artifact is renamed into place, so
+    an artifact is never seen without it."""
     for f in sorted(art_dir.glob(f"{PACKAGE}-{version}[-.]*.sha256")):
         path = art_dir / f.name[:-len(".sha256")]
-        if path.exists() and _artifact_version(path.name) == version:
+        if path.exists() and _artifact_version(path.name) == version and _fits(path.name, tags):
             try:
                 digest = f.read_text().split()[0]
             except (OSError, IndexError):
@@ -184,14 +195,14 @@ def _cached_release(art_dir, version):
     return None
 
 
-def _fetch_release(version, art_dir, say):
+def _fetch_release(version, art_dir, say, tags=None):
     say(f"downloading sglang {version} with pip")
     tmp, mark = _download_dir(art_dir)
     try:
-        rc, msg = _pip_download(f"{PACKAGE}=={version}", tmp, tags=DEFAULT_WHEEL_TAGS)
-        if rc != 0:
+        rc, msg = _pip_download(f"{PACKAGE}=={version}", tmp, tags=tags or DEFAULT_WHEEL_TAGS)
+        if rc != 0 and tags is None:
             rc, msg = _pip_download(f"{PACKAGE}=={version}", tmp, sdist=True)
-        files = [f for f in os.listdir(tmp) if _artifact_version(f) == version]
+        files = [f for f in os.listdir(tmp) if _artifact_version(f) == version and _fits(f, tags)]
         if rc != 0 or len(files) != 1:
             raise UsageError(f"could not download sglang {version} with pip: {msg or sorted(os.listdir(tmp))}",
                              hint="check the version exists (python -m pip index versions sglang) "

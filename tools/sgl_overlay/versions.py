@@ -74,19 +74,28 @@ def environment(tags):
         "platform_machine": re.sub(r"^(many|musl)?linux(_\d+_\d+|\d+)?_", "", plat), "extra": ""}
 
 
-def pins(metadata, tags):
-    """``{name: version}`` for every ``Requires-Dist: NAME==VERSION`` in a
-    wheel's METADATA text that applies on the platform ``tags`` name: a
-    marker is evaluated there (optional extras never apply), ``NAME[extra]``
-    is the pin of NAME; ranges, wildcards and bare names are not pins."""
-    env, out = environment(tags), {}
+def requirements(metadata, tags):
+    """Every ``Requires-Dist`` of a wheel's METADATA text that applies on the
+    platform ``tags`` name, as ``packaging`` Requirements: a marker is
+    evaluated there (optional extras never apply); unparsable lines are
+    skipped."""
+    env = environment(tags)
     for line in HeaderParser().parsestr(metadata).get_all("Requires-Dist") or []:
         try:
             req = Requirement(line)
         except InvalidRequirement:
             continue
-        if req.marker is not None and not req.marker.evaluate(env):
-            continue
+        if req.marker is None or req.marker.evaluate(env):
+            yield req
+
+
+def pins(metadata, tags):
+    """``{name: version}`` for every ``Requires-Dist: NAME==VERSION`` in a
+    wheel's METADATA text that applies on the platform ``tags`` name: a
+    marker is evaluated there (optional extras never apply), ``NAME[extra]``
+    is the pin of NAME; ranges, wildcards and bare names are not pins."""
+    out = {}
+    for req in requirements(metadata, tags):
         spec = list(req.specifier)
         if len(spec) == 1 and spec[0].operator in ("==", "===") and "*" not in spec[0].version:
             out[req.name] = spec[0].version

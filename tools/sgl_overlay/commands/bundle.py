@@ -8,15 +8,24 @@ downloads the runtime wheels SGLang imports that the machine lacks
 keeps the bundle within --max-mib: what it leaves out, or replaces by a slim
 variant, is stated with what that disables.
 
-Exit codes: 0 bundle written, 1 a required wheel does not fit the budget,
-2 bad usage, 3 integrity failure (docs/exit-codes.md).
+  python tools/bundle.py --release 0.5.18 --python 3.12 --max-mib 61 --out build/bundle-0.5.18
+
+With --release, a pristine bundle of another release instead: its own wheel
+(no stack) and the runtime wheels at its own pins; refused (exit 1) when the
+release requires another version of what the machine provides (--machine,
+default torch==2.11.0 triton==3.6.0: the H200's).
+
+Exit codes: 0 bundle written, 1 a required wheel does not fit the budget, or
+the release cannot run on the machine, 2 bad usage, 3 integrity failure
+(docs/exit-codes.md).
 """
 import argparse
 import os
+import re
 import types
 
 from .. import builder, bundle, cli, lock as lockmod, project, series, source
-from ..errors import FAILED, OK
+from ..errors import FAILED, OK, UsageError
 from .apply import build_for_python
 
 ROOT = str(project.ROOT)
@@ -35,6 +44,11 @@ def parse(argv):
                     help="where downloaded wheels are kept between runs")
     ap.add_argument("--cache", metavar="DIR", help="artifact cache (as tools/apply.py)")
     ap.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
+    ap.add_argument("--release", metavar="VERSION",
+                    help="a pristine bundle of this SGLang release (its own wheel, no stack) instead of the pin's")
+    ap.add_argument("--machine", metavar="NAME==VERSION", action="append", default=None,
+                    help="what the GPU machine provides, at which version (repeat; default "
+                         + " ".join(f"{k}=={v}" for k, v in bundle.MACHINE.items()) + ")")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("-q", "--quiet", action="store_true")
     return ap.parse_args(argv)
@@ -51,9 +65,39 @@ def text(d):
     return "\n".join(lines)
 
 
+def machine(given):
+    """``--machine NAME==VERSION`` values -> ``{name: version}`` (MACHINE when none)."""
+    if not given:
+        return dict(bundle.MACHINE)
+    out = {}
+    for g in given:
+        name, sep, version = g.partition("==")
+        if not (sep and name.strip() and version.strip()):
+            raise UsageError(f"--machine {g!r} is not NAME==VERSION", hint="e.g. --machine torch==2.13.0")
+        out[name.strip()] = version.strip()
+    return out
+
+
+def pristine(args, progress):
+    """--release: the release's own wheel for --python/--platform and its runtime wheels."""
+    m = re.fullmatch(r"3\.(\d{1,2})", args.python)
+    if not m:
+        raise UsageError(f"--python {args.python!r} is not a CPython 3 version", hint="e.g. --python 3.12")
+    tag = f"cp3{m[1]}"
+    wheel = source.fetch_release(args.release, args.cache, progress, tags=f"{tag}-{tag}-{args.platform}")
+    return bundle.build_pristine(wheel, args.out, args.python, args.platform,
+                                 {"attention-backend": args.attention_backend}, int(args.max_mib * bundle.MIB),
+                                 os.path.join(args.downloads, f"release-{args.release}"), machine(args.machine),
+                                 progress)
+
+
 def main(argv):
     args = parse(argv)
     progress = cli.Progress("bundle", quiet=args.quiet)
+    if args.release:
+        d = pristine(args, progress)
+        cli.emit(d, args.json, text(d))
+        return OK if d["fits"] else FAILED
     lock = lockmod.load(os.path.join(args.root, "upstream.lock"))
     stack = series.load(args.root)
     r = builder.build(lock, stack, os.path.join(args.root, "build", "sglang"), cache=args.cache, progress=progress)

@@ -1,0 +1,101 @@
+"""A pristine bundle of another release (tools/bundle.py --release; docs/gpu.md, "Another release"):
+the releases' own METADATA (cached wheels) decides whether it can run on the GPU machine and at
+which versions its runtime wheels are fetched; e2e installs such a bundle as the pristine tree."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sgl_overlay import bundle, source
+from sgl_overlay.errors import OverlayError
+from tests.gpu.e2e_script import e2e
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TAGS = "cp311-cp311-manylinux_2_34_x86_64"
+
+
+def metadata(version):
+    return bundle.release_metadata(source.fetch_release(version, tags=TAGS))
+
+
+def test_v0_5_18_requires_another_torch_than_the_h200s():
+    # sglang-0.5.18's METADATA: "Requires-Dist: torch==2.13.0"; the H200 machine runs 2.11.0+cu130
+    assert bundle.release_blockers(metadata("0.5.18"), TAGS, bundle.MACHINE) == [
+        {"name": "torch", "requires": "torch==2.13.0", "machine": "2.11.0"}]
+
+
+@pytest.mark.parametrize("version", ["0.5.12.post1", "0.5.17"])
+def test_releases_on_torch_2_11_have_no_blocker(version):
+    assert bundle.release_blockers(metadata(version), TAGS, bundle.MACHINE) == []
+
+
+def test_a_machine_with_the_releases_torch_has_no_blocker():
+    assert bundle.release_blockers(metadata("0.5.18"), TAGS, {"torch": "2.13.0", "triton": "3.7.1"}) == []
+
+
+def test_runtime_wheels_at_the_releases_own_pins(pinned_lock):
+    from sgl_overlay import versions
+
+    r18 = bundle.runtime_requirements(versions.pins(metadata("0.5.18"), TAGS))
+    for want in ("sglang-kernel==0.4.6.post1", "flashinfer-python==0.6.17", "transformers==5.12.1",
+                 "apache-tvm-ffi==0.1.11", "openai==2.6.1", "tokenizers==0.22.2"):
+        assert want in r18
+    pin = bundle.runtime_requirements(pinned_lock.dependencies)     # the pin's bundle is unchanged
+    for want in ("sglang-kernel==0.4.2.post2", "flashinfer-python==0.6.11.post1", "transformers==5.6.0",
+                 "apache-tvm-ffi==0.1.9", "tokenizers==0.22.2"):
+        assert want in pin
+    assert len(r18) == len(pin) == len(bundle.RUNTIME)
+
+
+def test_a_release_that_does_not_pin_the_kernel_is_an_error():
+    with pytest.raises(OverlayError, match="does not pin sglang-kernel"):
+        bundle.runtime_requirements({"transformers": "5.6.0", "flashinfer_python": "0.6.11.post1"})
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "tools/bundle.py", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_cli_refuses_v0_5_18_and_writes_nothing(tmp_path):
+    out, dl = tmp_path / "out", tmp_path / "dl"
+    p = _cli("--release", "0.5.18", "--python", "3.11", "--out", str(out), "--downloads", str(dl), "--json", "-q")
+    assert p.returncode == 1, p.stderr
+    d = json.loads(p.stdout)
+    assert d["blockers"] == [{"name": "torch", "requires": "torch==2.13.0", "machine": "2.11.0"}]
+    assert "torch==2.13.0" in d["error"] and "torch 2.11.0" in d["error"] and "--machine" in d["hint"]
+    assert not out.exists() and not dl.exists()
+
+
+def test_cli_machine_must_be_name_equals_version(tmp_path):
+    p = _cli("--release", "0.5.18", "--python", "3.11", "--machine", "torch", "--out", str(tmp_path / "o"))
+    assert p.returncode == 2 and "--machine 'torch' is not NAME==VERSION" in p.stderr
+
+
+def _pristine_bundle(tmp_path, version):
+    wheel = source.fetch_release(version, tags=TAGS)
+    b = tmp_path / "bundle"
+    b.mkdir()
+    os.symlink(wheel, b / wheel.name)
+    (b / "bundle.json").write_text(json.dumps({"chosen": [], "release": version, "release_wheel": wheel.name,
+                                               "patched_wheel": None, "total": wheel.stat().st_size}))
+    return b
+
+
+def test_e2e_installs_the_releases_own_wheel_as_the_pristine_tree(tmp_path):
+    b = _pristine_bundle(tmp_path, "0.5.18")
+    work = tmp_path / "work"
+    r = e2e.install(b, work)
+    assert r["pristine_only"] and r["release"] == "0.5.18"
+    assert "0.5.18" in (work / "pristine" / "sglang" / "_version.py").read_text()
+    assert (work / "pristine" / "sglang-0.5.18.dist-info" / "RECORD").exists()
+    assert (work / "pristine" / "sglang" / "srt" / "server_args.py").exists()
+    assert not (work / "patched").exists()
+
+
+def test_e2e_refuses_the_patched_tree_of_a_pristine_bundle(tmp_path):
+    b = _pristine_bundle(tmp_path, "0.5.18")
+    with pytest.raises(SystemExit, match="pristine bundle of sglang 0.5.18.*--trees pristine"):
+        e2e.main(["--bundle", str(b), "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"), "--cases", "dense"])
+    assert not (tmp_path / "w").exists()
