@@ -820,9 +820,10 @@ def main(argv=None):
                     "CUDA graphs on/off, ledger vs allocated bytes, on small models with real weights")
     ap.add_argument("--budget-s", type=float, default=1e9,
                     help="wall-clock budget from the start; lossless runs that would not fit are skipped and reported")
-    ap.add_argument("--dtype", default="bfloat16",
-                    help="the lossless runs' --dtype (float32 needs the stack's float32 patches and sets "
-                         "lossless_env: docs/gpu.md, 'What float32 needed')")
+    ap.add_argument("--dtype", default="float32",
+                    help="the lossless runs' --dtype (float32, the default: token-for-token comparable; it needs "
+                         "the stack's float32 patches and sets lossless_env: docs/gpu.md, 'What float32 needed'; "
+                         "bfloat16 flips near-ties, judged against the reference's own noise)")
     ap.add_argument("--no-dtype-fallback", action="store_true",
                     help="a reference that exits at start-up in float32 fails instead of being retried in bfloat16")
     ap.add_argument("--weights-device", default="cuda", help="where the lossless models' weights are generated")
