@@ -337,6 +337,19 @@ def ddtree_decode_configs(root: str, prompts, configs) -> list:
     return out
 
 
+def _mamba_slot(req_pool_indices):
+    """The stand-in request pool's map from request to Mamba state slot (request + 1)."""
+    return req_pool_indices.int() + 1
+
+
+def _linear_backend(hyb, server_args):
+    """The tree's real ``MambaAttnBackendBase`` on CPU over the stand-in request pool."""
+    backend = object.__new__(hyb.MambaAttnBackendBase)
+    hyb.MambaAttnBackendBase.__init__(backend, SimpleNamespace(
+        server_args=server_args, device="cpu", req_to_token_pool=SimpleNamespace(get_mamba_indices=_mamba_slot)))
+    return backend
+
+
 def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
     """The hybrid linear-attention backend's TARGET_VERIFY metadata (the tree
     path that makes its conv / GDN / Mamba kernels follow each node's parent),
@@ -353,12 +366,7 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
     hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
     dflash_info = loader.load(f"{SPEC}.dflash_info")
     N = budget + 1
-    mr = SimpleNamespace(
-        server_args=SimpleNamespace(speculative_eagle_topk=topk), device="cpu",
-        req_to_token_pool=SimpleNamespace(get_mamba_indices=lambda idx: idx.to(torch.int32) + 1),
-    )
-    backend = object.__new__(hyb.MambaAttnBackendBase)
-    hyb.MambaAttnBackendBase.__init__(backend, mr)
+    backend = _linear_backend(hyb, SimpleNamespace(speculative_eagle_topk=topk))
 
     class VerifyMode:
         def is_decode_or_idle(self):
@@ -585,11 +593,7 @@ def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1
     # ---- the backends, with their real graph state
     req_pool_size, ctx = 8, 64
     req_to_token = torch.arange(req_pool_size * ctx, dtype=torch.int32).view(req_pool_size, ctx)
-    mamba_slot = lambda idx: idx.to(torch.int32) + 1  # noqa: E731 - the pool's req -> Mamba slot map
-    mr = SimpleNamespace(server_args=target_args, device="cpu",
-                         req_to_token_pool=SimpleNamespace(get_mamba_indices=mamba_slot))
-    linear = object.__new__(hyb.MambaAttnBackendBase)
-    hyb.MambaAttnBackendBase.__init__(linear, mr)
+    linear = _linear_backend(hyb, target_args)
     full = object.__new__(tri.TritonAttnBackend)
     full.__dict__.update(
         device="cpu", num_head=2, max_kv_splits=2, v_head_dim=4, swa_v_head_dim=None, max_context_len=ctx,
@@ -655,7 +659,7 @@ def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1
         "next_token": linear.retrieve_next_token_list[bs - 1][:raw_bs].tolist() == vi.retrieve_next_token.tolist(),
         "next_sibling": linear.retrieve_next_sibling_list[bs - 1][:raw_bs].tolist() == vi.retrieve_next_sibling.tolist(),
         "state_indices": linear.state_indices_list[bs - 1].tolist(),
-        "expected_state_indices": mamba_slot(req_pool_indices).tolist() + [-1] * (bs - raw_bs),
+        "expected_state_indices": _mamba_slot(req_pool_indices).tolist() + [-1] * (bs - raw_bs),
         "query_start_loc": linear.forward_metadata.query_start_loc.tolist(),
         "metadata_static": linear.forward_metadata.retrieve_next_token is linear.retrieve_next_token_list[bs - 1],
     }
@@ -677,11 +681,7 @@ def chain_verify_replay(root: str, seq_lens=(9, 1, 5), bs=4, draft_tokens=4) -> 
     hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
     dflash_info = loader.load(f"{SPEC}.dflash_info")
     N, raw_bs = draft_tokens, len(seq_lens)
-    mamba_slot = lambda idx: idx.to(torch.int32) + 1  # noqa: E731 - the pool's req -> Mamba slot map
-    args = SimpleNamespace(speculative_eagle_topk=1, speculative_num_draft_tokens=N)
-    linear = object.__new__(hyb.MambaAttnBackendBase)
-    hyb.MambaAttnBackendBase.__init__(linear, SimpleNamespace(
-        server_args=args, device="cpu", req_to_token_pool=SimpleNamespace(get_mamba_indices=mamba_slot)))
+    linear = _linear_backend(hyb, SimpleNamespace(speculative_eagle_topk=1, speculative_num_draft_tokens=N))
     linear.init_cuda_graph_state(bs, bs * N)
     fill = linear.get_cuda_graph_seq_len_fill_value()
     req_pool_indices = torch.tensor([3, 5, 6, 2, 7][:raw_bs] + [0] * (bs - raw_bs), dtype=torch.int64)
@@ -693,7 +693,7 @@ def chain_verify_replay(root: str, seq_lens=(9, 1, 5), bs=4, draft_tokens=4) -> 
     return {
         "fill": fill,
         "state_indices": linear.forward_metadata.mamba_cache_indices.tolist(),
-        "expected_state_indices": mamba_slot(req_pool_indices[:raw_bs]).tolist() + [-1] * (bs - raw_bs),
+        "expected_state_indices": _mamba_slot(req_pool_indices[:raw_bs]).tolist() + [-1] * (bs - raw_bs),
         "query_start_loc": linear.forward_metadata.query_start_loc.tolist(),
         "expected_query_start_loc": [i * N for i in range(raw_bs + 1)] + [raw_bs * N] * (bs - raw_bs),
     }

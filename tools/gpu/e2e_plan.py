@@ -18,11 +18,11 @@ Writes plan_vs_gpu.json and .md into --out (default GPU_OUT).  Exit 0 all equal,
 
 The extraction and comparison are pure (tests/gpu/test_e2e_plan.py)."""
 import argparse
-import contextlib
 import json
 import os
 import sys
 from pathlib import Path
+from unittest import mock
 
 from sgl_overlay.harness import reading_gaps
 
@@ -57,21 +57,6 @@ def sizing_env(run):
     for float32 runs sets the Mamba conv states' dtype, hence their bytes): the planner's
     sizing must run under the same ones."""
     return {k: v for k, v in (run.get("env") or {}).items() if k.startswith("SGLANG_")}
-
-
-@contextlib.contextmanager
-def environment(env):
-    """os.environ with `env` for the block (the planner's child interpreters inherit it)."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def inputs(run, gpu_out):
@@ -177,7 +162,7 @@ def main(argv=None):
         if sizing_env(run):
             x["env"] = sizing_env(run)
         try:
-            with environment(sizing_env(run)):
+            with mock.patch.dict(os.environ, sizing_env(run)):     # the planner's child interpreters inherit it
                 dep = deployment(inp["model"], gpu=gpu, argv=inp["argv"], draft=inp["draft"],
                                  tree=args.patched_tree if tree == "patched" else None,
                                  release=args.release if tree == "pristine" else None,

@@ -54,8 +54,9 @@ def sizing_readings(readings: list[dict]) -> tuple[int | None, int | None]:
 def gaps_of_start(readings: list[dict], rope_bytes: int = 0) -> tuple[int, int]:
     """(pre gap, post gap) in bytes of one start, from its readings in order (``caller``,
     ``bytes``, ``draft``): the sizing's readings (``sizing_readings``) against load_model's
-    logged begin and end; the post gap less ``rope_bytes``, the start's RoPE pre-expansion.  ``init_torch_distributed``'s readings after its first are
-    ``pre_model_load_memory`` and the local reading, equal on one GPU (checked)."""
+    logged begin and end; the post gap less ``rope_bytes``, the start's RoPE pre-expansion.
+    ``init_torch_distributed``'s readings after its first are ``pre_model_load_memory`` and
+    the local reading, equal on one GPU (checked)."""
     dist = _target(readings, "init_torch_distributed")[1:]
     load = _target(readings, "load_model")
     sizing = _target(readings, SIZING_CALLERS)
