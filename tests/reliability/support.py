@@ -23,11 +23,15 @@ def tool(name, *args):
 
 def local_index_env(cache):
     """pip served from the test cache's artifacts only (no index at all),
-    and tools caching into ``cache``."""
+    tools caching into ``cache``, and their temporary folders beside it: a
+    process these tests kill cannot remove its own, and they must not pile
+    up in the system's temporary directory run after run."""
     from sgl_overlay import source
     artifacts = Path(os.environ[source.CACHE_ENV]) / "artifacts"
+    scratch = Path(cache).with_name(Path(cache).name + "-tmp")
+    scratch.mkdir(parents=True, exist_ok=True)
     return {**os.environ, source.CACHE_ENV: str(cache), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1",
-            "PIP_FIND_LINKS": str(artifacts)}
+            "PIP_FIND_LINKS": str(artifacts), "TMPDIR": str(scratch)}
 
 
 def moments(n, upto, seed=SEED):
