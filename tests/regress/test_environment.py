@@ -80,3 +80,12 @@ def test_the_suite_removes_the_hosts_settings():
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     assert "1 passed" in p.stdout
     assert "removed for the tests: SGLANG_MAMBA_CONV_DTYPE, SGL_ENABLE_JIT_DEEPGEMM" in p.stdout
+
+
+def test_a_bug_reports_evidence_names_the_settings(monkeypatch):
+    """tools/bisect.py --report: the evidence names the settings every run inherited
+    (issue.render writes its commands under them: tests/bisect/test_bisect_report.py)."""
+    from sgl_overlay.bisect import evidence
+
+    monkeypatch.setenv("SGLANG_MAMBA_CONV_DTYPE", "float32")
+    assert evidence.environment(ROOT)["sglang_settings"] == {"SGLANG_MAMBA_CONV_DTYPE": "float32"}

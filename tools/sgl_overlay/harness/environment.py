@@ -30,10 +30,14 @@ def sglang_settings(env: Mapping[str, str]) -> dict[str, str]:
     return {k: env[k] for k in sorted(env) if k.startswith(PREFIXES) and not k.startswith(OWN_PREFIX)}
 
 
+def assignments(settings: Mapping[str, str]) -> str:
+    """``NAME=value ...``, shell-quoted: written before a command, it runs that command under
+    the settings; "" when there are none."""
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in settings.items())
+
+
 def describe(settings: Mapping[str, str]) -> str | None:
-    """One line for people naming the settings (shell-quoted, so it can be pasted before a
-    command), or None when there are none."""
+    """One line for people naming the settings, or None when there are none."""
     if not settings:
         return None
-    return ("environment: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in settings.items())
-            + " (read by SGLang, as its server would read them)")
+    return f"environment: {assignments(settings)} (read by SGLang, as its server would read them)"
