@@ -25,7 +25,7 @@ SCENARIO = "public-gb10-qwen38-27b-v0515"
 def test_settings_are_the_sglang_variables_only():
     env = {"SGLANG_B": "2", "PATH": "/bin", "SGL_ENABLE_JIT_DEEPGEMM": "1", "SGLANG_A": "x y",
            "SGL_OVERLAY_CACHE": "/c", "SGLO_MEMORY_LEDGER": "/l", "XSGLANG_C": "3"}
-    # SGL_ is SGLang's deprecated spelling (environ.py _convert_SGL_to_SGLANG); SGL_OVERLAY_* is ours
+    # SGL_ is SGLang's deprecated spelling (environ.py, every release); SGL_OVERLAY_* is ours
     assert list(sglang_settings(env).items()) == [("SGLANG_A", "x y"), ("SGLANG_B", "2"),
                                                   ("SGL_ENABLE_JIT_DEEPGEMM", "1")]
     assert sglang_settings({"HOME": "/root"}) == {}

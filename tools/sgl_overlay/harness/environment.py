@@ -5,8 +5,8 @@ SGLang takes many settings from the environment (``srt/environ.py``: ``envs.NAME
 figures: ``SGLANG_MAMBA_CONV_DTYPE`` the bytes of a Mamba slot (``configs/mamba_utils.py``),
 ``SGLANG_VLM_CACHE_SIZE_MB`` the budget a multimodal model keeps back (v0.5.18+), the
 ``SGLANG_ROPE_CACHE_*`` margins.  Every release also reads ``SGL_*`` as the deprecated
-spelling of ``SGLANG_*`` (``_convert_SGL_to_SGLANG`` in ``environ.py`` copies each to its
-new name at import).
+spelling of ``SGLANG_*`` (``environ.py`` copies each to its new name at import:
+``_convert_SGL_to_SGLANG``, from v0.5.18 ``_handle_deprecated_envs``).
 
 The harness's child interpreter inherits the caller's environment, as a server started from
 the same shell would, so these settings are honoured; this module names them, so that a
