@@ -11,6 +11,11 @@ they run, in this process and in the ones it starts, uses
 $SGL_OVERLAY_TEST_CACHE, or build/test-cache in this checkout.  Filled
 once by an online run, that cache lets `pytest -m "not network"` run with
 no package index at all (docs/testing.md).
+
+The tests are hermetic to SGLang's own settings: every ``SGLANG_*`` (and
+deprecated ``SGL_*``) variable of the host is removed before any test runs,
+so no test's figures depend on the machine; a test that needs one sets it
+itself (``monkeypatch.setenv``).  The header of the run names what was removed.
 """
 import os
 from pathlib import Path
@@ -19,14 +24,25 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CACHE_ENV = "SGL_OVERLAY_TEST_CACHE"
+_removed: dict = {}
 
 
 def pytest_configure(config):
     from sgl_overlay import source
+    from sgl_overlay.harness.environment import sglang_settings
+
+    # hermetic: the host's SGLang settings reach no test, nor any tool or harness child it starts
+    for name in sglang_settings(os.environ):
+        _removed[name] = os.environ.pop(name)
 
     cache = Path(os.environ.get(TEST_CACHE_ENV) or ROOT / "build" / "test-cache").resolve()
     cache.mkdir(parents=True, exist_ok=True)
     os.environ[source.CACHE_ENV] = str(cache)
+
+
+def pytest_report_header(config):
+    if _removed:
+        return "SGLang settings of the host, removed for the tests: " + ", ".join(_removed)
 
 
 def pytest_addoption(parser):

@@ -106,6 +106,16 @@ def test_release_report_dflash_smoke(tmp_path):
     # the text is a pure function of the evidence
     assert issue.render(data["report"]["evidence"]) == text
 
+    # no SGLANG_* here (tests/conftest.py); under one, every command is written under it too
+    ev = data["report"]["evidence"]
+    assert ev["environment"]["sglang_settings"] == {} and "SGLang settings" not in env
+    ev = {**ev, "environment": {**ev["environment"], "sglang_settings": {"SGLANG_MAMBA_CONV_DTYPE": "float32"}}}
+    under = issue.render(ev)
+    assert f"`SGLANG_MAMBA_CONV_DTYPE=float32 python tools/bisect.py --releases 0.5.16..0.5.17 " in under
+    assert "SGLANG_MAMBA_CONV_DTYPE=float32 python tools/regress.py --tree sglang --scenario dflash-smoke.toml" \
+        in section(under, "Reproducer")
+    assert "`SGLANG_MAMBA_CONV_DTYPE=float32`" in section(under, "Environment")
+
 
 def test_commit_report_hint_that_fails_when_applied(tmp_path):
     """A commit range (a repository of release trees): v0.5.14 names a

@@ -4,6 +4,7 @@ with the logged free-memory figures, on the real release trees."""
 import pytest
 
 from sgl_overlay.planner import core, deployment, plan
+from sgl_overlay.planner.render import text
 
 from .helpers import (DFLASH, LOGGED_FREE, LOGGED_SLOTS, LOGGED_TOKENS, PIN, QWEN36, SMOKE_FLAGS, ZERO_FLAGS,
                       cli_json, recheck, recheck_all)
@@ -23,6 +24,8 @@ def test_smoke_flags_plan_to_the_logged_figures_at_the_pin():
     assert led["cell_size_bytes_per_token"] == 86016  # bf16 target cell scaled by (16 + 5) / 16 layers
     assert led["mamba_state_per_slot_bytes"] == 153944064
     assert led["speculative_num_draft_tokens"] == 16  # from the drafter's config.json block_size
+    assert report["environment"] == {}  # no SGLANG_* here (tests/conftest.py), none printed
+    assert "environment:" not in text(report)
     # It starts (the pin writes no ledger: no over-budget answer), but the pool is shorter
     # than the 32,768-token context: a shortfall, said in words, not a verdict of its own.
     assert report["verdict"] == core.STARTS and report["case"] is None

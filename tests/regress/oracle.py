@@ -86,25 +86,28 @@ def dense_cell_bytes(model: dict, server: dict) -> int:
 
 
 def hybrid_cell_bytes(sc: dict) -> int:
-    """Full-attention layers of the target plus the DFlash drafter's layers, each
-    KV heads x head_dim x 2 x KV dtype bytes (the drafter's pool takes the target's KV dtype)."""
-    t, d, s = sc["model"]["text_config"], sc["draft"], sc["server"]
+    """Full-attention layers of the target plus the DFlash drafter's layers (if the scenario
+    has one), each KV heads x head_dim x 2 x KV dtype bytes (the drafter's pool takes the
+    target's KV dtype)."""
+    t, d, s = sc["model"]["text_config"], sc.get("draft"), sc["server"]
     kv = KV_BYTES[s.get("kv_cache_dtype", "auto")]
     attn_layers = t["num_hidden_layers"] // t["full_attention_interval"]
     target = attn_layers * t["num_key_value_heads"] * t["head_dim"] * 2 * kv
-    draft = d["num_hidden_layers"] * d["num_key_value_heads"] * d["head_dim"] * 2 * kv
+    draft = d["num_hidden_layers"] * d["num_key_value_heads"] * d["head_dim"] * 2 * kv if d else 0
     return target + draft
 
 
-def mamba_bytes_per_request(sc: dict) -> int:
+def mamba_bytes_per_request(sc: dict, conv_bytes: int = 2) -> int:
     """Gated-DeltaNet state per request over all linear-attention layers:
-    conv state (conv_dim x (kernel - 1) x 2 B, bf16) + SSM state
+    conv state (conv_dim x (kernel - 1) x ``conv_bytes``: 2, bf16, the release's default
+    ``SGLANG_MAMBA_CONV_DTYPE``; 4 under ``SGLANG_MAMBA_CONV_DTYPE=float32``,
+    ``configs/mamba_utils.py`` ``mamba2_state_dtype``) + SSM state
     (value heads x key dim x value dim x 4 B, float32)."""
     t = sc["model"]["text_config"]
     layers = t["num_hidden_layers"] - t["num_hidden_layers"] // t["full_attention_interval"]
     conv_dim = (2 * t["linear_num_key_heads"] * t["linear_key_head_dim"]
                 + t["linear_num_value_heads"] * t["linear_value_head_dim"])
-    conv = conv_dim * (t["linear_conv_kernel_dim"] - 1) * 2
+    conv = conv_dim * (t["linear_conv_kernel_dim"] - 1) * conv_bytes
     ssm = t["linear_num_value_heads"] * t["linear_key_head_dim"] * t["linear_value_head_dim"] * 4
     return layers * (conv + ssm)
 

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from unittest import mock
 
-from sgl_overlay.harness import reading_gaps
+from sgl_overlay.harness import environment, reading_gaps
 
 GIB = 1 << 30
 # SGLang flags that name machine-local things or the server's address: not sizing inputs
@@ -56,7 +56,7 @@ def sizing_env(run):
     """The SGLang settings of a start-up's environment (e2e.lossless_env: SGLANG_MAMBA_CONV_DTYPE
     for float32 runs sets the Mamba conv states' dtype, hence their bytes): the planner's
     sizing must run under the same ones."""
-    return {k: v for k, v in (run.get("env") or {}).items() if k.startswith("SGLANG_")}
+    return environment.sglang_settings(run.get("env") or {})
 
 
 def inputs(run, gpu_out):

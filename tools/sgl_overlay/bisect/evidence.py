@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 
 from .. import TOOL_VERSION, gitcmd, project
+from ..harness.environment import sglang_settings
 
 KEPT = ("scenario", "version", "layout", "outcome", "reason", "figures", "error", "notes", "log", "remedy",
         "remedies", "passed", "judgement")
@@ -51,7 +52,9 @@ def environment(root):
         torch = "not installed"
     return {"python": platform.python_version(), "torch": torch,
             "platform": f"{platform.system()} {platform.machine()}", "project_commit": commit,
-            "project_dirty": bool(dirty), "tool_version": TOOL_VERSION}
+            "project_dirty": bool(dirty), "tool_version": TOOL_VERSION,
+            # the SGLang settings every harness run of the bisection inherited (harness/environment.py)
+            "sglang_settings": sglang_settings(os.environ)}
 
 
 def _scenario_file(scenario):

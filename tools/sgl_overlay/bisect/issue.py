@@ -19,12 +19,15 @@ which ``evidence.collect`` gathers (I/O) after a ``first-bad`` verdict:
   for the smallest value that starts the scenario, and for the smallest that
   gives back the last good point's figures (``evidence.searches``);
 * ``environment``: ``python``, ``torch``, ``platform``, ``project_commit``,
-  ``project_dirty``, ``tool_version``.
+  ``project_dirty``, ``tool_version``, ``sglang_settings`` (the ``SGLANG_*`` the
+  runs inherited: the report's commands are written under them).
 
 docs/bisect.md, section "Bug reports (--report)".
 """
 import re
 import tomllib
+
+from ..harness.environment import assignments
 
 PR = re.compile(r"\(#(\d+)\)")
 FIGURES = (                             # harness figure -> what the report calls it
@@ -224,11 +227,13 @@ def render(ev):
     good, bad = _sides(ev)
     rng, sc, env = ev["range"], ev["scenario"], ev["environment"]
     lg, fb = ev["last_good"], ev["first_bad"]
+    settings = env.get("sglang_settings") or {}
+    under = assignments(settings) + " " if settings else ""   # each command runs under the same SGLANG_*
     data = tomllib.loads(sc["text"])           # in the file's order (the evidence's JSON may sort keys)
     err = fb.get("error") or {}
     lines = [f"# {title(ev)}", "",
              "> Reproduce this report on a CPU (no GPU needed; sgl-overlay runs SGLang's own sizing code):",
-             f"> `{ev['command']}`", "",
+             f"> `{under}{ev['command']}`", "",
              "## Symptom", "", symptom(ev) + ".", "",
              "The service, as launched (the model and drafter shapes, and the GPU's memory readings, are in the "
              "scenario file below):", ""]
@@ -275,9 +280,9 @@ def render(ev):
     lines += _fence("\n".join([
         f"git clone {ev['public_repo']} sglang",
         f"git -C sglang checkout {bad.checkout_ref()}",
-        f"python tools/regress.py --tree sglang --scenario {name}    # exit 1: fails",
+        f"{under}python tools/regress.py --tree sglang --scenario {name}    # exit 1: fails",
         f"git -C sglang checkout {good.checkout_ref()}",
-        f"python tools/regress.py --tree sglang --scenario {name}    # exit 0: passes"]), "sh")
+        f"{under}python tools/regress.py --tree sglang --scenario {name}    # exit 0: passes"]), "sh")
     lines += ["", "`tools/regress.py` imports the tree's own sizing modules (`KVCacheConfigurator` or "
               "`ModelRunnerKVCacheMixin`, `ServerArgs` with its own flag resolution, the model's config class) and "
               "answers only the GPU probes from the scenario: free memory before and after the weights, the "
@@ -296,6 +301,8 @@ def render(ev):
               f"{data.get('gpu', {}).get('device_name', '?')}, {_num(data.get('gpu', {}).get('total_mib'))} MiB, "
               f"free {data.get('gpu', {}).get('pre_load_free_gib')} GiB before the weights and "
               f"{data.get('gpu', {}).get('post_load_free_gib')} GiB after",
+              *([f"* SGLang settings in the environment, read by the sizing as by a server: `{assignments(settings)}`"]
+                if settings else []),
               f"* Python {env['python']}, torch {env['torch']}, {env['platform']}; run on a CPU",
               f"* sgl-overlay {env['tool_version']}, commit `{env['project_commit']}`"
               + (" with uncommitted changes to its tools" if env.get("project_dirty") else ""), ""]

@@ -5,7 +5,9 @@
 
 PATH holds python/sglang (a checkout, or the tree tools/apply.py builds at
 build/sglang) or sglang/ (an unpacked wheel or sdist).  Exit status follows
-git bisect run: 0 pass, 1 fail, 125 untestable, 2 usage error.
+git bisect run: 0 pass, 1 fail, 125 untestable, 2 usage error.  The caller's
+SGLANG_* settings reach the sizing, as they would reach a server started from
+the same shell, and the report names them (docs/regress.md).
 """
 
 import json
@@ -18,6 +20,7 @@ from ..harness import (
     run_scenario,
     scenario_names,
 )
+from ..harness.environment import describe
 
 def main(argv) -> int:
     p = cli.Parser(prog="python tools/regress.py", description=__doc__.split("\n\n")[0])
@@ -57,6 +60,9 @@ def _summary(r: dict) -> str:
     shown = [f"{k}={f[k]}" for k in keys if f.get(k) is not None]
     if shown:
         lines.append("  " + ", ".join(shown))
+    settings = describe(r.get("environment") or {})
+    if settings:
+        lines.append(f"  {settings}")
     if r.get("outcome") == "untestable" and r.get("error"):
         lines.append(f"  where: {r['error'].get('where') or 'harness'}; next step: provide what is named above "
                      f"in tools/sgl_overlay/harness (see docs/regress.md, 'Supporting a new release')")

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import environment
 from . import layout as layout_mod
 from . import outcome as outcome_mod
 from .scenario import Scenario
@@ -23,7 +24,11 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
     """One fresh interpreter, one sizing run; returns the child's JSON.
 
     ``module`` is the child entry point (``python -m MODULE``, request JSON on
-    stdin, one result JSON line on stdout); the planner's flag parser uses it too."""
+    stdin, one result JSON line on stdout); the planner's flag parser uses it too.
+
+    The child inherits this process's environment, as a server started from the same shell
+    would: the SGLang settings in it (``SGLANG_*``) are honoured, and the result names them
+    (``environment``, environment.py)."""
     require("harness", "the regression harness")
     req = dict(request, root=str(root))
     env = dict(os.environ)
@@ -40,6 +45,7 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
         timeout=timeout,
     )
     wall = time.perf_counter() - t
+    settings = environment.sglang_settings(env)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     if proc.returncode != 0 or not lines:
         _stop_on_missing_package(root, None, proc.stderr)
@@ -54,11 +60,13 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
                 f"its stderr ends: {proc.stderr[-1500:]}",
             },
             "timing": {"wall_s": round(wall, 4)},
+            "environment": settings,
         }
     result = json.loads(lines[-1])
     _stop_on_missing_package(root, result.get("error"), "")
     result.setdefault("timing", {})["wall_s"] = round(wall, 4)
     result["stderr_tail"] = proc.stderr[-2000:]
+    result["environment"] = settings
     return result
 
 
@@ -106,6 +114,8 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
         "reads": child.get("reads", []),
         "ledger": child.get("ledger"),
         "log": child.get("log", []),
+        # the SGLang settings (SGLANG_*) the child ran under: the caller's, honoured as the server would
+        "environment": child.get("environment", {}),
     }
     if verdict["outcome"] == "refused":
         remedies = outcome_mod.parse_remedies(verdict.get("message", ""))

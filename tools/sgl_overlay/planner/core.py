@@ -35,6 +35,8 @@ def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KN
         "flags": dep.argv,
         "server_fields": dep.fields,
         "flag_declarations_dropped": dep.dropped,
+        # the caller's SGLANG_* settings, honoured by the sizing as the server would (harness/environment.py)
+        "environment": base.environment,
         "assumptions": list(dep.memory.notes),
         "outcome": base.outcome,
         "verdict": base.verdict,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..cli import table
+from ..harness.environment import describe
 
 ROWS = (
     ("free_before_weights_gib", "free before weights (GiB)"),
@@ -59,11 +60,12 @@ def resolution_line(c: dict) -> str:
 
 def text(report: dict) -> str:
     r = report
+    settings = describe(r.get("environment") or {})
     lines = [f"SGLang {r['tree']['release']} ({r['tree']['layout']} layout) at {r['tree']['root']}",
              f"model {r['model']['architecture']} ({r['model']['config']})"
              + (f", drafter {r['draft']['path']}" if r.get("draft") else "")
              + (f", GPU {r['gpu']['name']}" if r.get("gpu") else "") + f", TP {r['tp']}",
-             "flags: " + (" ".join(r["flags"]) or "(none)"), ""]
+             "flags: " + (" ".join(r["flags"]) or "(none)"), *([settings] if settings else []), ""]
     if r["tree"].get("warning"):
         lines[1:1] = [f"WARNING: {r['tree']['warning']}"]
     lines.append("assumptions:")
@@ -118,6 +120,9 @@ def compare_text(reports: list[dict]) -> str:
     rows = ledger_rows([r.get("ledger", {}) for r in reports])
     rows.append(["verdict"] + [r["verdict"] for r in reports])
     out = [table(rows, heads), ""]
+    settings = describe(next((r["environment"] for r in reports if r.get("environment")), {}))
+    if settings:
+        out[:0] = [settings, ""]
     for r in reports:
         out.append(f"{r['tree']['release']}: {r['verdict']}: " + "; ".join(r["why"]))
     return "\n".join(out)

@@ -29,6 +29,8 @@ class Sizing:
     ledger: dict
     case: str | None = None  # the tree's ledger figures.case, where the tree writes one
     shortfall: list[str] = field(default_factory=list)
+    # the SGLang settings (SGLANG_*) the run was under: the caller's (harness/environment.py)
+    environment: dict = field(default_factory=dict)
 
     @property
     def rank(self) -> int:
@@ -56,7 +58,7 @@ def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None =
     short = shortfall(figures, ctx, explicit) if c["outcome"] == "ok" else []
     return Sizing(overrides, c["outcome"], c["reason"], figures, child.get("error"), verdict, why,
                   ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static"))),
-                  (tree_ledger.get("figures") or {}).get("case"), short)
+                  (tree_ledger.get("figures") or {}).get("case"), short, child.get("environment", {}))
 
 
 def sensitivity(dep: Deployment, base: Sizing, step_gib: float = 0.1) -> dict:
