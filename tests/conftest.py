@@ -4,7 +4,11 @@
 holding ``sglang/``.  ``patched_tree``: this repository's whole stack built
 by tools/apply.py into a temporary directory (holding ``python/sglang``), or
 the tree given with ``--tree``.  Every patch's test runs against both: it
-must fail on the first and pass on the second.
+must fail on the first and pass on the second.  ``stack_without(NAME)``: the
+pin with the whole series but patch NAME (and the overlay), built once per
+name and session, for a patch that builds on earlier ones: there its test
+shows the specific reason, where the pin only shows that the earlier patches
+are missing (docs/testing.md).
 
 The tests never touch the user's cache (~/.cache/sgl-overlay): every tool
 they run, in this process and in the ones it starts, uses
@@ -64,3 +68,33 @@ def patched_tree(request, pinned_lock, tmp_path_factory):
     dest = tmp_path_factory.mktemp("patched") / "sglang"
     builder.build(pinned_lock, series.load(ROOT), dest)
     return dest
+
+
+@pytest.fixture(scope="session")
+def stack_without(pinned_lock, tmp_path_factory):
+    """``stack_without("x.patch")``: a tree (holding ``python/sglang``) built by the
+    real builder from the pin and the series less x.patch, cached per name for
+    the session.  A remaining series that does not apply fails the test that
+    asked, with the builder's diagnosis: its evidence is gone, not skippable."""
+    from sgl_overlay import builder, series
+    from sgl_overlay.errors import ApplyError
+
+    built = {}
+
+    def build(name):
+        if name not in built:
+            stack = series.without(series.load(ROOT), name)
+            dest = tmp_path_factory.mktemp(f"without-{Path(name).stem}") / "sglang"
+            try:
+                builder.build(pinned_lock, stack, dest)
+            except ApplyError as e:
+                built[name] = e
+            else:
+                built[name] = dest
+        if isinstance(built[name], ApplyError):
+            pytest.fail(f"the series without {name} does not apply to the pin, so the test of {name} "
+                        f"cannot show its reason there:\n{built[name]}\n(reorder patches/series so that "
+                        f"{name} is not needed by a later patch, or test its reason another way)", pytrace=False)
+        return built[name]
+
+    return build
