@@ -70,31 +70,38 @@ def patched_tree(request, pinned_lock, tmp_path_factory):
     return dest
 
 
-@pytest.fixture(scope="session")
-def stack_without(pinned_lock, tmp_path_factory):
-    """``stack_without("x.patch")``: a tree (holding ``python/sglang``) built by the
-    real builder from the pin and the series less x.patch, cached per name for
-    the session.  A remaining series that does not apply fails the test that
-    asked, with the builder's diagnosis: its evidence is gone, not skippable."""
+def build_without(lock, root, name, dest):
+    """The real builder's tree of ``root``'s series less patch ``name`` (and its
+    overlay) at ``dest``.  A remaining series that does not apply fails the
+    test that asked, with the builder's diagnosis: that test's evidence is gone,
+    which a skip would hide."""
     from sgl_overlay import builder, series
     from sgl_overlay.errors import ApplyError
 
+    try:
+        builder.build(lock, series.without(series.load(root), name), dest)
+    except ApplyError as e:
+        pytest.fail(f"the series without {name} does not apply to the pin, so the test of {name} "
+                    f"cannot show its reason there:\n{e}\n(a later patch needs {name}: test its reason "
+                    "another way, or make the later patch independent of it)", pytrace=False)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def stack_without(pinned_lock, tmp_path_factory):
+    """``stack_without("x.patch")``: the tree (holding ``python/sglang``) of the pin
+    and the series less x.patch (build_without), built once per name and session."""
     built = {}
 
     def build(name):
         if name not in built:
-            stack = series.without(series.load(ROOT), name)
             dest = tmp_path_factory.mktemp(f"without-{Path(name).stem}") / "sglang"
             try:
-                builder.build(pinned_lock, stack, dest)
-            except ApplyError as e:
+                built[name] = build_without(pinned_lock, ROOT, name, dest)
+            except pytest.fail.Exception as e:
                 built[name] = e
-            else:
-                built[name] = dest
-        if isinstance(built[name], ApplyError):
-            pytest.fail(f"the series without {name} does not apply to the pin, so the test of {name} "
-                        f"cannot show its reason there:\n{built[name]}\n(reorder patches/series so that "
-                        f"{name} is not needed by a later patch, or test its reason another way)", pytrace=False)
+        if isinstance(built[name], BaseException):
+            raise built[name]
         return built[name]
 
     return build
