@@ -4,7 +4,11 @@
 holding ``sglang/``.  ``patched_tree``: this repository's whole stack built
 by tools/apply.py into a temporary directory (holding ``python/sglang``), or
 the tree given with ``--tree``.  Every patch's test runs against both: it
-must fail on the first and pass on the second.
+must fail on the first and pass on the second.  ``stack_without(NAME)``: the
+pin with the whole series but patch NAME (and the overlay), built once per
+name and session, for a patch that builds on earlier ones: there its test
+shows the specific reason, where the pin only shows that the earlier patches
+are missing (docs/testing.md).
 
 The tests never touch the user's cache (~/.cache/sgl-overlay): every tool
 they run, in this process and in the ones it starts, uses
@@ -80,3 +84,40 @@ def patched_tree(request, pinned_lock, tmp_path_factory):
     dest = tmp_path_factory.mktemp("patched") / "sglang"
     builder.build(pinned_lock, series.load(ROOT), dest)
     return dest
+
+
+def build_without(lock, root, name, dest):
+    """The real builder's tree of ``root``'s series less patch ``name`` (and its
+    overlay) at ``dest``.  A remaining series that does not apply fails the
+    test that asked, with the builder's diagnosis: that test's evidence is gone,
+    which a skip would hide."""
+    from sgl_overlay import builder, series
+    from sgl_overlay.errors import ApplyError
+
+    try:
+        builder.build(lock, series.without(series.load(root), name), dest)
+    except ApplyError as e:
+        pytest.fail(f"the series without {name} does not apply to the pin, so the test of {name} "
+                    f"cannot show its reason there:\n{e}\n(a later patch needs {name}: test its reason "
+                    "another way, or make the later patch independent of it)", pytrace=False)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def stack_without(pinned_lock, tmp_path_factory):
+    """``stack_without("x.patch")``: the tree (holding ``python/sglang``) of the pin
+    and the series less x.patch (build_without), built once per name and session."""
+    built = {}
+
+    def build(name):
+        if name not in built:
+            dest = tmp_path_factory.mktemp(f"without-{Path(name).stem}") / "sglang"
+            try:
+                built[name] = build_without(pinned_lock, ROOT, name, dest)
+            except pytest.fail.Exception as e:
+                built[name] = e
+        if isinstance(built[name], BaseException):
+            raise built[name]
+        return built[name]
+
+    return build

@@ -1,5 +1,5 @@
 """Patches ddtree-cuda-graph (DDTREE's target verify in CUDA graphs) and
-hybrid-verify-graph-padding (a chain verify's padding at replay).
+hybrid-verify-graph-padding (a verify's padding at replay).
 
 Runs the tree's real CUDA-graph code on CPU (probes.graph_verify):
 ``CudaGraphRunner.get_spec_info`` (what the target's graphs are captured with),
@@ -8,16 +8,22 @@ the real ``HybridLinearAttnBackend`` (real ``TritonAttnBackend`` + real
 of one DDTree verify step padded to a captured batch size, with the static buffers
 ``DecodeInputBuffers.create`` allocates.
 
-On the stack before the patch (DDTREE's target captured with DFlash's chain
-input) both checks fail, for these reasons (run by hand with
-``--tree`` = a build of the series without ddtree-cuda-graph.patch):
-- capture: with a flashinfer target the chain input has no custom mask
-  (DFlash's mask policy skips it for flashinfer), so the graph is captured on the
-  causal path and no tree mask can reach it; the input is no tree input either;
-- replay: a one-token prompt at its first verify (sequence length 1, the graph
-  runner's fill value) was counted as padding: the batch's last real request got
-  Mamba slot -1 for the step.
+The pin has no DDTREE, so there the probe only shows its absence.  Each patch's
+reason is shown on the series without that one patch (fixture ``stack_without``):
+- without ddtree-cuda-graph.patch, the capture fails: DDTREE's target is
+  captured with DFlash's chain input (``DFlashVerifyInput``, topk 1: no tree
+  input), with no custom mask for a flashinfer target (DFlash's mask policy skips
+  it for flashinfer), so that graph is captured on the causal path and no tree
+  mask can reach it; a verify width other than budget + 1 is not refused.  The
+  replay is not that patch's concern: the tree's tokens, mask and LCRS arrays
+  reach the static buffers without it (asserted, so that a change there shows);
+- without hybrid-verify-graph-padding.patch, the replay fails: the one-token
+  prompt at its first verify (sequence length 1, the graph runner's fill value)
+  is counted as padding, and the batch's last real request gets Mamba slot -1
+  and an empty query range for the step.
 """
+
+import functools
 
 import pytest
 
@@ -27,8 +33,18 @@ SEQ_LENS = [9, 1, 5]  # the one-token prompt is not the last request
 BUDGET, BLOCK = 7, 4
 
 
+GRAPH_PATCH = "ddtree-cuda-graph.patch"
+PADDING_PATCH = "hybrid-verify-graph-padding.patch"
+
+
+@functools.cache
+def _graph_probe(tree):
+    """One probe run per tree and session: capture and replay tests read the same result."""
+    return probe(tree, "graph_verify", budget=BUDGET, block=BLOCK, seq_lens=SEQ_LENS, capture_bs=[1, 4])
+
+
 def graph_verify(tree):
-    r = probe(tree, "graph_verify", budget=BUDGET, block=BLOCK, seq_lens=SEQ_LENS, capture_bs=[1, 4])
+    r = _graph_probe(tree)
     assert r["ok"], f"{r.get('type')}: {r.get('message')}"
     return r["value"]
 
@@ -76,6 +92,45 @@ def test_graph_replay_patched(patched_tree):
 def test_graphs_fail_on_pristine(pristine_tree):
     with pytest.raises(AssertionError, match="Unknown speculative algorithm name"):
         graph_verify(pristine_tree)
+
+
+def test_graph_capture_fails_without_the_patch(stack_without):
+    """The series less ddtree-cuda-graph.patch: DDTREE's target is captured with
+    DFlash's chain input, and a flashinfer target gets no static mask."""
+    v = graph_verify(stack_without(GRAPH_PATCH))
+    with pytest.raises(AssertionError, match="TritonAttnBackend: captured with DFlashVerifyInput, not a tree input"):
+        check_capture(v)
+    N = BUDGET + 1
+    for backend in ("TritonAttnBackend", "FlashInferAttnBackend"):
+        c = v["capture"][backend]
+        assert (c["type"], c["tree_input"], c["topk"], c["draft_token_num"]) == ("DFlashVerifyInput", False, 1, N), \
+            f"{backend}: expected DFlash's chain input (topk 1) at the tree's width: {c}"
+    assert not v["capture"]["FlashInferAttnBackend"]["static_mask"], \
+        "flashinfer must be captured without a custom mask (its causal path) before the patch"
+    # DFlash's mask policy hands triton the static mask even with the chain input:
+    # for triton only the input's kind and topk are wrong
+    assert v["capture"]["TritonAttnBackend"]["static_mask"], v["capture"]["TritonAttnBackend"]
+    assert v["capture"]["wrong_width"] is None, "before the patch no verify width is refused"
+
+
+def test_graph_replay_is_not_the_graph_patch_reason(stack_without):
+    """Without ddtree-cuda-graph.patch (hybrid-verify-graph-padding.patch applied),
+    replay_prepare still brings the tree's arrays to the static buffers and keeps
+    every real request's Mamba slot: the patch is about the capture only."""
+    check_replay(graph_verify(stack_without(GRAPH_PATCH)))
+
+
+def test_graph_replay_fails_without_the_padding_patch(stack_without):
+    """The series less hybrid-verify-graph-padding.patch: a DDTree verify padded
+    from 3 requests to bs 4 loses its last real request (not the one-token one)."""
+    v = graph_verify(stack_without(PADDING_PATCH))
+    check_capture(v)
+    with pytest.raises(AssertionError, match=r"Mamba slots \[4, 6, -1, -1\], expected \[4, 6, 7, -1\]"):
+        check_replay(v)
+    r, last = v["replay"], len(SEQ_LENS) - 1
+    assert r["state_indices"][:last] == r["expected_state_indices"][:last], r
+    assert r["state_indices"][last] == -1 != r["expected_state_indices"][last], r
+    assert r["query_start_loc"][last + 1] == r["query_start_loc"][last], "the last real request's query range is empty"
 
 
 # ---- patch hybrid-verify-graph-padding: a chain verify (DFLASH) with a one-token prefix

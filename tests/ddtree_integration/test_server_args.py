@@ -5,6 +5,9 @@ Runs the tree's own ServerArgs.add_cli_args, _handle_grammar_backend and
 _handle_speculative_decoding (the registry's validator hook included) through
 the regression harness's targeted loader.  Each check raises AssertionError
 when the behaviour is absent: it fails on the pristine pin and passes patched.
+On the pin the overlay's DDTREE modules are absent too; on the series without
+the patch (fixture ``stack_without``) they are in the tree, and DDTREE is still
+unknown and its budget flag refused: the patch's hunks are what reach them.
 """
 
 import pytest
@@ -105,3 +108,19 @@ def test_rules_patched(patched_tree):
 def test_rules_absent_on_pristine(pristine_tree):
     with pytest.raises(AssertionError, match=r"DDTREE with budget 63 was refused: .*DDTREE"):
         check_rules(pristine_tree)
+
+
+PATCH = "ddtree-algorithm.patch"
+
+
+def test_overlay_alone_registers_nothing_without_the_patch(stack_without):
+    tree = stack_without(PATCH)
+    assert (tree / "python/sglang/srt/speculative/ddtree_algo.py").is_file(), "the overlay's module must be there"
+    with pytest.raises(AssertionError, match=r"DDTREE is not a speculative algorithm of .*: "
+                                             r"Unknown speculative algorithm name: ddtree"):
+        check_registration(tree)
+    r = probe(tree, "server_rules_many", argvs=[BASE + ["--speculative-ddtree-budget", "63"], BASE])
+    budget, default = r["value"]
+    assert not budget["ok"] and budget["message"].startswith("argparse refused"), budget
+    assert "error: unrecognized arguments: --speculative-ddtree-budget 63" in r["stderr_tail"], r["stderr_tail"][-300:]
+    assert not default["ok"] and default["message"] == "Unknown speculative algorithm name: DDTREE", default

@@ -8,7 +8,13 @@ The worker, EagleVerifyInput (allocation, verify bookkeeping, eviction),
 EAGLE's _mamba_verify_update and DFlash's draft-KV append are the tree's code;
 the GPU stack is stood in (standins.py) and the verify kernel runs as its CPU
 transliteration after the compiled argument checks (kernel_reference.py).
+
+The pin shows dflash-draft-block's absence (no ``_run_draft_block``); the series
+without that patch (fixture ``stack_without``) shows why DDTREE needs it: its
+worker's draft step calls the method and fails there.
 """
+
+import re
 
 import pytest
 import torch
@@ -194,6 +200,17 @@ def test_draft_block_hook_patched(patched_tree):
 def test_draft_block_hook_absent_on_pristine(pristine_tree):
     with pytest.raises(AssertionError, match="no _run_draft_block"):
         check_draft_block_hook(pristine_tree)
+
+
+def test_ddtree_draft_fails_without_the_draft_block_patch(stack_without):
+    """The series less dflash-draft-block.patch: DDTREE's first decode step stops
+    where its worker calls DFlash's split-out draft forward."""
+    r = probe(stack_without("dflash-draft-block.patch"), "ddtree_decode_configs", prompts=PROMPTS, configs=CONFIGS[:1])
+    assert r["ok"], r
+    res = r["value"][0]
+    assert not res["ok"] and res["type"] == "AttributeError" and "'_run_draft_block'" in res["message"], res
+    assert re.search(r'ddtree_worker\.py", line \d+, in _prepare_for_speculative_decoding\n.*self\._run_draft_block\(',
+                     res["traceback"]), f"the failure must be the worker's call of _run_draft_block:\n{res['traceback']}"
 
 
 def test_worker_init_builds_dflash_drafter_patched(patched_tree):

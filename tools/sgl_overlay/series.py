@@ -300,6 +300,13 @@ def load(root, strict=True):
                 field, message, hint = problems[0]
                 raise UsageError(message, hint=hint)
     overlay, replaces = read_overlay(root / "overlay")
+    return Stack(root=root, patches=patches, overlay=overlay, digest=stack_digest(patches, overlay))
+
+
+def stack_digest(patches, overlay):
+    """What identifies a stack's result: each patch's name and normalized
+    bytes in order, then each overlay file's path, mode, recorded
+    replacement and bytes."""
     h = hashlib.sha256()
     for p in patches:
         h.update(b"patch\0" + p.name.encode() + b"\0")
@@ -309,4 +316,16 @@ def load(root, strict=True):
         data = o.path.read_bytes()
         h.update(b"overlay\0" + o.rel.encode() + (b"\0x\0" if o.executable else b"\0-\0")
                  + (o.replaces or "").encode() + b"\0%d\0" % len(data) + data)
-    return Stack(root=root, patches=patches, overlay=overlay, digest=h.hexdigest())
+    return h.hexdigest()
+
+
+def without(stack, name):
+    """``stack`` less the patch ``name``: the others in order, renumbered
+    from 1, the same overlay, and its own digest (a build of it is never
+    taken for the whole stack's).  UsageError if the series lacks ``name``."""
+    names = [p.name for p in stack.patches]
+    if name not in names:
+        raise UsageError(f"{name!r} is not in the series ({len(names)} patch(es) in patches/series)",
+                         hint="name a patch file listed in patches/series")
+    kept = [dataclasses.replace(p, index=i) for i, p in enumerate((p for p in stack.patches if p.name != name), 1)]
+    return dataclasses.replace(stack, patches=kept, digest=stack_digest(kept, stack.overlay))
