@@ -17,7 +17,7 @@ TAGS = "cp311-cp311-manylinux_2_34_x86_64"
 
 
 def metadata(version):
-    return bundle.release_metadata(source.fetch_release(version, tags=TAGS))
+    return source.release_metadata(source.fetch_release(version, tags=TAGS))
 
 
 def test_v0_5_18_requires_another_torch_than_the_h200s():
@@ -47,6 +47,21 @@ def test_runtime_wheels_at_the_releases_own_pins(pinned_lock):
                  "apache-tvm-ffi==0.1.9", "tokenizers==0.22.2"):
         assert want in pin
     assert len(r18) == len(pin) == len(bundle.RUNTIME)
+
+
+def test_metadata_is_the_wheels_own_and_its_absence_names_the_file(tmp_path):
+    import zipfile
+    from sgl_overlay.errors import UsageError
+    wheel = source.fetch_release("0.5.12.post1", tags=TAGS)
+    assert "\nName: sglang\nVersion: 0.5.12.post1\n" in metadata("0.5.12.post1")
+    broken = tmp_path / wheel.name
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(broken, "w") as dst:
+        for info in src.infolist():
+            if not info.filename.endswith(".dist-info/METADATA"):
+                dst.writestr(info, src.read(info))
+    with pytest.raises(UsageError, match=f"{wheel.name} has no .dist-info/METADATA") as e:
+        source.release_metadata(broken)
+    assert str(broken) in e.value.hint
 
 
 def test_a_release_that_does_not_pin_the_kernel_is_an_error():

@@ -3,17 +3,15 @@ start-ups recorded on the H200 on 2026-12-01 (docs/gpu_results/2026-12-01/e2e.js
 the command; tests/gpu/data/h200-2026-12-01: the patched tree's ledger and the logs)
 go through sgl_overlay.planner with the same model, drafter, flags, GPU and exact free
 bytes; its verdict and figures must be the GPU's."""
-import importlib.util
 import json
 import os
 import shutil
 from pathlib import Path
 
+from tests.by_path import load
 from tests.gpu.e2e_script import ROOT, e2e
 
-_spec = importlib.util.spec_from_file_location("e2e_plan", ROOT / "tools/gpu/e2e_plan.py")
-plan_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(plan_mod)
+plan_mod = load(ROOT / "tools/gpu/e2e_plan.py", "e2e_plan")
 
 DATA = Path(__file__).parent / "data" / "h200-2026-12-01"
 CMD = ("-m sglang.launch_server --model-path $WORK/models/qwen3.6-27b --port 30128 --host 127.0.0.1 --load-format dummy "

@@ -1,14 +1,10 @@
 """tools/gpu/gdn_float32_check.py's float64 reference of the gated delta rule, on
 answers known in closed form (the GPU part runs on the device: docs/gpu.md)."""
-import importlib.util
-
 import torch
 
-from tests.gpu.e2e_script import ROOT
+from tests.by_path import ROOT, load
 
-_spec = importlib.util.spec_from_file_location("gdn_float32_check", ROOT / "tools/gpu/gdn_float32_check.py")
-check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(check)
+check = load(ROOT / "tools/gpu/gdn_float32_check.py", "gdn_float32_check")
 
 
 def test_no_writes_only_decay():

@@ -1,12 +1,8 @@
 """tools/gpu/verify_cost.py's pure parts: the (batch, verify tokens) grid against the KV pool,
 the median of timed runs, the table."""
-import importlib.util
+from tests.by_path import ROOT, load
 
-from tests.gpu.e2e_script import ROOT
-
-_spec = importlib.util.spec_from_file_location("verify_cost", ROOT / "tools/gpu/verify_cost.py")
-vc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(vc)
+vc = load(ROOT / "tools/gpu/verify_cost.py", "verify_cost")
 
 
 def test_grid_skips_what_the_pool_cannot_hold():

@@ -21,9 +21,8 @@ accepted length (surrogate and Monte-Carlo) of DDTree vs the chain.
 """
 
 import argparse
-import importlib.util
 import json
-import sys
+import runpy
 import statistics
 import time
 from pathlib import Path
@@ -33,17 +32,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load(rel, name):
-    """A module by its path in the checkout: the overlay file as SGLang gets
-    it, the test oracle where its tests keep it (neither is a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
-    sys.modules[name] = mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-dd = load("overlay/python/sglang/srt/speculative/ddtree_tree.py", "ddtree_tree")
-baseline = load("tests/ddtree/baseline.py", "ddtree_baseline")
+# the one loader by path (tools/gpu/pathload.py; tools/bench is not on this script's sys.path)
+load = runpy.run_path(str(ROOT / "tools" / "gpu" / "pathload.py"))["load"]
+# the overlay file as SGLang gets it, the test oracle where its tests keep it (neither is a package)
+dd = load(ROOT / "overlay/python/sglang/srt/speculative/ddtree_tree.py", "ddtree_tree")
+baseline = load(ROOT / "tests/ddtree/baseline.py", "ddtree_baseline")
 baseline_build, baseline_visibility = baseline.baseline_build, baseline.baseline_visibility
 GOAL_MS, GOAL_RATIO = 0.35, 30  # issue 16: batch 32 / budget 64
 

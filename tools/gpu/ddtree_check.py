@@ -14,28 +14,19 @@
 """
 
 import argparse
-import importlib.util
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import torch
+from pathload import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load(rel, name):
-    """A module by its path in the checkout: the overlay file as SGLang gets
-    it, the test oracle where its tests keep it (neither is a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
-    sys.modules[name] = mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-dd = load("overlay/python/sglang/srt/speculative/ddtree_tree.py", "ddtree_tree")
-ToyLM = load("tests/ddtree/toymodel.py", "ddtree_toymodel").ToyLM
+# the overlay file as SGLang gets it, the test model where its tests keep it (neither is a package)
+dd = load(ROOT / "overlay/python/sglang/srt/speculative/ddtree_tree.py", "ddtree_tree")
+ToyLM = load(ROOT / "tests/ddtree/toymodel.py", "ddtree_toymodel").ToyLM
 
 
 def cuda_ms(fn, reps=20, warm=3):

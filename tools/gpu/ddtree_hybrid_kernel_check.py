@@ -29,19 +29,12 @@ mamba_state_scatter_triton.py and ddtree_tree.py copied from a patched tree.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
 from pathlib import Path
 
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from pathload import load
 
 
 def _path(parents, k):
@@ -58,11 +51,11 @@ def _path(parents, k):
 def run(kdir: Path, budgets, bs: int, L: int, vocab: int, seed: int, tree_only: bool = False) -> dict:
     import torch
 
-    conv = _load(kdir / "causal_conv1d_triton.py", "ddt_conv")
-    gdn = _load(kdir / "fused_sigmoid_gating_recurrent.py", "ddt_gdn")
-    scatter = _load(kdir / "mamba_state_scatter_triton.py", "ddt_scatter")
-    ddt = _load(kdir / "ddtree_tree.py", "ddt_tree")
-    ssm = _load(kdir / "mamba_ssm.py", "ddt_mamba_ssm") if (kdir / "mamba_ssm.py").is_file() else None
+    conv = load(kdir / "causal_conv1d_triton.py", "ddt_conv")
+    gdn = load(kdir / "fused_sigmoid_gating_recurrent.py", "ddt_gdn")
+    scatter = load(kdir / "mamba_state_scatter_triton.py", "ddt_scatter")
+    ddt = load(kdir / "ddtree_tree.py", "ddt_tree")
+    ssm = load(kdir / "mamba_ssm.py", "ddt_mamba_ssm") if (kdir / "mamba_ssm.py").is_file() else None
     dev = "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False
     g = torch.Generator(device="cpu").manual_seed(seed)

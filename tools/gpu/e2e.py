@@ -42,23 +42,17 @@ import base64
 import importlib.util
 from pathlib import Path
 
+from pathload import load  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 GIB = 1 << 30
 
 
-def _sibling(name):
-    """A module of tools/gpu by its path (this is a script for the GPU machine,
-    run from a copy of the tree; tools/gpu is no package)."""
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-models_mod = _sibling("e2e_models")
-lossless = _sibling("e2e_lossless")
-pools_mod = _sibling("e2e_pools")
+# its sibling modules (this is a script for the GPU machine, run from a copy of the tree; tools/gpu is no package)
+models_mod = load(HERE / "e2e_models.py", "e2e_models")
+lossless = load(HERE / "e2e_lossless.py", "e2e_lossless")
+pools_mod = load(HERE / "e2e_pools.py", "e2e_pools")
 
 # --------------------------------------------------------------------------
 # parsing (pure)

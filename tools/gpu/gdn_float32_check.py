@@ -27,6 +27,8 @@ import os
 import sys
 from pathlib import Path
 
+from pathload import load  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+
 
 def reference(q, k, v, g, beta, scale, h0, cu_seqlens):
     """The gated delta rule, one token at a time, in float64.
@@ -115,11 +117,7 @@ def main(argv=None) -> int:
                          "states each); unit roundoff: float32 6e-8, TF32 4.9e-4, bfloat16 3.9e-3")
     args = ap.parse_args(argv)
     here = Path(__file__).resolve().parent
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("e2e_models", here / "e2e_models.py")
-    models = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(models)
+    models = load(here / "e2e_models.py", "e2e_models")
     t = models.HYBRID["text_config"]
     shapes = {"Hk": t["linear_num_key_heads"], "Hv": t["linear_num_value_heads"], "K": t["linear_key_head_dim"],
               "V": t["linear_value_head_dim"]}

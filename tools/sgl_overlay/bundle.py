@@ -331,16 +331,6 @@ def build(lock, patched_wheel, release_wheel, out, python, platform, config, bud
         "release_delta": {"file": delta.name, **{k: len(v) for k, v in d.items()}}})
 
 
-def release_metadata(release_wheel):
-    """The METADATA text of a release's wheel."""
-    with zipfile.ZipFile(release_wheel) as z:
-        name = next((n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)), None)
-        if name is None:
-            raise UsageError(f"{Path(release_wheel).name} has no .dist-info/METADATA",
-                             hint="delete the file from the cache and run again")
-        return z.read(name).decode("utf-8", "replace")
-
-
 def build_pristine(release_wheel, out, python, platform, config, budget, dl_dir, machine=MACHINE, progress=None):
     """A bundle of another release without our stack: its own wheel and the
     RUNTIME wheels at its own pins.  Refused (OverlayError, exit 1) when the
@@ -348,7 +338,7 @@ def build_pristine(release_wheel, out, python, platform, config, budget, dl_dir,
     (``release_blockers``): those are not bundled."""
     say = progress or (lambda m: None)
     out, dl_dir, release_wheel = Path(out), Path(dl_dir), Path(release_wheel)
-    meta = release_metadata(release_wheel)
+    meta = source.release_metadata(release_wheel)
     name, version, tags = versions.wheel(release_wheel.name)
     blockers = release_blockers(meta, tags, machine)
     if blockers:

@@ -224,6 +224,17 @@ def _artifact_version(name):
     return a[1] if a and a[0] == PACKAGE else None
 
 
+def release_metadata(wheel):
+    """The METADATA text (Requires-Dist etc.; ``versions.pins`` reads it) of
+    a release's wheel, a file ``fetch_release`` gave."""
+    with zipfile.ZipFile(wheel) as z:
+        name = next((n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)), None)
+        if name is None:
+            raise UsageError(f"{Path(wheel).name} has no .dist-info/METADATA",
+                             hint=f"delete {wheel} from the cache and run again")
+        return z.read(name).decode("utf-8", "replace")
+
+
 # --------------------------------------------------------------------------
 # unpacking, with every member checked
 

@@ -10,7 +10,7 @@ import platform
 import shlex
 from pathlib import Path
 
-from .. import TOOL_VERSION, gitcmd, project
+from .. import TOOL_VERSION, gitcmd, monotone, project
 from ..harness.environment import sglang_settings
 
 KEPT = ("scenario", "version", "layout", "outcome", "reason", "figures", "error", "notes", "log", "remedy",
@@ -158,18 +158,11 @@ def smallest_working(tree, scenario, remedy, say, goal=None, floor=None, seen=No
     say(f"report: searching the smallest {remedy['flag']} that starts {scenario.name}"
         + (f" with {', '.join(f'{k} >= {n}' for k, n in goal.items())}" if goal else "")
         + f", {lo / STEP:.3f}..{hi / STEP:.3f}")
-    top, good = run(hi)
-    if not good:
-        return {**out, "value": None, "tried_up_to": hi / STEP, "at_top": top}
-    best, below = (hi, top), None
-    while hi - lo > 1:                 # lo fails (known), hi works
-        mid = (lo + hi) // 2
-        r, good = run(mid)
-        if good:
-            hi, best = mid, (mid, r)
-        else:
-            lo, below = mid, (mid, r)
-    return {**out, "value": best[0] / STEP, "at_value": best[1],
+    found = monotone.boundary(run, min(lo, hi - 1), hi)     # lo fails (known); the top is tried first
+    if found.passing is None:
+        return {**out, "value": None, "tried_up_to": hi / STEP, "at_top": found.failing[1]}
+    below = found.failing
+    return {**out, "value": found.passing[0] / STEP, "at_value": found.passing[1],
             "below": {"value": below[0] / STEP, "report": below[1]} if below else None}
 
 

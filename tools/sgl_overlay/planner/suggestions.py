@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 from dataclasses import dataclass
 
+from .. import monotone
 from ..harness import outcome as outcome_mod
 from .inputs import Deployment
 from .sizing import Sizing, size
@@ -42,46 +43,12 @@ def _bisect(dep, field_name, lo, hi, target, make, better_high: bool, hint: int 
     ``hint``: an index to probe first with its neighbour toward the current value
     (a guess from the base run's figures; only runs decide).
     Returns ((value, sizing) or None, runs)."""
-    runs = 0
-    a, b = lo, hi
-    good = good_s = None
-    if hint is not None and lo < hint < hi:
-        near = hint - 1 if better_high else hint + 1
-        s_hint = size(dep, {field_name: make(hint)})
-        runs += 1
-        if _fixes(s_hint, target):
-            good, good_s = hint, s_hint
-            a, b = (lo, hint) if better_high else (hint, hi)
-            if lo < near < hi:
-                s_near = size(dep, {field_name: make(near)})
-                runs += 1
-                if _fixes(s_near, target):
-                    good, good_s = near, s_near
-                    a, b = (lo, near) if better_high else (near, hi)
-                else:
-                    return (make(good), good_s), runs
-        else:
-            a, b = (hint, hi) if better_high else (lo, hint)
-    if good is None:
-        far = b if better_high else a
-        good_s = size(dep, {field_name: make(far)})
-        runs += 1
-        if not _fixes(good_s, target):
-            return None, runs
-        good = far
-    while b - a > 1:
-        mid = (a + b) // 2
-        s = size(dep, {field_name: make(mid)})
-        runs += 1
-        passed = _fixes(s, target)
-        if passed:
-            good, good_s = mid, s
-        # better_high: passing values lie above a failing one; else below
-        if passed == better_high:
-            b = mid
-        else:
-            a = mid
-    return (make(good), good_s), runs
+    def probe(i):
+        s = size(dep, {field_name: make(i)})
+        return s, _fixes(s, target)
+
+    b = monotone.boundary(probe, lo, hi, hint) if better_high else monotone.boundary(probe, hi, lo, hint)
+    return ((make(b.passing[0]), b.passing[1]) if b.passing else None), b.probes
 
 
 KNOBS = ("mem-fraction-static", "max-running-requests", "context-length", "kv-cache-dtype",

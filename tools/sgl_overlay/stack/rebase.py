@@ -4,6 +4,7 @@ import dataclasses
 import shutil
 import subprocess
 import tempfile
+import zipfile
 from pathlib import Path
 
 from .. import builder, gitcmd, lock as lockmod, series, source, versions
@@ -161,10 +162,9 @@ def new_lock(lock, onto, cache=None, progress=None):
     if not artifact.name.endswith(".whl"):
         raise UsageError(f"release {onto.version} publishes no wheel ({artifact.name})",
                          hint="the patched wheel needs a release wheel to start from")
-    import zipfile
     with zipfile.ZipFile(artifact) as z:
         names = set(z.namelist())
-        meta = z.read(f"sglang-{onto.version}.dist-info/METADATA").decode()
+    meta = source.release_metadata(artifact)
     deps = {"python": lock.dependencies.get("python", "cp311"), **versions.pins(meta, versions.wheel(artifact.name)[2])}
     candidate = dataclasses.replace(
         lock, tag=tag, version=onto.version, commit=commit, date=date, tree=tree,

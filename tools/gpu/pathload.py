@@ -1,0 +1,20 @@
+"""A module by its file path, for the scripts that load a file that is no
+package (the overlay's ddtree_tree.py as SGLang gets it, a test oracle where
+its tests keep it, kernels copied from a patched tree).  Standard library
+only: tools/gpu runs on the GPU machine with plain python3 from a copy of the
+tree, where neither sgl_overlay nor tests is importable.
+
+    from pathload import load                      # a script in tools/gpu
+    load = runpy.run_path(str(ROOT / "tools/gpu/pathload.py"))["load"]   # elsewhere
+"""
+import importlib.util
+import sys
+
+
+def load(path, name):
+    """The module in the file ``path``, executed and registered as ``name``
+    in sys.modules (dataclasses and Triton's source lookups want it there)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    sys.modules[name] = mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
