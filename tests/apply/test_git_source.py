@@ -64,3 +64,27 @@ def test_git_source_without_the_commit(project, base_tree, tmp_path):
     pin(project, "1" * 40, tree)
     r = project.apply("--repo", str(repo), "--cache", str(tmp_path / "cache"))
     assert r.returncode == 3 and "does not have commit 1111111111" in r.stderr
+
+
+def test_a_moved_tag_is_followed_in_the_cached_clone(tmp_path):
+    """A path's cached bare clone follows the repository there now: a tag
+    moved (or a new repository at the same path) must not resolve to what
+    the cache saw first.  (Pytest reuses its numbered folders once they are
+    removed, so a test's upstream repository can reappear at a cached path
+    with other commits: this made the stack's lock test flaky.)"""
+    from sgl_overlay import source
+
+    repo, cache = tmp_path / "upstream", tmp_path / "cache"
+    gitcmd.run(None, "init", "-q", str(repo))
+    commits = []
+    for n in ("first", "second"):
+        (repo / "f").write_text(n + "\n")
+        gitcmd.run(repo, "add", "f")
+        gitcmd.run(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", n)
+        gitcmd.run(repo, "tag", "-f", "v1")
+        commits.append(gitcmd.out(repo, "rev-parse", "HEAD"))
+        bare, _ = source.bare_clone(str(repo), cache, None)
+        cached = gitcmd.out(bare, "rev-parse", "v1^{commit}")
+        fresh, _ = source.fresh_clone(str(repo), cache, None)
+        assert fresh == bare and gitcmd.out(fresh, "rev-parse", "v1^{commit}") == commits[-1]
+    assert cached == commits[0]        # the plain cached clone was stale: the check above could fail

@@ -425,6 +425,20 @@ def bare_clone(url, cache, progress):
     return bare, key
 
 
+def fresh_clone(url, cache, progress):
+    """The cached bare clone of ``url`` with its branches and tags fetched
+    now (forced: a tag or branch that moved there moves here too, and a
+    path that now holds another repository is followed).  If the fetch
+    fails, the cached clone is used, saying so."""
+    bare, key = bare_clone(url, cache, progress)
+    with clone_lock(bare, progress):
+        p = gitcmd.run(bare, "fetch", "--quiet", "--tags", "--force", key, "+refs/heads/*:refs/heads/*",
+                       check=False)
+    if p.returncode != 0 and progress:
+        progress(f"could not refresh {url} ({p.stderr.strip().splitlines()[-1:]}); using the cached clone")
+    return bare, key
+
+
 def clone_lock(bare, progress=None):
     """One process at a time clones or fetches into the cached bare clone."""
     bare = Path(bare)

@@ -61,17 +61,6 @@ def release_range(spec, progress=None):
     return Range("releases", pts)
 
 
-def _git_repo(repo, cache, progress):
-    """The cached bare clone of ``repo``, with its branches and tags fetched now."""
-    bare, key = source.bare_clone(repo, cache, progress)
-    with source.clone_lock(bare, progress):
-        p = gitcmd.run(bare, "fetch", "--quiet", "--tags", "--force", key, "+refs/heads/*:refs/heads/*",
-                       check=False)
-    if p.returncode != 0 and progress:
-        progress(f"could not refresh {repo} ({p.stderr.strip().splitlines()[-1:]}); using the cached clone")
-    return bare
-
-
 def _resolve(bare, ref, opt, repo):
     p = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
     if p.returncode != 0 or not p.stdout.strip():
@@ -91,7 +80,7 @@ def commit_range(repo, old_ref, new_ref, all_parents=False, old_opt="--good", ne
     along the ancestry path.  When ``old_ref`` is not an ancestor of
     ``new_ref`` (release tags sit on release branches), the range starts at
     their merge base, and ``old_ref`` itself is verified too."""
-    bare = _git_repo(repo, cache, progress)
+    bare, _ = source.fresh_clone(repo, cache, progress)
     old = _resolve(bare, old_ref, old_opt, repo)
     new = _resolve(bare, new_ref, new_opt, repo)
     if old == new:

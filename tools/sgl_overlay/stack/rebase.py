@@ -31,13 +31,10 @@ def new_base(lock, onto, repo_dir, cache, progress):
         return source.base_from_release(onto.version, repo_dir, lock.subdir, lock.symlinks, cache, progress)
     if not onto.repo:
         raise UsageError("--onto COMMIT needs --repo URL_OR_PATH", hint="or give a release version")
-    bare, key = source.bare_clone(onto.repo, cache, progress)
+    bare, _ = source.fresh_clone(onto.repo, cache, progress)
     r = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{onto.commit}^{{commit}}", check=False)
     if r.returncode:
-        gitcmd.run(bare, "fetch", "--quiet", "--tags", key, "+refs/heads/*:refs/heads/*", check=False)
-        r = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{onto.commit}^{{commit}}", check=False)
-        if r.returncode:
-            raise UsageError(f"{onto.repo} has no commit {onto.commit!r}", hint="give a commit, tag or branch of it")
+        raise UsageError(f"{onto.repo} has no commit {onto.commit!r}", hint="give a commit, tag or branch of it")
     commit = r.stdout.strip()
     gitcmd.init(repo_dir)
     gitcmd.run(repo_dir, "fetch", "--quiet", "--depth=1",
@@ -61,7 +58,7 @@ def _upstream_patch_ids(onto, lock, cache):
     target (only where --repo gives the history)."""
     if not onto.repo:
         return {}
-    bare, _ = source.bare_clone(onto.repo, cache, None)
+    bare, _ = source.fresh_clone(onto.repo, cache, None)
     target = onto.commit or f"v{onto.version}"
     if gitcmd.run(bare, "cat-file", "-e", lock.commit, check=False).returncode:
         return {}
@@ -138,14 +135,11 @@ def new_lock(lock, onto, cache=None, progress=None):
     if not onto.version:
         raise UsageError("--write needs --onto VERSION (a release)", hint="locks pin released versions")
     repo = onto.repo or lock.repo
-    bare, key = source.bare_clone(repo, cache, progress)
+    bare, _ = source.fresh_clone(repo, cache, progress)
     tag = f"v{onto.version}"
     c = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{tag}^{{commit}}", check=False)
     if c.returncode:
-        gitcmd.run(bare, "fetch", "--quiet", "--tags", key, check=False)
-        c = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{tag}^{{commit}}", check=False)
-        if c.returncode:
-            raise UsageError(f"{repo} has no tag {tag}", hint="pass --repo with SGLang's history")
+        raise UsageError(f"{repo} has no tag {tag}", hint="pass --repo with SGLang's history")
     commit = c.stdout.strip()
     tree = gitcmd.out(bare, "rev-parse", f"{commit}:{lock.subdir}")
     date = gitcmd.out(bare, "log", "-1", "--format=%cs", commit)
