@@ -1,14 +1,10 @@
 """tools/gpu/pre_gap_check.py's pure parts: the per-step deltas of its readings and the number of
 streams PyTorch's pool creates."""
-import importlib.util
-
 import pytest
 
-from tests.gpu.e2e_script import ROOT
+from tests.by_path import ROOT, load
 
-_spec = importlib.util.spec_from_file_location("pre_gap_check", ROOT / "tools/gpu/pre_gap_check.py")
-pgc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pgc)
+pgc = load(ROOT / "tools/gpu/pre_gap_check.py", "pre_gap_check")
 
 MIB = 1 << 20
 
