@@ -60,6 +60,9 @@ def _summary(r: dict) -> str:
     shown = [f"{k}={f[k]}" for k in keys if f.get(k) is not None]
     if shown:
         lines.append("  " + ", ".join(shown))
+    drafter = (r.get("drafter_reading") or {}).get("note")
+    if drafter:
+        lines.append(f"  {drafter}")
     settings = describe(r.get("environment") or {})
     if settings:
         lines.append(f"  {settings}")

@@ -87,6 +87,7 @@ def run(req: dict) -> dict:
     result["log"] = log[-LOG_RECORDS:]
     if ctx is not None:
         result["notes"] = ctx.notes
+        result["drafter_reading"] = ctx.drafter_reading
         result["reads"] = sorted(ctx.reads)
     result["standins_touched"] = len(loader.StubRegistry.touched)
     return result

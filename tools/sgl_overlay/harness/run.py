@@ -110,6 +110,8 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
         "figures": child.get("figures", {}),
         "error": _public_error(child.get("error")),
         "notes": child.get("notes", []),
+        # from v0.5.14 the sizing's reading holds the drafter's weights (draft_reading.py)
+        "drafter_reading": child.get("drafter_reading"),
         "timing": child.get("timing", {}),
         "reads": child.get("reads", []),
         "ledger": child.get("ledger"),

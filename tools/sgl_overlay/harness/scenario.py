@@ -88,6 +88,10 @@ def load(name_or_path: str) -> Scenario:
         raise ScenarioError(f"{path}: [expect] pass must list outcomes among {OUTCOMES}")
     if exp.get("remedy") not in (None, "works", "works-if-stated"):
         raise ScenarioError(f"{path}: [expect] remedy must be \"works\", \"works-if-stated\" or absent")
+    w = (data.get("draft") or {}).get("weights_gib")
+    if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or w <= 0):
+        raise ScenarioError(f"{path}: [draft] weights_gib must be a positive number of GiB "
+                            f"(the drafter's weights on one GPU), not {w!r}")
     source = data.get("source")
     logged = exp.get("logged", {})
     _check_source(path, source, logged)

@@ -37,7 +37,7 @@ def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KN
         "flag_declarations_dropped": dep.dropped,
         # the caller's SGLANG_* settings, honoured by the sizing as the server would (harness/environment.py)
         "environment": base.environment,
-        "assumptions": list(dep.memory.notes),
+        "assumptions": list(dep.memory.notes) + _drafter_assumption(dep, base),
         "outcome": base.outcome,
         "verdict": base.verdict,
         "case": base.case,
@@ -57,3 +57,16 @@ def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KN
         out["suggestions"] = [s.to_dict() for s in found]
         out["suggestions_tried"] = tried
     return out
+
+
+def _drafter_assumption(dep, base) -> list[str]:
+    """Where the drafter's weights stand in the sizing, on this release (harness/draft_reading.py)."""
+    if not dep.draft:
+        return []
+    dr = base.drafter_reading or {}
+    if dr.get("note"):
+        return [dr["note"]]
+    if not dr.get("drafter_first"):
+        return ["the drafter's weights load after the target's KV sizing on this release: they come out of "
+                "the (1 - mem_fraction_static) reserve, not out of the KV budget"]
+    return []

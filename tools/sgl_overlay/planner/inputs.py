@@ -180,5 +180,5 @@ def memory_for(mi: model_mod.ModelInput, gpu: gpus_mod.Gpu | None, tp: int, free
         f"free before the weights: total - {overhead_gib} GiB assumed start-up overhead (CUDA context, NCCL, "
         f"workspaces; the incident measured 1.35 GiB on an RTX PRO 6000 at TP1) = {pre:.2f} GiB",
         f"weights per rank: {mi.weights_source}, divided by TP {tp} = {weights_rank:.2f} GiB "
-        f"(assumes an even split; the drafter's weights load after the target's KV sizing and are not counted)",
+        f"(assumes an even split)",
     ])

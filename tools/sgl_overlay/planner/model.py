@@ -153,7 +153,7 @@ def load_draft(model: str | Path) -> dict:
     try:
         kv = t.get("num_key_value_heads") or t["num_attention_heads"]
         head_dim = t.get("head_dim") or int(t["hidden_size"]) // int(t["num_attention_heads"])
-        return {
+        draft = {
             "path": str(path),
             "num_hidden_layers": int(t["num_hidden_layers"]),
             "num_key_value_heads": int(kv),
@@ -166,3 +166,8 @@ def load_draft(model: str | Path) -> dict:
         raise UsageError(f"{path}: the draft config lacks {e}",
                          hint="a drafter config.json needs num_hidden_layers and num_key_value_heads/head_dim "
                          "(or num_attention_heads and hidden_size)") from None
+    # its weights, where its checkpoint is there: from v0.5.14 they are in the sizing's reading
+    w = weights_mod.checkpoint(path.parent, read_json)
+    if w is not None:
+        draft.update(weights_gib=w.bytes / (1 << 30), weights_source=w.source)
+    return draft

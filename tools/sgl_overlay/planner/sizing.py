@@ -31,6 +31,8 @@ class Sizing:
     shortfall: list[str] = field(default_factory=list)
     # the SGLang settings (SGLANG_*) the run was under: the caller's (harness/environment.py)
     environment: dict = field(default_factory=dict)
+    # the drafter's weights in the sizing's reading (harness/draft_reading.py)
+    drafter_reading: dict | None = None
 
     @property
     def rank(self) -> int:
@@ -58,7 +60,8 @@ def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None =
     short = shortfall(figures, ctx, explicit) if c["outcome"] == "ok" else []
     return Sizing(overrides, c["outcome"], c["reason"], figures, child.get("error"), verdict, why,
                   ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static"))),
-                  (tree_ledger.get("figures") or {}).get("case"), short, child.get("environment", {}))
+                  (tree_ledger.get("figures") or {}).get("case"), short, child.get("environment", {}),
+                  child.get("drafter_reading"))
 
 
 def sensitivity(dep: Deployment, base: Sizing, step_gib: float = 0.1) -> dict:

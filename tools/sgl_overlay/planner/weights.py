@@ -60,6 +60,38 @@ def from_index(index: Path, read_json) -> Weights:
     return Weights(total, f"{index.name} metadata.total_size = {total:,} B (every tensor in the checkpoint)", "index")
 
 
+def from_safetensors(files: list[Path]) -> Weights:
+    """The tensors' bytes of safetensors files, from each file's header (the format's
+    first 8 bytes are the header's length, little-endian; the header is JSON giving
+    every tensor's ``data_offsets``): what a checkpoint without an index holds."""
+    import json
+    import struct
+
+    total = 0
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(n))
+            total += sum(t["data_offsets"][1] - t["data_offsets"][0]
+                         for k, t in header.items() if k != "__metadata__")
+        except (OSError, struct.error, ValueError, KeyError, TypeError, IndexError) as e:
+            raise UsageError(f"{f}: not a readable safetensors file ({e})",
+                             hint="check the file, or remove it from the directory") from None
+    names = ", ".join(f.name for f in files)
+    return Weights(total, f"the tensors of {names} = {total:,} B (their headers)", "safetensors")
+
+
+def checkpoint(directory: Path, read_json) -> Weights | None:
+    """A checkpoint's weights from its index, else from its safetensors files; None
+    where the directory has neither."""
+    index = directory / INDEX
+    if index.is_file():
+        return from_index(index, read_json)
+    files = sorted(directory.glob("*.safetensors"))
+    return from_safetensors(files) if files else None
+
+
 def _way_out(path: Path) -> str:
     return (f"put the checkpoint's {INDEX} next to {path.name}, or pass --weights-gib GIB "
             "(the checkpoint's size per its model page)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import loader
+from .. import draft_reading, loader
 from ..layout import Layout
 from ..standins import GPU, install_transformers_standin
 
@@ -32,8 +32,16 @@ class Context:
         gpu = request["gpu"]
         server = request["server"]
         tp = int(server.get("tp_size", 1))
-        self.gpu = GPU(float(gpu["post_load_free_gib"]), int(gpu.get("world_size", tp)), tp,
-                       per_rank=gpu.get("post_load_free_gib_per_rank"))
+        # From v0.5.14 the drafter's weights are on the GPU at the sizing's reading (draft_reading.py).
+        self.drafter_reading = draft_reading.decide(
+            draft_reading.drafter_loads_before_sizing(root), bool(server.get("speculative_algorithm")),
+            (request.get("draft") or {}).get("weights_gib"))
+        lowered = self.drafter_reading["lowered_by_gib"]
+        per_rank = gpu.get("post_load_free_gib_per_rank")
+        self.gpu = GPU(float(gpu["post_load_free_gib"]) - lowered, int(gpu.get("world_size", tp)), tp,
+                       per_rank=[float(x) - lowered for x in per_rank] if per_rank else None)
+        if self.drafter_reading["note"]:
+            self.notes.append(self.drafter_reading["note"])
         self.pre_load = float(gpu["pre_load_free_gib"])
         self.transformers_standin = install_transformers_standin()
         import importlib.util as _ilu
