@@ -59,6 +59,11 @@ def test_release_report_dflash_smoke(tmp_path):
 
     rows = section(text, "First bad and last good")
     assert "| first bad | [`v0.5.17`](https://github.com/sgl-project/sglang/releases/tag/v0.5.17) |" in rows
+    # both releases count the drafter's weights in the sizing's reading (v0.5.14+, #28855), which
+    # dflash-smoke does not give: the report says its figures use the target's reading
+    caveat = section(text, "Figures on both sides of the first bad release")
+    assert "Caveat: v0.5.16 and v0.5.17 start the drafter before they size the KV cache" in caveat
+    assert "sgl-project/sglang#28855" in caveat
     assert "| last good | [`v0.5.16`](https://github.com/sgl-project/sglang/releases/tag/v0.5.16) |" in rows
 
     # the error, as v0.5.17's own source words it for 94.24 GiB before / 43.19 GiB after the weights

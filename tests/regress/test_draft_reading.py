@@ -13,7 +13,7 @@ import copy
 import pytest
 
 from sgl_overlay.harness import load_scenario, run_scenario
-from sgl_overlay.harness.draft_reading import decide, drafter_loads_before_sizing
+from sgl_overlay.harness.draft_reading import decide, drafter_loads_before_sizing, overstated
 from sgl_overlay.harness.scenario import ScenarioError, load as load_file
 
 GIB = 1 << 30
@@ -31,6 +31,10 @@ def test_the_decision():
     assert decide(True, True, 3.0)["lowered_by_gib"] == 3.0
     missing = decide(True, True, None)
     assert missing["lowered_by_gib"] == 0.0 and "overstate the budget" in missing["note"]
+    # what bisect's summaries and reports flag (bisect/testrun.py, bisect/issue.py)
+    assert overstated({"drafter_reading": missing})
+    assert not overstated({"drafter_reading": decide(True, True, 3.0)})
+    assert not overstated({"drafter_reading": decide(False, True, None)}) and not overstated({})
 
 
 def _with_weights(name, gib):

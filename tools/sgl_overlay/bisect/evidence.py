@@ -14,7 +14,7 @@ from .. import TOOL_VERSION, gitcmd, monotone, project
 from ..harness.environment import sglang_settings
 
 KEPT = ("scenario", "version", "layout", "outcome", "reason", "figures", "error", "notes", "log", "remedy",
-        "remedies", "passed", "judgement")
+        "remedies", "passed", "judgement", "drafter_reading")
 
 
 def trimmed(report):

@@ -27,6 +27,7 @@ docs/bisect.md, section "Bug reports (--report)".
 import re
 import tomllib
 
+from ..harness.draft_reading import overstated
 from ..harness.environment import assignments
 
 PR = re.compile(r"\(#(\d+)\)")
@@ -290,6 +291,12 @@ def render(ev):
               "## Figures on both sides of the first bad commit" if rng["kind"] == "commits" else
               "## Figures on both sides of the first bad release", ""]
     lines += _figures_table(lg, fb, good, bad)
+    short = [side.short for side, rep in ((good, lg), (bad, fb)) if overstated(rep)]
+    if short:
+        lines += ["", f"Caveat: {' and '.join(short)} start the drafter before they size the KV cache "
+                  "(sgl-project/sglang#28855), so their sizing's free-memory reading holds the drafter's weights too. "
+                  "The scenario gives none (`[draft] weights_gib`), so these figures use the target's reading and "
+                  "overstate the KV budget by the drafter's weights; with them, the last good side may fail as well."]
     lines += ["", "## Why the stated remedy does not work", ""]
     lines += _remedy_section(ev, bad)
     lines += ["", "## Environment", "",

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
+from ..harness.draft_reading import overstated
 from .terms import classify
 
 TAIL = 4000                         # characters of a test's output kept in the log
@@ -145,6 +146,8 @@ def _scenario_summary(out, err, code):
     except ValueError:
         return (err or out or "").strip()[-600:] or f"exit {code}, no report"
     s = f"{r.get('outcome')}: {r.get('judgement', '')}"
+    if overstated(r):
+        s += " [the target's reading: this release also counts the drafter's weights, which the scenario lacks]"
     e = r.get("error") or {}
     if e.get("message") and e.get("message")[:80] not in s:
         s += f" [{e.get('type', 'error')}: {e['message'][:300]}" + (f" at {e['where']}" if e.get("where") else "") + "]"

@@ -45,6 +45,13 @@ def drafter_loads_before_sizing(root: Path) -> bool:
     return False
 
 
+def overstated(report: dict) -> bool:
+    """Whether a harness report's figures use the target's reading where the release
+    counts the drafter's weights and the scenario gave none."""
+    dr = report.get("drafter_reading") or {}
+    return bool(dr.get("drafter_first")) and not dr.get("lowered_by_gib") and bool(dr.get("note"))
+
+
 def decide(drafter_first: bool, speculative: bool, weights_gib: float | None) -> dict:
     """How much lower than the target's post-load reading the sizing's reading is,
     and what the report says about it."""
