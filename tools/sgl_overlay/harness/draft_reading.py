@@ -34,7 +34,10 @@ def drafter_loads_before_sizing(root: Path) -> bool:
     path = Path(root) / SCHEDULER
     if not path.is_file():
         return False
-    tree = ast.parse(path.read_text())
+    text = path.read_text()
+    if POOLS_CALL not in text:          # up to v0.5.13.post1 (and the pin): no parse on every run
+        return False
+    tree = ast.parse(text)
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Scheduler"):
         for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "init_model_worker"):
             calls = [(c.lineno, c.col_offset, c.func.attr) for c in ast.walk(fn)
@@ -48,21 +51,23 @@ def drafter_loads_before_sizing(root: Path) -> bool:
 def overstated(report: dict) -> bool:
     """Whether a harness report's figures use the target's reading where the release
     counts the drafter's weights and the scenario gave none."""
-    dr = report.get("drafter_reading") or {}
-    return bool(dr.get("drafter_first")) and not dr.get("lowered_by_gib") and bool(dr.get("note"))
+    return bool((report.get("drafter_reading") or {}).get("overstates"))
 
 
 def decide(drafter_first: bool, speculative: bool, weights_gib: float | None) -> dict:
     """How much lower than the target's post-load reading the sizing's reading is,
     and what the report says about it."""
     counted = drafter_first and speculative
-    lowered = float(weights_gib) if counted and weights_gib is not None else 0.0
+    overstates = counted and weights_gib is None
+    lowered = float(weights_gib) if counted and not overstates else 0.0
     note = None
-    if counted and weights_gib is None:
+    if overstates:
         note = ("this release starts the drafter before it sizes the KV cache (sgl-project/sglang#28855), "
-                "so its reading lacks the drafter's weights; the scenario gives none ([draft] weights_gib), "
-                "so these figures use the target's reading and overstate the budget by the drafter's weights")
+                "so its reading is taken with the drafter's weights loaded; the scenario gives none "
+                "([draft] weights_gib), so these figures use the target's reading and overstate the budget "
+                "by the drafter's weights")
     elif counted:
         note = (f"this release starts the drafter before it sizes the KV cache (sgl-project/sglang#28855): "
                 f"the sizing's reading is the post-load one less the drafter's {lowered} GiB of weights")
-    return {"drafter_first": drafter_first, "weights_gib": weights_gib, "lowered_by_gib": lowered, "note": note}
+    return {"drafter_first": drafter_first, "weights_gib": weights_gib, "lowered_by_gib": lowered,
+            "overstates": overstates, "note": note}

@@ -26,12 +26,15 @@ class Onto:
         return self.version or (self.commit or "")[:12]
 
 
-def new_base(lock, onto, repo_dir, cache, progress):
+def new_base(lock, onto, repo_dir, cache, progress, bare=None):
+    """The upstream tree ``onto`` names, in ``repo_dir``; ``bare``: the --repo's clone,
+    already refreshed by the caller (else refreshed here)."""
     if onto.version:
         return source.base_from_release(onto.version, repo_dir, lock.subdir, lock.symlinks, cache, progress)
     if not onto.repo:
         raise UsageError("--onto COMMIT needs --repo URL_OR_PATH", hint="or give a release version")
-    bare, _ = source.fresh_clone(onto.repo, cache, progress)
+    if bare is None:
+        bare, _ = source.fresh_clone(onto.repo, cache, progress)
     r = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{onto.commit}^{{commit}}", check=False)
     if r.returncode:
         raise UsageError(f"{onto.repo} has no commit {onto.commit!r}", hint="give a commit, tag or branch of it")
@@ -53,12 +56,11 @@ def _try(repo_dir, patch, *args):
     return p
 
 
-def _upstream_patch_ids(onto, lock, cache):
+def _upstream_patch_ids(onto, lock, bare):
     """Stable patch-ids of the upstream commits between the pin and the
-    target (only where --repo gives the history)."""
-    if not onto.repo:
+    target (only where --repo gives the history: ``bare``, its refreshed clone)."""
+    if bare is None:
         return {}
-    bare, _ = source.fresh_clone(onto.repo, cache, None)
     target = onto.commit or f"v{onto.version}"
     if gitcmd.run(bare, "cat-file", "-e", lock.commit, check=False).returncode:
         return {}
@@ -83,11 +85,13 @@ def rebase(lock, stack, onto, cache=None, progress=None, keep=None):
         builder.apply_all(stack, old, False, progress, keep_going=False)
         new = Path(keep) if keep else tmp / "new"
         say(f"preparing upstream {onto.label}")
-        base = new_base(lock, onto, new, cache, progress)
+        # the --repo's history, refreshed once for the whole rebase
+        bare = source.fresh_clone(onto.repo, cache, progress)[0] if onto.repo else None
+        base = new_base(lock, onto, new, cache, progress, bare)
         gitcmd.run(new, "checkout", "--quiet", "-b", "patched")
         # the old blobs, so that --3way can find each patch's preimage
         gitcmd.run(new, "fetch", "--quiet", str(old), "+patched:refs/sgl-overlay/old")
-        upstream_ids = _upstream_patch_ids(onto, lock, cache)
+        upstream_ids = _upstream_patch_ids(onto, lock, bare)
         total = len(stack.patches)
         results = []
         for p in stack.patches:
