@@ -150,7 +150,8 @@ def outcome(run):
     if run.get("healthy"):
         return "ok"
     log = run.get("log_figures", {})
-    if log.get("remedies") or any("Not enough GPU memory" in e for e in log.get("errors", [])):
+    if log.get("remedies") or any("Not enough GPU memory" in e or "Raise --mem-fraction-static above" in e
+                                  for e in log.get("errors", [])):
         return "refused"
     return "failed"
 
@@ -229,7 +230,7 @@ def install(bundle, work):
     if not manifest.get("patched_wheel"):
         # a pristine bundle of another release (tools/bundle.py --release): its own wheel, no stack
         subprocess.run(pip + ["--target", str(work / "pristine"), str(bundle / manifest["release_wheel"])], check=True)
-        return {"ipython_stub": _ipython_stub(work), "bundle_total": manifest["total"], "release": manifest.get("release"),
+        return {"stubs": _stubs(work), "bundle_total": manifest["total"], "release": manifest.get("release"),
                 "pristine_only": True}
     subprocess.run(pip + ["--target", str(work / "patched"), str(bundle / manifest["patched_wheel"])], check=True)
     # the release's own tree: the patched one with the release's files put back, proven by its RECORD
@@ -252,21 +253,39 @@ def install(bundle, work):
             bad.append(path)
     if bad:
         raise SystemExit(f"the rebuilt release tree differs from the release's RECORD: {bad[:5]}")
-    return {"ipython_stub": _ipython_stub(work), "bundle_total": manifest["total"],
+    return {"stubs": _stubs(work), "bundle_total": manifest["total"],
             "pristine_proven_files": sum(1 for l in record if l.startswith("sglang/"))}
 
 
-def _ipython_stub(work):
-    """sglang/utils.py imports IPython.display at module level (for notebooks); IPython and its
-    dependencies are 7.5 MiB the bundle's budget has no room for: a stub stands in when the
-    machine has none (reported as "ipython_stub").  Whether it was written."""
-    stub = importlib.util.find_spec("IPython") is None
-    if stub:
-        (work / "stubs" / "IPython").mkdir(parents=True)
-        (work / "stubs" / "IPython" / "__init__.py").write_text("")
-        (work / "stubs" / "IPython" / "display.py").write_text(
-            "class HTML(str):\n    pass\n\n\ndef display(*a, **k):\n    pass\n")
-    return stub
+# import-only stand-ins for what the server imports at module level but the checks never use, written when
+# neither the machine nor the bundle has the package: sglang/utils.py imports IPython.display (for notebooks;
+# IPython and its dependencies are 7.5 MiB); from v0.5.16 the OpenAI transcription route imports soundfile
+# (audio inputs), which a slim release bundle leaves out (bundle.STUBBABLE), and the function-call parser
+# xgrammar (below).  What each release's start imports that neither the machine nor a bundle has was listed
+# with an AST walk of its module-level imports from sglang.launch_server (docs/gpu.md)
+STUBS = {
+    "IPython": {"IPython/__init__.py": "", "IPython/display.py": "class HTML(str):\n    pass\n\n\ndef display(*a, **k):\n    pass\n"},
+    "soundfile": {"soundfile.py": "# stand-in (tools/gpu/e2e.py STUBS): audio inputs are not available\n"},
+    # from v0.5.16 sglang/srt/function_call/inkling_detector.py imports xgrammar.StructuralTag at module level
+    # (the grammar backend itself imports xgrammar only when a request asks for structured output)
+    # (a pydantic field type there: the stand-in is a model that accepts any fields)
+    "xgrammar": {"xgrammar.py": "import pydantic\n\n\n"
+                                "class StructuralTag(pydantic.BaseModel):  # stand-in (tools/gpu/e2e.py STUBS)\n"
+                                "    model_config = pydantic.ConfigDict(extra='allow')\n"},
+}
+
+
+def _stubs(work):
+    """The STUBS written for this machine and bundle (reported as "stubs")."""
+    written = []
+    for name, files in STUBS.items():
+        if importlib.util.find_spec(name) is not None or any((work / "deps").glob(f"{name}*")):
+            continue
+        for rel, text in files.items():
+            (work / "stubs" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (work / "stubs" / rel).write_text(text)
+        written.append(name)
+    return written
 
 
 # --------------------------------------------------------------------------
@@ -369,6 +388,22 @@ CASES = {
                                      "--max-running-requests", "4", "--max-mamba-cache-size", "24",
                                      "--mem-fraction-static", "0.6856901"],
                      "expect": {"pristine": "ok", "patched": ["ok", "refused"]}},
+    # the same flags on a release from v0.5.14 (a pristine bundle: tools/bundle.py --release 0.5.16 --slim-release):
+    # from sgl-project/sglang#28855 the drafter starts before the KV sizing, so its weights (3.32 GiB here:
+    # 1,782,641,920 bfloat16 parameters, tests/plan/data/qwen3.6-27b-dflash plus make_models' fields) are in the
+    # post-load reading and the release refuses these flags (harness/draft_reading.py, docs/regress.md)
+    "dflash-smoke-release": {"model": "big", "free_gib": 94.24,
+                             "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
+                                             "--max-running-requests", "4", "--max-mamba-cache-size", "24",
+                                             "--mem-fraction-static", "0.6856901"],
+                             "expect": {"pristine_error": "Loaded weights leave no GPU memory"}},
+    # ... and starts them with the fraction raised by the drafter's share of the pre-load reading (3.32 / 94.24,
+    # rounded up: 0.6857 + 0.0352 -> 0.725)
+    "dflash-smoke-raised": {"model": "big", "free_gib": 94.24,
+                            "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
+                                            "--max-running-requests", "4", "--max-mamba-cache-size", "24",
+                                            "--mem-fraction-static", "0.725"],
+                            "expect": {"pristine": "ok"}},
     # the H200's own figures: all its free memory (no blocker), SGLang's own --mem-fraction-static
     # for the card, 16 running requests (issue 15)
     "h200-16": {"model": "big", "free_gib": None,
@@ -387,7 +422,7 @@ CASES = {
                 "expect": {"pristine": "ok", "patched": ["ok"]}},
 }
 
-# what a plain run checks (issue 15); the rope-* cases are measurements, run by name
+# what a plain run checks (issue 15); the rope-* and dflash-smoke-* cases are measurements, run by name
 DEFAULT_CASES = ("dense", "zero-requests-dflash", "dflash-smoke", "h200-16")
 
 BLOCKER = r'''

@@ -138,6 +138,18 @@ RUNTIME = [
     ("pycparser", "pycparser", "cffi"),
 ]
 
+# what tools/gpu/e2e.py replaces by an import-only stub when the bundle leaves
+# it out and the machine has none: imported at module level on the server's
+# start path, used only for what the checks never send (audio inputs).  Such
+# wheels are placed last, and only if they fit.
+STUBBABLE = {"soundfile", "cffi", "pycparser"}
+
+# A release wheel's members that the server never imports at start, dropped by
+# --slim-release to fit a call's budget: the diffusion runtime (imported only by
+# sglang/jit_kernel/diffusion and sglang/kernels/ops/diffusion) and the gRPC
+# module with its compiled _core (imported by nothing else in the tree).
+RELEASE_SLIM_DROP = ("sglang/multimodal_gen/*", "sglang/srt/grpc/*")
+
 def runtime_requirements(deps):
     """The requirement of each ``RUNTIME`` wheel for a release whose own pins
     are ``deps`` (``{name: version}``: upstream.lock [dependencies] for the
@@ -292,7 +304,7 @@ def _candidates(deps, dl_dir, python, platform, say):
             variants.append(Variant("slim", s.stat().st_size, kernel_slim_disables(f),
                                     requires=(("attention-backend", "triton"),)))
             files[(name, "slim")] = s
-        cands.append(Candidate(name, tuple(variants), True, why))
+        cands.append(Candidate(name, tuple(variants), name not in STUBBABLE, why))
     return cands, files
 
 
@@ -331,11 +343,14 @@ def build(lock, patched_wheel, release_wheel, out, python, platform, config, bud
         "release_delta": {"file": delta.name, **{k: len(v) for k, v in d.items()}}})
 
 
-def build_pristine(release_wheel, out, python, platform, config, budget, dl_dir, machine=MACHINE, progress=None):
+def build_pristine(release_wheel, out, python, platform, config, budget, dl_dir, machine=MACHINE, progress=None,
+                   slim_release=False):
     """A bundle of another release without our stack: its own wheel and the
     RUNTIME wheels at its own pins.  Refused (OverlayError, exit 1) when the
     release requires another version of what the machine provides
-    (``release_blockers``): those are not bundled."""
+    (``release_blockers``): those are not bundled.  ``slim_release``: the
+    release's wheel without ``RELEASE_SLIM_DROP`` (local version ``+slim``;
+    bundle.json lists what was dropped)."""
     say = progress or (lambda m: None)
     out, dl_dir, release_wheel = Path(out), Path(dl_dir), Path(release_wheel)
     meta = source.release_metadata(release_wheel)
@@ -353,6 +368,11 @@ def build_pristine(release_wheel, out, python, platform, config, budget, dl_dir,
     cands, files = _candidates(versions.pins(meta, tags), dl_dir, python, platform, say)
     out.mkdir(parents=True, exist_ok=True)
     (out / "sglang-release-delta.zip").unlink(missing_ok=True)
-    return _decide_and_write(cands, files, release_wheel, release_wheel.stat().st_size, out, budget, config, {
-        "python": python, "platform": platform, "release": version, "release_wheel": release_wheel.name,
-        "patched_wheel": None, "machine": dict(machine)})
+    manifest = {"python": python, "platform": platform, "release": version, "patched_wheel": None,
+                "machine": dict(machine)}
+    if slim_release:
+        (dl_dir / "slim").mkdir(parents=True, exist_ok=True)
+        release_wheel = slim_wheel(release_wheel, dl_dir / "slim", RELEASE_SLIM_DROP)
+        manifest["release_slim_dropped"] = list(RELEASE_SLIM_DROP)
+    manifest["release_wheel"] = release_wheel.name
+    return _decide_and_write(cands, files, release_wheel, release_wheel.stat().st_size, out, budget, config, manifest)

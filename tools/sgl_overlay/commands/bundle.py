@@ -46,6 +46,9 @@ def parse(argv):
     ap.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
     ap.add_argument("--release", metavar="VERSION",
                     help="a pristine bundle of this SGLang release (its own wheel, no stack) instead of the pin's")
+    ap.add_argument("--slim-release", action="store_true",
+                    help="with --release: leave out of the release's wheel what the server never imports at start "
+                         "(" + ", ".join(bundle.RELEASE_SLIM_DROP) + "); its version gets the local label +slim")
     ap.add_argument("--machine", metavar="NAME==VERSION", action="append", default=None,
                     help="what the GPU machine provides, at which version (repeat; default "
                          + " ".join(f"{k}=={v}" for k, v in bundle.MACHINE.items()) + ")")
@@ -88,11 +91,14 @@ def pristine(args, progress):
     return bundle.build_pristine(wheel, args.out, args.python, args.platform,
                                  {"attention-backend": args.attention_backend}, int(args.max_mib * bundle.MIB),
                                  os.path.join(args.downloads, f"release-{args.release}"), machine(args.machine),
-                                 progress)
+                                 progress, slim_release=args.slim_release)
 
 
 def main(argv):
     args = parse(argv)
+    if args.slim_release and not args.release:
+        raise UsageError("--slim-release slims another release's wheel: it needs --release VERSION",
+                         hint="the pin's bundle carries the patched wheel, which is never slimmed")
     progress = cli.Progress("bundle", quiet=args.quiet)
     if args.release:
         d = pristine(args, progress)
