@@ -169,8 +169,9 @@ def _absolute(module, is_package, written):
 class Walk:
     modules: int                # the tree's modules the start may execute
     always: int                 # ... of which every start executes
-    external: dict              # top-level module -> [{"at": "importer:line", "if": condition or None}]
-    internal_missing: dict      # a module of the tree's packages that the tree lacks -> [{"at", "if"}]
+    external: dict              # top-level module -> [{"at": "importer:line", "if": the statement's condition
+    #                             or None, "module_conditional": whether the importer is imported only under one}]
+    internal_missing: dict      # a module of the tree's packages that the tree lacks -> [the same]
     unparsed: dict              # module -> the SyntaxError this interpreter gave
 
 
@@ -205,23 +206,26 @@ def _reach(tree, roots, conditional):
 
 def walk(tree, roots):
     """The module-level imports of ``tree`` (a ``Tree``) reachable from the
-    modules ``roots``: an import is unconditional (``"if": None``) when
-    its statement is and its module is reached from a root through
+    modules ``roots``: an import is unconditional (``unconditional(entry)``)
+    when its statement is and its module is reached from a root through
     unconditional imports alone."""
     always, _, _ = _reach(tree, roots, conditional=False)
     reached, parsed, unparsed = _reach(tree, roots, conditional=True)
     external, internal = {}, {}
     for mod in sorted(parsed):
         for line, target, cond in parsed[mod]:
-            if cond is None and mod not in always:
-                cond = f"{mod} is imported only under a condition"
-            entry = {"at": f"{mod}:{line}", "if": cond}
+            entry = {"at": f"{mod}:{line}", "if": cond, "module_conditional": mod not in always}
             top = target.split(".")[0]
             if top not in tree.tops:
                 external.setdefault(top, []).append(entry)
             elif target not in tree.modules:
                 internal.setdefault(target, []).append(entry)
     return Walk(len(reached), len(always), external, internal, unparsed)
+
+
+def unconditional(entry):
+    """Whether an import ``walk`` found runs on every start."""
+    return entry["if"] is None and not entry["module_conditional"]
 
 
 def parse_packages(text):
@@ -258,5 +262,5 @@ def missing(external, python, machine, bundle_tops):
         dists = DISTRIBUTIONS.get(top, ()) + (canonicalize_name(top),)
         if top in std or top in bundle_tops or any(d in machine for d in dists):
             continue
-        (always if any(w["if"] is None for w in where) else conditional)[top] = where
+        (always if any(unconditional(w) for w in where) else conditional)[top] = where
     return always, conditional
