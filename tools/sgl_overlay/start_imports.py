@@ -175,10 +175,27 @@ class Walk:
     unparsed: dict              # module -> the SyntaxError this interpreter gave
 
 
-def _reach(tree, roots, conditional):
+def _imports(tree, mod, roots, cache):
+    """``[(line, absolute target, names, condition)]`` of ``mod``, None for a
+    compiled module or namespace package, a SyntaxError's text for a file
+    this interpreter cannot parse; parsed once per walk (``cache``)."""
+    if mod not in cache:
+        text = tree.source(mod) if mod in tree.modules else None
+        try:
+            syntax = None if text is None else ast.parse(text)
+        except SyntaxError as e:
+            cache[mod] = f"{e.msg} (line {e.lineno})"
+        else:
+            cache[mod] = None if syntax is None else [
+                (line, _absolute(mod, tree.modules[mod][1], written), names, cond)
+                for line, written, names, cond in module_level_imports(syntax, is_root=mod in roots)]
+    return cache[mod]
+
+
+def _reach(tree, roots, conditional, cache):
     """The tree's modules reachable from ``roots`` (through conditional
-    imports too when ``conditional``), with their parsed imports."""
-    seen, queue, parsed, unparsed = set(), list(roots), {}, {}
+    imports too when ``conditional``)."""
+    seen, queue = set(), list(roots)
     while queue:
         mod = queue.pop()
         if mod in seen:
@@ -186,22 +203,12 @@ def _reach(tree, roots, conditional):
         seen.add(mod)
         parts = mod.split(".")
         queue.extend(".".join(parts[:i]) for i in range(1, len(parts)))   # its packages run first
-        text = tree.source(mod) if mod in tree.modules else None
-        if text is None:            # a compiled module or a namespace package: no imports to read
-            continue
-        try:
-            syntax = ast.parse(text)
-        except SyntaxError as e:
-            unparsed[mod] = f"{e.msg} (line {e.lineno})"
-            continue
-        parsed[mod] = []
-        for line, written, names, cond in module_level_imports(syntax, is_root=mod in roots):
-            target = _absolute(mod, tree.modules[mod][1], written)
-            parsed[mod].append((line, target, cond))
+        imports = _imports(tree, mod, roots, cache)
+        for _, target, names, cond in imports if isinstance(imports, list) else ():
             if (cond is None or conditional) and target.split(".")[0] in tree.tops and target in tree.modules:
                 queue.append(target)
                 queue.extend(f"{target}.{n}" for n in names if f"{target}.{n}" in tree.modules)
-    return seen & set(tree.modules), parsed, unparsed
+    return seen & set(tree.modules)
 
 
 def walk(tree, roots):
@@ -209,11 +216,15 @@ def walk(tree, roots):
     modules ``roots``: an import is unconditional (``unconditional(entry)``)
     when its statement is and its module is reached from a root through
     unconditional imports alone."""
-    always, _, _ = _reach(tree, roots, conditional=False)
-    reached, parsed, unparsed = _reach(tree, roots, conditional=True)
-    external, internal = {}, {}
-    for mod in sorted(parsed):
-        for line, target, cond in parsed[mod]:
+    cache = {}
+    always = _reach(tree, roots, False, cache)
+    reached = _reach(tree, roots, True, cache)
+    external, internal, unparsed = {}, {}, {}
+    for mod in sorted(reached):
+        imports = _imports(tree, mod, roots, cache)
+        if isinstance(imports, str):
+            unparsed[mod] = imports
+        for line, target, _, cond in imports if isinstance(imports, list) else ():
             entry = {"at": f"{mod}:{line}", "if": cond, "module_conditional": mod not in always}
             top = target.split(".")[0]
             if top not in tree.tops:
