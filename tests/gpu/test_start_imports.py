@@ -67,8 +67,8 @@ def test_v0_5_16_without_xgrammar_and_soundfile_names_them_with_their_importers(
 
 def test_on_the_h200_with_the_v0_5_16_bundle_what_is_missing_is_what_e2e_stands_in_for(tmp_path):
     """The H200's packages and the bundle's RUNTIME wheels without soundfile (left out at 60.5 MiB): the
-    start lacks IPython, soundfile and xgrammar, which the H200's starts of v0.5.16 met one after another
-    (ModuleNotFoundError) and e2e.STUBS stands in for; with them on the machine nothing is missing."""
+    start lacks IPython, soundfile and xgrammar, the three e2e.STUBS stands in for; with them on the
+    machine nothing is missing."""
     b = _bundle(tmp_path, "0.5.16")
     rc, d, err = _cli("--bundle", str(b), "--machine-packages", str(_machine(tmp_path, runtime_but=("soundfile",))),
                       "--json")
