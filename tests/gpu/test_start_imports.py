@@ -184,3 +184,16 @@ def test_usage_errors(tmp_path):
     assert rc == 2 and "has no module sglang.nope" in err
     rc, _, err = _cli("--tree", str(tmp_path), "--python", "2.7")
     assert rc == 2 and "--python '2.7' is not a CPython 3 version" in err
+
+
+def test_an_unpacked_wheel_walks_as_the_wheel(tmp_path):
+    """--tree takes a folder holding sglang/ (an unpacked wheel, a pip --target) as well as the wheel."""
+    import zipfile
+    wheel = source.fetch_release("0.5.12.post1", tags=TAGS)
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(tmp_path / "tree")
+    (tmp_path / "tree" / "sglang" / "__pycache__").mkdir(exist_ok=True)
+    (tmp_path / "tree" / "sglang" / "__pycache__" / "utils.cpython-311.pyc").write_bytes(b"")
+    a, b = (start_imports.walk(start_imports.Tree(p), ROOTS) for p in (wheel, tmp_path / "tree"))
+    assert a == b and a.modules > 500
+    assert [w["at"] for w in a.external["IPython"]] == ["sglang.utils:26"]
