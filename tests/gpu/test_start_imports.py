@@ -182,6 +182,9 @@ def test_usage_errors(tmp_path):
     assert rc == 2 and f"{tmp_path} has no bundle.json" in err
     rc, _, err = _cli("--tree", str(source.fetch_release("0.5.16", tags=TAGS)), "--root", "sglang.nope")
     assert rc == 2 and "has no module sglang.nope" in err
+    (tmp_path / "bad.txt").write_text("torch==2.11.0\nnumpy==\n")
+    rc, _, err = _cli("--tree", str(tmp_path), "--machine-packages", str(tmp_path / "bad.txt"))
+    assert rc == 2 and "the machine's package list has 'numpy==', which is not NAME==VERSION" in err
     rc, _, err = _cli("--tree", str(tmp_path), "--python", "2.7")
     assert rc == 2 and "--python '2.7' is not a CPython 3 version" in err
 

@@ -2,7 +2,7 @@
 (tools/imports.py; docs/gpu.md, "What a release's start imports").
 
 ``walk`` follows the module-level imports of a source tree (a directory or
-a wheel) from a root module (``sglang.launch_server``) through the tree's
+a wheel) from root modules (``sglang.launch_server``, ...) through the tree's
 own modules, by reading their syntax trees, never importing them: what
 runs when the module is imported, so function bodies are skipped, and so
 are ``if TYPE_CHECKING:`` blocks, ``if __name__ == "__main__":`` blocks of
@@ -24,7 +24,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+
+from .errors import UsageError
 
 # top-level module -> the distributions that provide it, where the names differ beyond
 # canonicalisation (a machine's package list names distributions, imports name modules)
@@ -248,8 +251,12 @@ def parse_packages(text):
         line = line.split("#", 1)[0].strip()
         if not line or line.startswith("-"):
             continue
-        if re.search(r"==|===|\s@\s", line):
-            names.add(canonicalize_name(re.split(r"===?|\s@\s", line, maxsplit=1)[0].strip()))
+        if re.search(r"==|\s@\s", line):      # a requirement: pip freeze's `name==version`, `name @ url`
+            try:
+                names.add(canonicalize_name(Requirement(line).name))
+            except InvalidRequirement as e:
+                raise UsageError(f"the machine's package list has {line!r}, which is not NAME==VERSION: {e}",
+                                 hint="give `pip list --format freeze` output, or names one a line") from None
             continue
         names.update(canonicalize_name(n) for n in re.split(r"[,\s]+", line) if n)
     return names
