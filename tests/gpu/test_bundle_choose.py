@@ -41,3 +41,68 @@ def test_required_before_optional_and_optional_left_out_with_what_it_disables():
 def test_exact_fit():
     assert choose([FI], 13 * MIB, {})["fits"]
     assert not choose([FI], 13 * MIB - 1, {})["fits"]
+
+
+# The files of the pristine v0.5.16 bundle the H200 ran (tools/bundle.py --release 0.5.16 --slim-release
+# --python 3.12 --platform manylinux_2_34_x86_64 --attention-backend triton --max-mib 60.5, commit 5dccbdd):
+# each RUNTIME wheel's size in bytes, as pip fetched it at the release's pins (transformers 5.12.1,
+# flashinfer-python 0.6.14, apache-tvm-ffi 0.1.11, sglang-kernel 0.4.5 and its slim copy), and the slim
+# release wheel sglang-0.5.16+slim-cp312-cp312-manylinux_2_34_x86_64.whl
+SIZES_0_5_16 = {
+    "flashinfer-python": 14574383, "transformers": 11150587, "tokenizers": 3274982, "apache-tvm-ffi": 2697683,
+    "pydantic": 494865, "pydantic-core": 2264846, "annotated-types": 13427, "typing-inspection": 14874,
+    "fastapi": 159475, "starlette": 80571, "uvicorn": 87427, "python-multipart": 32585,
+    "opentelemetry-api": 60335, "pyzmq": 855178, "orjson": 130612, "msgspec": 236624, "pybase64": 94689,
+    "setproctitle": 32929, "partial-json-parser": 10877, "dill": 120019, "compressed-tensors": 260637,
+    "loguru": 61595, "gguf": 118475, "openai": 1005551, "jiter": 338071, "distro": 20277, "sniffio": 10235,
+    "jsonschema": 90630, "jsonschema-specifications": 18437, "referencing": 26766, "rpds-py": 371261,
+    "soundfile": 1313646, "cffi": 221822, "pycparser": 62600}
+KERNEL_0_5_16 = (Variant("full", 382990222),
+                 Variant("slim", 15031806, "FA3", requires=(("attention-backend", "triton"),)))
+RELEASE_0_5_16_SLIM = 9367040
+STUBBABLE = ("soundfile", "cffi", "pycparser")     # the wheels e2e's stand-ins replace (soundfile's and its own)
+
+
+def _release_candidates():
+    from sgl_overlay.bundle import runtime_candidates
+    return runtime_candidates({"sglang-kernel": list(KERNEL_0_5_16),
+                               **{n: [Variant("full", s)] for n, s in SIZES_0_5_16.items()}})
+
+
+def test_stubbable_wheels_are_the_optional_ones_and_go_last():
+    cands = _release_candidates()
+    assert sorted(c.name for c in cands if not c.required) == sorted(STUBBABLE)
+    d = choose(list(reversed(cands)), 500 * MIB, {"attention-backend": "triton"})   # given first, placed last
+    assert d["fits"] and d["left_out"] == []
+    assert [c["name"] for c in d["chosen"]][-3:] == ["pycparser", "cffi", "soundfile"]
+
+
+def test_release_0_5_16_at_60_5_mib_leaves_out_soundfile_and_nothing_required():
+    """What is left of 60.5 MiB after the slim release wheel, the slim kernel and the required wheels
+    (0.28 MiB) is less than soundfile's 1.25 MiB: it is the one left out; the bundle fits."""
+    budget = int(60.5 * MIB) - RELEASE_0_5_16_SLIM
+    required = 15031806 + sum(s for n, s in SIZES_0_5_16.items() if n not in STUBBABLE)
+    left = budget - required
+    assert SIZES_0_5_16["soundfile"] > left > SIZES_0_5_16["cffi"] + SIZES_0_5_16["pycparser"]
+    d = choose(_release_candidates(), budget, {"attention-backend": "triton"})
+    assert d["fits"]
+    assert [x["name"] for x in d["left_out"]] == ["sglang-kernel (full)", "soundfile"]
+    sf = d["left_out"][1]
+    assert not sf["required"] and sf["reason"] == f"full is 1.3 MiB, {left / MIB:.1f} MiB left"
+    assert "audio inputs" in sf["disables"]
+    assert d["total"] == required + SIZES_0_5_16["cffi"] + SIZES_0_5_16["pycparser"]
+    assert RELEASE_0_5_16_SLIM + d["total"] <= int(60.5 * MIB)
+
+
+def test_an_optional_wheel_is_left_out_before_any_required_one():
+    """A budget that fits every required wheel but one byte less than all of them: the required ones
+    all go in, whatever the optional ones' sizes; one byte less still: a required wheel is left out
+    and the bundle does not fit."""
+    cands = _release_candidates()
+    required = 15031806 + sum(s for n, s in SIZES_0_5_16.items() if n not in STUBBABLE)
+    d = choose(cands, required, {"attention-backend": "triton"})
+    assert d["fits"] and d["total"] == required
+    assert {x["name"] for x in d["left_out"]} == {"sglang-kernel (full)", *STUBBABLE}
+    d = choose(cands, required - 1, {"attention-backend": "triton"})
+    assert not d["fits"]
+    assert any(x["required"] for x in d["left_out"])

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from sgl_overlay import bundle, source
+from sgl_overlay.bundle import MIB
 from sgl_overlay.errors import OverlayError
 from tests.gpu.e2e_script import e2e
 
@@ -114,3 +115,61 @@ def test_e2e_refuses_the_patched_tree_of_a_pristine_bundle(tmp_path):
     with pytest.raises(SystemExit, match="pristine bundle of sglang 0.5.18.*--trees pristine"):
         e2e.main(["--bundle", str(b), "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"), "--cases", "dense"])
     assert not (tmp_path / "w").exists()
+
+
+# --slim-release (bundle.RELEASE_SLIM_DROP): the release's wheel without the diffusion runtime and the gRPC
+# module, which the server's start never imports (tests/gpu/test_start_imports.py walks it)
+
+def _members(z):
+    return {i.filename: i for i in z.infolist() if not i.is_dir()}
+
+
+@pytest.mark.parametrize("version", ["0.5.13.post1", "0.5.14", "0.5.16"])
+def test_slim_release_wheel_lacks_exactly_the_dropped_members(tmp_path, version):
+    import base64
+    import csv
+    import hashlib
+    import io
+    import zipfile
+
+    wheel = source.fetch_release(version, tags=TAGS)
+    slim = bundle.slim_wheel(wheel, tmp_path, bundle.RELEASE_SLIM_DROP)
+    assert slim.name == f"sglang-{version}+slim-{TAGS}.whl"
+    old_info, new_info = f"sglang-{version}.dist-info/", f"sglang-{version}+slim.dist-info/"
+    with zipfile.ZipFile(wheel) as r, zipfile.ZipFile(slim) as s:
+        before, after = _members(r), _members(s)
+        dropped = {n for n in before if n.startswith(("sglang/multimodal_gen/", "sglang/srt/grpc/"))}
+        assert "sglang/srt/grpc/_core.cpython-311-x86_64-linux-gnu.so" in dropped
+        assert "sglang/multimodal_gen/__init__.py" in dropped and len(dropped) > 600
+        renamed = {(new_info + n[len(old_info):] if n.startswith(old_info) else n) for n in set(before) - dropped}
+        assert set(after) == renamed
+        # every kept member byte for byte, but the METADATA's version and the RECORD
+        for n in set(before) - dropped:
+            if n.startswith(old_info):
+                continue
+            assert s.read(n) == r.read(n), n
+        meta = s.read(new_info + "METADATA").decode()
+        assert f"\nVersion: {version}+slim\n" in meta
+        assert meta.replace(f"Version: {version}+slim", f"Version: {version}") == r.read(old_info + "METADATA").decode()
+        # the RECORD lists every member once, with its own sha256 and size (the RECORD itself without)
+        rows = list(csv.reader(io.StringIO(s.read(new_info + "RECORD").decode())))
+        assert sorted(row[0] for row in rows) == sorted(after)
+        for path, digest, size in rows:
+            if path == new_info + "RECORD":
+                assert digest == size == ""
+                continue
+            data = s.read(path)
+            assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert int(size) == len(data)
+    assert slim.stat().st_size < wheel.stat().st_size - MIB
+
+
+def test_cli_slim_release_without_release_is_a_usage_error(tmp_path):
+    out, dl = tmp_path / "out", tmp_path / "dl"
+    p = _cli("--slim-release", "--python", "3.11", "--out", str(out), "--downloads", str(dl), "--json", "-q")
+    assert p.returncode == 2, p.stderr
+    d = json.loads(p.stdout)
+    assert d["error"] == "--slim-release slims another release's wheel: it needs --release VERSION"
+    assert "never slimmed" in d["hint"] and d["exit_code"] == 2
+    assert "error: --slim-release" in p.stderr
+    assert not out.exists() and not dl.exists() and not (tmp_path / "out.wheel").exists()

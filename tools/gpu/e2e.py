@@ -259,10 +259,10 @@ def install(bundle, work):
 
 # import-only stand-ins for what the server imports at module level but the checks never use, written when
 # neither the machine nor the bundle has the package: sglang/utils.py imports IPython.display (for notebooks;
-# IPython and its dependencies are 7.5 MiB); from v0.5.16 the OpenAI transcription route imports soundfile
-# (audio inputs), which a slim release bundle leaves out (bundle.STUBBABLE), and the function-call parser
-# xgrammar (below).  What each release's start imports that neither the machine nor a bundle has was listed
-# with an AST walk of its module-level imports from sglang.launch_server (docs/gpu.md)
+# IPython and its dependencies are 7.5 MiB); the OpenAI streaming-ASR and realtime routes import soundfile
+# (audio inputs; the pin and every release since), which a bundle at its budget may leave out (bundle.STUBBABLE:
+# v0.5.16's), and from v0.5.16 the function-call parser imports xgrammar (below).  What a release's start
+# imports that neither the machine nor a bundle has: tools/imports.py (docs/gpu.md)
 STUBS = {
     "IPython": {"IPython/__init__.py": "", "IPython/display.py": "class HTML(str):\n    pass\n\n\ndef display(*a, **k):\n    pass\n"},
     "soundfile": {"soundfile.py": "# stand-in (tools/gpu/e2e.py STUBS): audio inputs are not available\n"},

@@ -6,13 +6,14 @@
   plan     will this model start on this GPU with these flags (docs/plan.md)
   stack    rebase, refresh, export and lint the patch stack (docs/stack.md)
   bundle   the patched wheel + runtime wheels for a GPU machine without a network (docs/gpu.md)
+  imports  what a server's start imports that the GPU machine and a bundle lack (docs/gpu.md)
 
 `python tools/NAME.py ARGS...` is the same as `sgl-overlay NAME ARGS...`.
 """
 import importlib
 import sys
 
-COMMANDS = ("apply", "bisect", "regress", "plan", "stack", "bundle")
+COMMANDS = ("apply", "bisect", "regress", "plan", "stack", "bundle", "imports")
 
 
 def main(argv=None):

@@ -288,24 +288,28 @@ def _candidates(deps, dl_dir, python, platform, say):
     if missing:
         say(f"downloading {len(missing)} runtime wheel(s) with pip")
         _download(missing, dl_dir, python, platform)
-    cands = []
-    files = {}
-    for name, _, why in RUNTIME:
+    variants, files = {}, {}
+    for name, _, _ in RUNTIME:
         f = _find(dl_dir, name)
         if f is None:
             raise OverlayError(f"pip did not fetch {name}", hint="check the package index")
-        variants = [Variant("full", f.stat().st_size)]
+        variants[name] = [Variant("full", f.stat().st_size)]
         files[(name, "full")] = f
         if name == "sglang-kernel":
             slim_dir = dl_dir / "slim"
             slim_dir.mkdir(exist_ok=True)
             wname, version, _ = versions.wheel(f.name)
             s = next(iter(slim_dir.glob(f"{wname}-{version}+slim-*.whl")), None) or slim_wheel(f, slim_dir, KERNEL_SLIM_DROP)
-            variants.append(Variant("slim", s.stat().st_size, kernel_slim_disables(f),
-                                    requires=(("attention-backend", "triton"),)))
+            variants[name].append(Variant("slim", s.stat().st_size, kernel_slim_disables(f),
+                                          requires=(("attention-backend", "triton"),)))
             files[(name, "slim")] = s
-        cands.append(Candidate(name, tuple(variants), name not in STUBBABLE, why))
-    return cands, files
+    return runtime_candidates(variants), files
+
+
+def runtime_candidates(variants):
+    """The ``Candidate`` of each RUNTIME wheel, in RUNTIME's order, from
+    ``{name: [Variant, ...]}``: required but for STUBBABLE ones."""
+    return [Candidate(name, tuple(variants[name]), name not in STUBBABLE, why) for name, _, why in RUNTIME]
 
 
 def _decide_and_write(cands, files, first_wheel, fixed, out, budget, config, manifest):

@@ -13,10 +13,13 @@ variant, is stated with what that disables.
 With --release, a pristine bundle of another release instead: its own wheel
 (no stack) and the runtime wheels at its own pins; refused (exit 1) when the
 release requires another version of what the machine provides (--machine,
-default torch==2.11.0 triton==3.6.0: the H200's).
+default torch==2.11.0 triton==3.6.0: the H200's).  --slim-release leaves out
+of the release's wheel what the server never imports at start (its diffusion
+runtime and gRPC module; local version +slim).
 
 Exit codes: 0 bundle written, 1 a required wheel does not fit the budget, or
-the release cannot run on the machine, 2 bad usage, 3 integrity failure
+the release cannot run on the machine, 2 bad usage (--slim-release without
+--release too), 3 integrity failure
 (docs/exit-codes.md).
 """
 import argparse
