@@ -58,6 +58,16 @@ def _dflash_turns_overlap_off(root: Path) -> bool:
     return False
 
 
+def _drafter_starts_before_sizing(root: Path) -> bool:
+    """``Scheduler.init_model_worker`` calls ``self.maybe_init_draft_worker()`` before
+    ``self.init_memory_pools()`` (v0.5.14+); up to v0.5.13.post1 it has no
+    ``init_memory_pools`` call: the target's ``ModelRunner`` sizes its pools while it
+    starts, before the scheduler starts the drafter."""
+    fn = _function(_text(root, "managers/scheduler.py"), "init_model_worker")
+    draft, pools = fn.find("self.maybe_init_draft_worker()"), fn.find("self.init_memory_pools()")
+    return 0 <= draft < pools
+
+
 # fact -> (since, marker in the release's code)
 FACTS = {
     "QWEN35_SINCE": lambda r: (r / "sglang/srt/configs/qwen3_5.py").is_file(),
@@ -73,6 +83,7 @@ FACTS = {
         _sizing(r, "resolve_max_num_reqs") or _sizing(r, "_resolve_max_num_reqs")),
     "OVERLAP_KEPT_SINCE": lambda r: "DFLASH" in _text(r, "speculative/spec_info.py")
     and not _dflash_turns_overlap_off(r),
+    "DRAFTER_FIRST_SINCE": _drafter_starts_before_sizing,
     "MM_RESERVE_SINCE": lambda r: "mm_runtime_reservation_gb" in _sizing(r, "_profile_available_bytes")
     and "SGLANG_VLM_CACHE_SIZE_MB = EnvInt(100)" in _text(r, "environ.py"),
 }
