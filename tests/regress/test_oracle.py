@@ -111,6 +111,23 @@ def test_oracle_reproduces_the_incident():
         "broken", 0, 11893)
 
 
+@pytest.mark.parametrize("release,mfs,outcome,figures,remedy", [
+    ("0.5.13.post1", 0.6856901, "ok", {"max_mamba_cache_size": 24, "max_total_num_tokens": 3079,
+                                       "max_running_requests": 4}, None),
+    ("0.5.14", 0.6856901, "refused", {}, 0.587),
+    ("0.5.16", 0.6856901, "refused", {}, 0.587),
+    ("0.5.14", 0.725, "ok", {"max_mamba_cache_size": 24, "max_total_num_tokens": 4288, "max_running_requests": 4}, None),
+    ("0.5.16", 0.725, "ok", {"max_mamba_cache_size": 24, "max_total_num_tokens": 4288, "max_running_requests": 4}, None),
+])
+def test_oracle_reproduces_the_h200_servers(release, mfs, outcome, figures, remedy):
+    """Real SGLang servers on the H200 (docs/gpu_results/2026-12-02: r13, r14, r16; dflash-smoke's
+    flags on the readings of h200-dflash-smoke, whose drafter's footprint was measured there):
+    v0.5.13.post1 logged 3,079 KV tokens, 4 requests, 24 Mamba slots; v0.5.14 and v0.5.16 refused
+    0.6856901 ("Raise --mem-fraction-static above 0.587") and at 0.725 logged 4,288 / 4 / 24."""
+    cell = oracle._size(oracle.version(release), oracle.load("h200-dflash-smoke"), mfs)
+    assert (cell.outcome, cell.figures, cell.remedy) == (outcome, figures, remedy)
+
+
 def test_oracle_imports_neither_the_harness_nor_sglang():
     tree = ast.parse(Path(oracle.__file__).read_text(encoding="utf-8"))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
