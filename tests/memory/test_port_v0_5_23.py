@@ -44,9 +44,13 @@ def report(tree: Path, name: str) -> dict:
 
 
 def budget_bytes(name: str) -> float:
-    """post - pre x (1 - mem_fraction_static) - the multimodal reservation, bytes."""
+    """post - the drafter's footprint - pre x (1 - mem_fraction_static) - the multimodal
+    reservation, bytes.  v0.5.23 starts the drafter before it sizes the KV cache
+    (sgl-project/sglang#28855): its reading is the target's post-load one less the drafter's
+    footprint, the scenario's [draft] weights_gib."""
     s = load_scenario(name)
-    gib = s.gpu["post_load_free_gib"] - s.gpu["pre_load_free_gib"] * (1 - s.server["mem_fraction_static"])
+    post = s.gpu["post_load_free_gib"] - (s.draft or {}).get("weights_gib", 0)
+    gib = post - s.gpu["pre_load_free_gib"] * (1 - s.server["mem_fraction_static"])
     return gib * GIB - VLM_CACHE_BYTES
 
 
