@@ -50,6 +50,7 @@ def without_drafter_weights(name, directory):
     start = text.index("\n[draft]")
     line = text.index("\nweights_gib = ", start)
     assert line < text.index("\n[server]"), f"{name}: no weights_gib in its [draft] table"
+    Path(directory).mkdir(parents=True, exist_ok=True)
     out = Path(directory) / f"{name}.toml"
     out.write_text(text[:line] + text[text.index("\n", line + 1):])
     return out

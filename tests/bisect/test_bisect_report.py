@@ -98,7 +98,7 @@ def test_release_report_dflash_smoke(tmp_path):
     assert restore["goal"] == {"max_total_num_tokens": 13398, "max_running_requests": 4, "max_mamba_cache_size": 24}
     got = restore["at_value"]["figures"]
     assert got["max_total_num_tokens"] >= 13398 and got["max_running_requests"] >= 4 and got["max_mamba_cache_size"] >= 24
-    assert f"that starts it at v0.5.17: **{first['value']:.3f}** (the message stated 0.580)" in remedy
+    assert f"that starts it at v0.5.17: **{first['value']:.3f}** (the message stated 0.58)" in remedy
 
     # the scenario file, verbatim and parseable, and the checkout commands
     repro = section(text, "Reproducer")
