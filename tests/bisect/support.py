@@ -41,6 +41,21 @@ def results(log):
     return [json.loads(l) for l in Path(log).read_text().splitlines() if '"type": "result"' in l]
 
 
+def without_drafter_weights(name, directory):
+    """A copy of the shipped scenario ``name`` without ``[draft] weights_gib``, written to
+    ``directory``: its figures are the target's reading alone, which releases from v0.5.14
+    (sgl-project/sglang#28855, the drafter starts before the sizing) overstate, and say so."""
+    from sgl_overlay.harness import load_scenario
+    text = load_scenario(name).path.read_text()
+    start = text.index("\n[draft]")
+    line = text.index("\nweights_gib = ", start)
+    assert line < text.index("\n[server]"), f"{name}: no weights_gib in its [draft] table"
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    out = Path(directory) / f"{name}.toml"
+    out.write_text(text[:line] + text[text.index("\n", line + 1):])
+    return out
+
+
 def history():
     return release_history(HISTORY)
 

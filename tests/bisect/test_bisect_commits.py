@@ -3,7 +3,7 @@ real release trees (sgl_overlay.release_history.release_history): the release
 answers at commit granularity, the patch stack at every step (a patch
 already upstream is dropped, a stack that does not apply is a skip),
 --jobs 2, and a good ref off the first-parent line (merge base)."""
-from tests.bisect.support import branchy_history, bisect, bound, results
+from tests.bisect.support import branchy_history, bisect, bound, results, without_drafter_weights
 
 
 def run(tmp_path, trees, repo, *args):
@@ -17,11 +17,13 @@ def label(point):
 
 
 def test_zero_requests_fixed_at_the_0_5_13_commit(tmp_path, trees, repo):
-    rc, data, err, log = run(tmp_path, trees, repo, "--bad", "v0.5.11", "--good", "v0.5.16", "--fixed",
+    # the fix holds through v0.5.13.post1; from v0.5.14 the drafter's footprint counts in the
+    # sizing's reading (sgl-project/sglang#28855) and the scenario is refused again
+    rc, data, err, log = run(tmp_path, trees, repo, "--bad", "v0.5.11", "--good", "v0.5.13.post1", "--fixed",
                              "--scenario", "zero-requests-dflash")
     assert rc == 0, err
     assert label(data["first_new"]) == "sglang 0.5.13" and label(data["last_old"]) == "sglang 0.5.12.post1"
-    assert data["executions"] <= bound(9)
+    assert data["executions"] <= bound(5)
 
 
 def test_negative_rest_fixed_at_the_0_5_14_commit(tmp_path, trees, repo):
@@ -40,8 +42,11 @@ def test_negative_rest_incident_not_in_range_at_commit_level(tmp_path, trees, re
 
 
 def test_with_stack_and_jobs_2_same_answer_skipping_where_the_stack_does_not_apply(tmp_path, trees, repo, stack_root):
+    # the stack's skip (v0.5.14) and drops (v0.5.13, v0.5.16) need a range that passes at v0.5.16:
+    # the scenario without the drafter's footprint, which from v0.5.14 is refused with it
+    scenario = without_drafter_weights("zero-requests-dflash", tmp_path)
     rc, data, err, log = run(tmp_path, trees, repo, "--bad", "v0.5.11", "--good", "v0.5.16", "--fixed",
-                             "--scenario", "zero-requests-dflash", "--with-stack", "--root", str(stack_root),
+                             "--scenario", str(scenario), "--with-stack", "--root", str(stack_root),
                              "--jobs", "2")
     assert rc == 0, err
     assert label(data["first_new"]) == "sglang 0.5.13"
@@ -75,9 +80,11 @@ def test_with_stack_skip_at_the_answer_is_inconclusive(tmp_path, trees, repo, st
 
 
 def test_good_ref_off_the_first_parent_line_bisects_from_the_merge_base(tmp_path, trees):
-    """v0.5.12.post1 sits on a release branch off 0.5.12, as upstream's tags do."""
+    """v0.5.12.post1 sits on a release branch off 0.5.12, as upstream's tags do.  (v0.5.13, not
+    v0.5.14, is the good end: from v0.5.14 the drafter's footprint counts and the scenario is
+    refused again.)"""
     repo = branchy_history()
-    rc, data, err, log = run(tmp_path, trees, repo, "--bad", "v0.5.12.post1", "--good", "v0.5.14", "--fixed",
+    rc, data, err, log = run(tmp_path, trees, repo, "--bad", "v0.5.12.post1", "--good", "v0.5.13", "--fixed",
                              "--scenario", "zero-requests-dflash")
     assert rc == 0, err
     assert label(data["first_new"]) == "sglang 0.5.13" and label(data["last_old"]) == "sglang 0.5.12"

@@ -16,7 +16,8 @@ from sgl_overlay import gitcmd, source
 from sgl_overlay.bisect import issue
 from sgl_overlay.harness import load_scenario
 from sgl_overlay.release_history import release_history
-from tests.bisect.support import ROOT, bisect
+from tests.bisect.support import ROOT, bisect, without_drafter_weights
+from tests.regress import oracle
 
 
 def refusal_text(version, relpath, mfs, pre, post):
@@ -46,37 +47,40 @@ def run_report(tmp_path, *args):
 
 
 def test_release_report_dflash_smoke(tmp_path):
-    """v0.5.16 starts the known-good DFlash service, v0.5.17 refuses it with
-    a hint the command already satisfies: the issue's first finding."""
-    text, data = run_report(tmp_path, "--releases", "0.5.16..0.5.17", "--scenario", "dflash-smoke")
-    sc = load_scenario("dflash-smoke")
+    """v0.5.16 starts the known-good DFlash service (its --mem-fraction-static raised by the
+    drafter's share, dflash-smoke-raised), v0.5.17 refuses it with a hint the command already
+    satisfies: the issue's first finding."""
+    text, data = run_report(tmp_path, "--releases", "0.5.16..0.5.17", "--scenario", "dflash-smoke-raised")
+    sc = load_scenario("dflash-smoke-raised")
     gpu, mfs = sc.gpu, sc.server["mem_fraction_static"]
+    # both releases start the drafter before they size (sgl-project/sglang#28855): the sizing reads
+    # the target's post-load free memory less the drafter's footprint
+    post = gpu["post_load_free_gib"] - sc.draft["weights_gib"]
     assert data["first_new"]["id"] == "0.5.17" and data["last_old"]["id"] == "0.5.16"
 
     # the command at the top writes this report again
-    assert f"`python tools/bisect.py --releases 0.5.16..0.5.17 --scenario dflash-smoke --report {tmp_path}/report.md`" \
+    assert f"`python tools/bisect.py --releases 0.5.16..0.5.17 --scenario dflash-smoke-raised --report {tmp_path}/report.md`" \
         in text.split("## Symptom")[0]
 
     rows = section(text, "First bad and last good")
     assert "| first bad | [`v0.5.17`](https://github.com/sgl-project/sglang/releases/tag/v0.5.17) |" in rows
-    # both releases count the drafter's weights in the sizing's reading (v0.5.14+, #28855), which
-    # dflash-smoke does not give: the report says its figures use the target's reading
-    caveat = section(text, "Figures on both sides of the first bad release")
-    assert "Caveat: v0.5.16 and v0.5.17 start the drafter before they size the KV cache" in caveat
-    assert "sgl-project/sglang#28855" in caveat
+    # the scenario gives the drafter's footprint: no caveat that the figures overstate the budget
+    assert "Caveat:" not in section(text, "Figures on both sides of the first bad release")
     assert "| last good | [`v0.5.16`](https://github.com/sgl-project/sglang/releases/tag/v0.5.16) |" in rows
 
-    # the error, as v0.5.17's own source words it for 94.24 GiB before / 43.19 GiB after the weights
-    want = refusal_text("0.5.17", "srt/mem_cache/kv_cache_configurator.py", mfs,
-                        gpu["pre_load_free_gib"], gpu["post_load_free_gib"])
-    assert "Raise --mem-fraction-static above 0.542" in want        # 1 - 43.19/94.24 = 0.5417
+    # the error, as v0.5.17's own source words it for 94.24 GiB before / 43.19 - 3.584 GiB at the sizing
+    want = refusal_text("0.5.17", "srt/mem_cache/kv_cache_configurator.py", mfs, gpu["pre_load_free_gib"], post)
+    assert "Raise --mem-fraction-static above 0.580" in want        # 1 - 39.606/94.24 = 0.5797
     err = section(text, "Error message")
     assert f"```text\n{want}\n```" in err
     assert "`ValueError` raised at `sglang/srt/mem_cache/kv_cache_configurator.py:" in err
 
-    # the known-good figures of scenario A (docs/incidents.md): 24 slots, 11,893 tokens, 4 requests
+    # the last good figures, re-derived by hand (tests/regress/oracle.py, docs/regress.md): 24 slots,
+    # 13,398 tokens, 4 requests
+    assert oracle.expect("0.5.16", "dflash-smoke-raised").figures == {
+        "max_mamba_cache_size": 24, "max_total_num_tokens": 13398, "max_running_requests": 4}
     figs = section(text, "Figures on both sides of the first bad release")
-    assert "| KV cache tokens (`max_total_num_tokens`) | 11,893 | — |" in figs
+    assert "| KV cache tokens (`max_total_num_tokens`) | 13,398 | — |" in figs
     assert "| running requests (`max_running_requests`) | 4 | — |" in figs
     assert "| Mamba state slots (`max_mamba_cache_size`) | 24 | — |" in figs
     assert "| outcome | ok | refused |" in figs
@@ -84,24 +88,23 @@ def test_release_report_dflash_smoke(tmp_path):
     # the remedy: already satisfied by the command, and applied it is refused again
     remedy = section(text, "Why the stated remedy does not work")
     assert f"already satisfied: mem_fraction_static is {mfs}" in remedy
-    again = refusal_text("0.5.17", "srt/mem_cache/kv_cache_configurator.py", 0.542,
-                         gpu["pre_load_free_gib"], gpu["post_load_free_gib"])
-    assert "Applied anyway, the harness re-ran the scenario with `--mem-fraction-static 0.542`: refused" in remedy
+    again = refusal_text("0.5.17", "srt/mem_cache/kv_cache_configurator.py", 0.58, gpu["pre_load_free_gib"], post)
+    assert "Applied anyway, the harness re-ran the scenario with `--mem-fraction-static 0.58`: refused" in remedy
     assert again in remedy
     # what does work, searched by the harness: above the command's own value (refused), and the
-    # value that gives back the last good figures gives at least 24 / 11,893 / 4
+    # value that gives back the last good figures gives at least 24 / 13,398 / 4
     first, restore = data["report"]["evidence"]["working_values"]
     assert first["value"] > mfs and first["at_value"]["outcome"] == "ok" and first["below"]["report"]["outcome"] != "ok"
-    assert restore["goal"] == {"max_total_num_tokens": 11893, "max_running_requests": 4, "max_mamba_cache_size": 24}
+    assert restore["goal"] == {"max_total_num_tokens": 13398, "max_running_requests": 4, "max_mamba_cache_size": 24}
     got = restore["at_value"]["figures"]
-    assert got["max_total_num_tokens"] >= 11893 and got["max_running_requests"] >= 4 and got["max_mamba_cache_size"] >= 24
-    assert f"that starts it at v0.5.17: **{first['value']:.3f}** (the message stated 0.542)" in remedy
+    assert got["max_total_num_tokens"] >= 13398 and got["max_running_requests"] >= 4 and got["max_mamba_cache_size"] >= 24
+    assert f"that starts it at v0.5.17: **{first['value']:.3f}** (the message stated 0.58)" in remedy
 
     # the scenario file, verbatim and parseable, and the checkout commands
     repro = section(text, "Reproducer")
     inline = repro.split("```toml\n", 1)[1].split("\n```", 1)[0]
-    assert inline + "\n" == sc.path.read_text() and tomllib.loads(inline)["name"] == "dflash-smoke"
-    assert "git -C sglang checkout v0.5.17\npython tools/regress.py --tree sglang --scenario dflash-smoke.toml" in repro
+    assert inline + "\n" == sc.path.read_text() and tomllib.loads(inline)["name"] == "dflash-smoke-raised"
+    assert "git -C sglang checkout v0.5.17\npython tools/regress.py --tree sglang --scenario dflash-smoke-raised.toml" in repro
 
     env = section(text, "Environment")
     head = gitcmd.out(ROOT, "rev-parse", "HEAD")
@@ -117,9 +120,21 @@ def test_release_report_dflash_smoke(tmp_path):
     ev = {**ev, "environment": {**ev["environment"], "sglang_settings": {"SGLANG_MAMBA_CONV_DTYPE": "float32"}}}
     under = issue.render(ev)
     assert f"`SGLANG_MAMBA_CONV_DTYPE=float32 python tools/bisect.py --releases 0.5.16..0.5.17 " in under
-    assert "SGLANG_MAMBA_CONV_DTYPE=float32 python tools/regress.py --tree sglang --scenario dflash-smoke.toml" \
+    assert "SGLANG_MAMBA_CONV_DTYPE=float32 python tools/regress.py --tree sglang --scenario dflash-smoke-raised.toml" \
         in section(under, "Reproducer")
     assert "`SGLANG_MAMBA_CONV_DTYPE=float32`" in section(under, "Environment")
+
+
+def test_release_report_says_when_the_scenario_lacks_the_drafters_footprint(tmp_path):
+    """dflash-smoke without [draft] weights_gib: v0.5.16 starts it on the target's reading and
+    v0.5.17 refuses it; both start the drafter before they size the KV cache, so the report says
+    that its figures use the target's reading (and overstate the budget)."""
+    scenario = without_drafter_weights("dflash-smoke", tmp_path / "sc")
+    text, data = run_report(tmp_path, "--releases", "0.5.16..0.5.17", "--scenario", str(scenario))
+    assert data["first_new"]["id"] == "0.5.17" and data["last_old"]["id"] == "0.5.16"
+    caveat = section(text, "Figures on both sides of the first bad release")
+    assert "Caveat: v0.5.16 and v0.5.17 start the drafter before they size the KV cache" in caveat
+    assert "sgl-project/sglang#28855" in caveat
 
 
 def test_commit_report_hint_that_fails_when_applied(tmp_path):
@@ -137,12 +152,15 @@ def test_commit_report_hint_that_fails_when_applied(tmp_path):
     assert str(repo) not in text                 # the clone read is never cited; the public repository is
 
     sc = load_scenario("hint-excludes-mamba")
-    pre, post = sc.gpu["pre_load_free_gib"], sc.gpu["post_load_free_gib"]
+    # v0.5.14 starts the drafter before it sizes (sgl-project/sglang#28855): its reading is the
+    # target's post-load one less the drafter's footprint, 43.19 - 3.584 GiB
+    pre, post = sc.gpu["pre_load_free_gib"], sc.gpu["post_load_free_gib"] - sc.draft["weights_gib"]
     rel = "srt/model_executor/model_runner_kv_cache_mixin.py"
     assert f"```text\n{refusal_text('0.5.14', rel, 0.5, pre, post)}\n```" in section(text, "Error message")
     remedy = section(text, "Why the stated remedy does not work")
-    assert "does not work: re-run with --mem-fraction-static 0.542: refused" in remedy
-    assert refusal_text("0.5.14", rel, 0.542, pre, post) in remedy
+    # 1 - 39.606/94.24 = 0.5797 -> 0.580; at 0.58: 39.606 - 94.24 x 0.42 = 0.025 GiB, less than the Mamba state
+    assert "does not work: re-run with --mem-fraction-static 0.58: refused" in remedy
+    assert refusal_text("0.5.14", rel, 0.58, pre, post) in remedy
     assert f"git -C sglang checkout {bad}\n" in section(text, "Reproducer")
 
 

@@ -44,9 +44,13 @@ def report(tree: Path, name: str) -> dict:
 
 
 def budget_bytes(name: str) -> float:
-    """post - pre x (1 - mem_fraction_static) - the multimodal reservation, bytes."""
+    """post - the drafter's footprint - pre x (1 - mem_fraction_static) - the multimodal
+    reservation, bytes.  v0.5.23 starts the drafter before it sizes the KV cache
+    (sgl-project/sglang#28855): its reading is the target's post-load one less the drafter's
+    footprint, the scenario's [draft] weights_gib."""
     s = load_scenario(name)
-    gib = s.gpu["post_load_free_gib"] - s.gpu["pre_load_free_gib"] * (1 - s.server["mem_fraction_static"])
+    post = s.gpu["post_load_free_gib"] - (s.draft or {}).get("weights_gib", 0)
+    gib = post - s.gpu["pre_load_free_gib"] * (1 - s.server["mem_fraction_static"])
     return gib * GIB - VLM_CACHE_BYTES
 
 
@@ -123,15 +127,29 @@ def test_default_48_lowered_to_fit(port):
 def test_users_count_refused_with_slot_remedy(port):
     """The user's 4 requests with 24 explicit Mamba slots do not fit
     (dflash-smoke-tight): refused, not silently capped, with the largest
-    count that fits, the slot count the 4 requests need (4 x 1 slot with the
-    radix cache off) and a --mem-fraction-static, each re-run ok."""
+    count n that fits (25 state slots and (n + 1) x 16 intermediate slots leave
+    n x 16 + 7 KV tokens), a --mem-fraction-static, and the slot count the 4
+    requests need (4 x 1 slot with the radix cache off) where 4 requests fit
+    with it; each re-run ok.  With the drafter's footprint counted (v0.5.23 starts
+    the drafter before it sizes) 4 requests do not fit even with 4 slots, so no
+    slot remedy is stated."""
     name = "dflash-smoke-tight"
     rep = report(port, name)
     server = load_scenario(name).server
     assert rep["outcome"] == "refused", rep["reason"]
     remedies = machine_remedies(rep)
-    assert remedies.get("max_mamba_cache_size") == server["max_running_requests"], remedies
-    assert remedies.get("max_running_requests") == server["max_running_requests"] - 1, remedies
+    per_req = rep["figures"]["mamba_cache_per_req_bytes"]
+    draft, cell, want = load_scenario(name).draft["block_size"], kv_bytes_per_token(name), server["max_running_requests"]
+
+    def fits(n, slots):
+        return int(budget_bytes(name) - (slots + 1) * per_req - (n + 1) * draft * per_req) // cell >= n * draft + 7
+
+    largest = max(k for k in range(1, want) if fits(k, server["max_mamba_cache_size"]))
+    # the refusal names the count asked for and the largest that fits, not only the budget's deficit
+    assert f"--max-running-requests {want} does not fit" in rep["error"]["message"], rep["error"]["message"][:300]
+    assert f"at most {largest} fit" in rep["error"]["message"], rep["error"]["message"][:300]
+    assert remedies.get("max_running_requests") == largest, remedies
+    assert remedies.get("max_mamba_cache_size") == (want if fits(want, want) else None), remedies
     assert "mem_fraction_static" in remedies, remedies
     assert all(r["works"] for r in rep["remedies"]), [r["why"] for r in rep["remedies"]]
 
@@ -139,12 +157,13 @@ def test_users_count_refused_with_slot_remedy(port):
 # -- over-budget-start.patch --------------------------------------------------
 
 def test_dflash_smoke_starts(port):
-    """The known-good service v0.5.12.post1-v0.5.16 start (4 requests, 24
-    slots) starts again: over budget by the two padding slots 59ef3b15cc
+    """The known-good service v0.5.14-v0.5.16 start (4 requests, 24 slots, with
+    --mem-fraction-static raised by the drafter's share: dflash-smoke-raised)
+    starts again: over budget by the two padding slots 59ef3b15cc
     reserves (one state slot + one 16-token intermediate slot = 17 x
     mamba_cache_per_req), with a --mem-fraction-static remedy that re-runs
     within the budget (case fits) with at least the same figures."""
-    name = "dflash-smoke"
+    name = "dflash-smoke-raised"
     rep = report(port, name)
     server = load_scenario(name).server
     assert rep["outcome"] == "ok", rep["reason"]

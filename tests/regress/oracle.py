@@ -24,7 +24,12 @@ What varies between releases, each fact read in the release's own code
 * ``MM_RESERVE_SINCE``: 100 MiB (``SGLANG_VLM_CACHE_SIZE_MB``) of the KV budget
   reserved for a multimodal model (``mm_runtime_reservation_gb``);
 * ``REQS_BY_TOKENS_SINCE``: an explicit ``--max-running-requests`` is capped by
-  ``tokens // 2`` (before: by the 2048..4096 estimate).
+  ``tokens // 2`` (before: by the 2048..4096 estimate);
+* ``DRAFTER_FIRST_SINCE``: ``Scheduler.init_model_worker`` starts the drafter
+  (``maybe_init_draft_worker``) before it sizes the pools (``init_memory_pools``),
+  so the sizing's free-memory reading is the target's post-load one less the
+  drafter's footprint (the scenario's ``[draft] weights_gib``); before, the
+  target's ``ModelRunner`` sized its pools before any drafter existed.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ PADDED_SINCE = (0, 5, 17)
 OVERLAP_KEPT_SINCE = (0, 5, 14)
 MM_RESERVE_SINCE = (0, 5, 18)
 REQS_BY_TOKENS_SINCE = (0, 5, 14)
+DRAFTER_FIRST_SINCE = (0, 5, 14)
 RUNTIME_REFUSAL_SINCE = (0, 5, 13)  # "state cache is too small to serve any requests"
 DFLASH_DEFAULT_REQUESTS = 48        # what DFLASH sets an unset --max-running-requests to
 KV_BYTES = {"auto": 2, "bfloat16": 2, "bf16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -70,13 +76,22 @@ class Cell:
     passed: bool | None = None
 
 
-def available_gib(gpu: dict, mfs: float) -> float:
-    """post-load free memory minus the (1 - mem_fraction_static) slack of the pre-load free memory."""
-    return gpu["post_load_free_gib"] - gpu["pre_load_free_gib"] * (1 - mfs)
+def reading_gib(v: tuple, sc: dict) -> float:
+    """The free memory the sizing reads after the weights: the target's post-load reading,
+    less the drafter's footprint where the release starts the drafter first."""
+    post = sc["gpu"]["post_load_free_gib"]
+    if v >= DRAFTER_FIRST_SINCE and sc["server"].get("speculative_algorithm"):
+        post -= (sc.get("draft") or {}).get("weights_gib", 0)
+    return post
 
 
-def suggested_mfs(gpu: dict) -> float:
-    return math.ceil(1000 * (1 - gpu["post_load_free_gib"] / gpu["pre_load_free_gib"])) / 1000
+def available_gib(v: tuple, sc: dict, mfs: float) -> float:
+    """The sizing's post-load reading minus the (1 - mem_fraction_static) slack of the pre-load free memory."""
+    return reading_gib(v, sc) - sc["gpu"]["pre_load_free_gib"] * (1 - mfs)
+
+
+def suggested_mfs(v: tuple, sc: dict) -> float:
+    return math.ceil(1000 * (1 - reading_gib(v, sc) / sc["gpu"]["pre_load_free_gib"])) / 1000
 
 
 def dense_cell_bytes(model: dict, server: dict) -> int:
@@ -116,16 +131,16 @@ def estimated_requests(tokens: int, context_len: int) -> int:
     return max(min(int(tokens / context_len * 512), 4096), 2048)
 
 
-def refusal(v: tuple, gpu: dict) -> Cell:
+def refusal(v: tuple, sc: dict) -> Cell:
     if v >= VALUE_SINCE:
-        return Cell("refused", "Loaded weights leave no GPU memory", remedy=suggested_mfs(gpu))
+        return Cell("refused", "Loaded weights leave no GPU memory", remedy=suggested_mfs(v, sc))
     return Cell("refused", "Not enough memory")
 
 
 def dense(v: tuple, sc: dict, mfs: float) -> Cell:
-    rest = available_gib(sc["gpu"], mfs)
+    rest = available_gib(v, sc, mfs)
     if rest <= 0:
-        return refusal(v, sc["gpu"])
+        return refusal(v, sc)
     tokens = int(rest * GIB) // dense_cell_bytes(sc["model"], sc["server"])
     requests = min(estimated_requests(tokens, sc["model"]["context_len"]), tokens // 2)
     return Cell("ok", figures={"max_total_num_tokens": tokens, "max_running_requests": requests})
@@ -143,13 +158,13 @@ def mamba_ratio(v: tuple, s: dict) -> int:
 
 
 def hybrid_dflash(v: tuple, sc: dict, mfs: float) -> Cell:
-    gpu, s, model = sc["gpu"], sc["server"], sc["model"]
+    s, model = sc["server"], sc["model"]
     per_req = mamba_bytes_per_request(sc)
     draft_tokens = s["speculative_dflash_block_size"]   # DFLASH: num draft tokens = the block size
     running = s.get("max_running_requests", DFLASH_DEFAULT_REQUESTS)
     ratio = mamba_ratio(v, s)
     pad = 1 if v >= PADDED_SINCE else 0                 # the pool's padding slot, counted from v0.5.17
-    rest = available_gib(gpu, mfs)
+    rest = available_gib(v, sc, mfs)
     if v >= MM_RESERVE_SINCE:
         rest -= 100 / 1024                              # Qwen3.5/3.6 is multimodal
     if v < CAPPED_SINCE:                                # the intermediate states for every running request, first
@@ -173,7 +188,7 @@ def hybrid_dflash(v: tuple, sc: dict, mfs: float) -> Cell:
         return Cell("refused", "Not enough GPU memory for hybrid")
     rest -= (slots + pad) * per_req / GIB
     if rest <= 0:
-        return refusal(v, gpu)
+        return refusal(v, sc)
     tokens = int(rest * GIB) // hybrid_cell_bytes(sc)
     cap = tokens // 2 if v >= REQS_BY_TOKENS_SINCE else estimated_requests(tokens, model["context_len"])
     requests = min(min(running, cap), slots // ratio)

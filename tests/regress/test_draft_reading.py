@@ -38,8 +38,11 @@ def test_the_decision():
 
 
 def _with_weights(name, gib):
+    """A copy of the shipped scenario whose drafter has ``gib`` GiB (None: no figure given)."""
     sc = copy.deepcopy(load_scenario(name))
-    sc.draft["weights_gib"] = gib
+    sc.draft.pop("weights_gib", None)
+    if gib is not None:
+        sc.draft["weights_gib"] = gib
     return sc
 
 
@@ -49,7 +52,7 @@ def test_the_reading_is_lower_by_the_drafters_weights_from_v0514(release_tree):
     v0.5.13.post1, whose drafter loads after the sizing."""
     for version, lost in (("0.5.13.post1", 0), ("0.5.14", GIB // 2)):
         tree = release_tree(version)
-        base = run_scenario(tree, load_scenario("dflash-smoke"), verify_remedy=False)
+        base = run_scenario(tree, _with_weights("dflash-smoke", None), verify_remedy=False)
         half = run_scenario(tree, _with_weights("dflash-smoke", 0.5), verify_remedy=False)
         assert base["outcome"] == half["outcome"] == "ok", (base["reason"], half["reason"])
         assert base["figures"]["available_bytes"] - half["figures"]["available_bytes"] == lost
@@ -58,14 +61,15 @@ def test_the_reading_is_lower_by_the_drafters_weights_from_v0514(release_tree):
 
 
 def test_the_known_good_service_is_refused_from_v0514_with_its_drafter(release_tree):
-    """With the drafter's ~3 GiB (docs/regress.md, open points) the incident's known-good flags
-    leave no KV budget on v0.5.16; the release says why in its own words.  Without the
-    weights the run starts and says that its figures overstate the budget."""
+    """With the drafter's footprint the shipped scenario gives (3.584 GiB, measured on the H200)
+    the incident's known-good flags leave no KV budget on v0.5.16, as a real v0.5.16 server
+    refused them there (docs/gpu_results/2026-12-02/r16); the release says why in its own words.
+    A copy without the figure starts and says that its figures overstate the budget."""
     tree = release_tree("0.5.16")
-    r = run_scenario(tree, _with_weights("dflash-smoke", 3.07), verify_remedy=False)
+    r = run_scenario(tree, load_scenario("dflash-smoke"), verify_remedy=False)
     assert r["outcome"] == "refused", r["reason"]
     assert "draft weights are now counted" in r["error"]["message"]
-    plain = run_scenario(tree, load_scenario("dflash-smoke"), verify_remedy=False)
+    plain = run_scenario(tree, _with_weights("dflash-smoke", None), verify_remedy=False)
     assert plain["outcome"] == "ok" and any("overstate the budget" in n for n in plain["notes"])
     pin = run_scenario(release_tree("0.5.12.post1"), load_scenario("dflash-smoke"), verify_remedy=False)
     assert pin["drafter_reading"]["note"] is None
@@ -73,8 +77,33 @@ def test_the_known_good_service_is_refused_from_v0514_with_its_drafter(release_t
 
 def test_weights_must_be_a_positive_number(tmp_path):
     text = load_scenario("dflash-smoke").path.read_text()
+    assert "\nweights_gib = 3.584\n" in text
     for bad in ("-1", "0", '"3 GiB"', "true"):
         f = tmp_path / "bad.toml"
-        f.write_text(text.replace("[draft]", f"[draft]\nweights_gib = {bad}", 1))
+        f.write_text(text.replace("\nweights_gib = 3.584\n", f"\nweights_gib = {bad}\n", 1))
         with pytest.raises(ScenarioError, match="weights_gib must be a positive number"):
             load_file(str(f))
+
+
+@pytest.mark.parametrize("version,mfs,figures,refusal", [
+    ("0.5.13.post1", None, (24, 3079, 4), None),
+    ("0.5.14", None, None, "Raise --mem-fraction-static above 0.587"),
+    ("0.5.16", None, None, "Raise --mem-fraction-static above 0.587"),
+    ("0.5.14", 0.725, (24, 4288, 4), None),
+    ("0.5.16", 0.725, (24, 4288, 4), None),
+])
+def test_the_h200_servers_figures_with_the_shipped_footprint(release_tree, version, mfs, figures, refusal):
+    """What real servers logged on the H200 with dflash-smoke's flags (docs/gpu_results/2026-12-02:
+    r13, r14, r16), from h200-dflash-smoke's readings and its [draft] weights_gib: v0.5.13.post1
+    (drafter after the sizing) 3,079 KV tokens; v0.5.14 and v0.5.16 refuse 0.6856901 naming 0.587
+    and start 0.725 with 4,288 (Mamba slots / KV tokens / requests)."""
+    sc = copy.deepcopy(load_scenario("h200-dflash-smoke"))
+    if mfs:
+        sc.server["mem_fraction_static"] = mfs
+    r = run_scenario(release_tree(version), sc, verify_remedy=False)
+    if refusal:
+        assert r["outcome"] == "refused" and refusal in r["error"]["message"], r["reason"]
+    else:
+        f = r["figures"]
+        assert r["outcome"] == "ok", r["reason"]
+        assert (f["max_mamba_cache_size"], f["max_total_num_tokens"], f["max_running_requests"]) == figures

@@ -24,7 +24,8 @@ from sgl_overlay.harness import load_scenario, run_scenario
 from . import oracle
 from .conftest import ALL_RELEASES, CI_RELEASES, all_releases_requested
 
-SCENARIOS = ["negative-rest-tp8", "zero-requests-dflash", "dflash-smoke", "dflash-default-48", "healthy-h200-8b"]
+SCENARIOS = ["negative-rest-tp8", "zero-requests-dflash", "dflash-smoke", "dflash-default-48", "healthy-h200-8b",
+             "dflash-smoke-raised"]
 
 # Cells the oracle cannot derive: (version, scenario) -> reason.  Each is an
 # xfail (strict: a harness that comes to agree with the oracle must remove it).

@@ -58,6 +58,16 @@ def _dflash_turns_overlap_off(root: Path) -> bool:
     return False
 
 
+def _drafter_starts_before_sizing(root: Path) -> bool:
+    """``Scheduler.init_model_worker`` calls ``self.maybe_init_draft_worker()`` before
+    ``self.init_memory_pools()`` (v0.5.14+); up to v0.5.13.post1 it has no
+    ``init_memory_pools`` call: the target's ``ModelRunner`` sizes its pools while it
+    starts, before the scheduler starts the drafter."""
+    fn = _function(_text(root, "managers/scheduler.py"), "init_model_worker")
+    draft, pools = fn.find("self.maybe_init_draft_worker()"), fn.find("self.init_memory_pools()")
+    return 0 <= draft < pools
+
+
 # fact -> (since, marker in the release's code)
 FACTS = {
     "QWEN35_SINCE": lambda r: (r / "sglang/srt/configs/qwen3_5.py").is_file(),
@@ -73,6 +83,7 @@ FACTS = {
         _sizing(r, "resolve_max_num_reqs") or _sizing(r, "_resolve_max_num_reqs")),
     "OVERLAP_KEPT_SINCE": lambda r: "DFLASH" in _text(r, "speculative/spec_info.py")
     and not _dflash_turns_overlap_off(r),
+    "DRAFTER_FIRST_SINCE": _drafter_starts_before_sizing,
     "MM_RESERVE_SINCE": lambda r: "mm_runtime_reservation_gb" in _sizing(r, "_profile_available_bytes")
     and "SGLANG_VLM_CACHE_SIZE_MB = EnvInt(100)" in _text(r, "environ.py"),
 }
@@ -98,6 +109,23 @@ def test_oracle_reproduces_the_incident():
     zero = oracle.expect("0.5.12.post1", "zero-requests-dflash")
     assert (zero.outcome, zero.figures["max_running_requests"], zero.figures["max_total_num_tokens"]) == (
         "broken", 0, 11893)
+
+
+@pytest.mark.parametrize("release,mfs,outcome,figures,remedy", [
+    ("0.5.13.post1", 0.6856901, "ok", {"max_mamba_cache_size": 24, "max_total_num_tokens": 3079,
+                                       "max_running_requests": 4}, None),
+    ("0.5.14", 0.6856901, "refused", {}, 0.587),
+    ("0.5.16", 0.6856901, "refused", {}, 0.587),
+    ("0.5.14", 0.725, "ok", {"max_mamba_cache_size": 24, "max_total_num_tokens": 4288, "max_running_requests": 4}, None),
+    ("0.5.16", 0.725, "ok", {"max_mamba_cache_size": 24, "max_total_num_tokens": 4288, "max_running_requests": 4}, None),
+])
+def test_oracle_reproduces_the_h200_servers(release, mfs, outcome, figures, remedy):
+    """Real SGLang servers on the H200 (docs/gpu_results/2026-12-02: r13, r14, r16; dflash-smoke's
+    flags on the readings of h200-dflash-smoke, whose drafter's footprint was measured there):
+    v0.5.13.post1 logged 3,079 KV tokens, 4 requests, 24 Mamba slots; v0.5.14 and v0.5.16 refused
+    0.6856901 ("Raise --mem-fraction-static above 0.587") and at 0.725 logged 4,288 / 4 / 24."""
+    cell = oracle._size(oracle.version(release), oracle.load("h200-dflash-smoke"), mfs)
+    assert (cell.outcome, cell.figures, cell.remedy) == (outcome, figures, remedy)
 
 
 def test_oracle_imports_neither_the_harness_nor_sglang():

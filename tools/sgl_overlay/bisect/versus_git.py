@@ -12,7 +12,7 @@ from ..project import ROOT
 
 # name: (scenario, fixed, old release, new release, expected answer)
 CASES = {
-    "zero-requests-fixed": ("zero-requests-dflash", True, "0.5.11", "0.5.16", "0.5.13"),
+    "zero-requests-fixed": ("zero-requests-dflash", True, "0.5.11", "0.5.13.post1", "0.5.13"),
     "negative-rest-fixed": ("negative-rest-tp8", True, "0.5.9", "0.5.16", "0.5.14"),
     "negative-rest-incident": ("negative-rest-tp8", False, "0.5.9", "0.5.12.post1", "not-in-range"),
     "negative-rest-fixed-wide": ("negative-rest-tp8", True, "0.5.5", "0.5.23", "0.5.14"),

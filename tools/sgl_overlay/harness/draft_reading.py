@@ -11,7 +11,9 @@ weights on the GPU.
 
 A scenario's post-load reading is the target's ("Load weight end").  On a tree
 that starts the drafter first, the reading its sizing sees is that one less the
-drafter's weights (``[draft] weights_gib``).  Where the scenario does not give
+drafter's footprint (``[draft] weights_gib``: its weights and what its start
+allocates after them before the sizing reads free memory; 3.4863 + 0.0977 GiB for
+the z-lab-shaped drafter measured on the H200, docs/gpu_results/2026-12-02).  Where the scenario does not give
 them, the run goes on with the target's reading and says that its figures
 overstate the budget.
 
@@ -68,6 +70,6 @@ def decide(drafter_first: bool, speculative: bool, weights_gib: float | None) ->
                 "by the drafter's weights")
     elif counted:
         note = (f"this release starts the drafter before it sizes the KV cache (sgl-project/sglang#28855): "
-                f"the sizing's reading is the post-load one less the drafter's {lowered} GiB of weights")
+                f"the sizing's reading is the post-load one less the drafter's {lowered} GiB ([draft] weights_gib)")
     return {"drafter_first": drafter_first, "weights_gib": weights_gib, "lowered_by_gib": lowered,
             "overstates": overstates, "note": note}

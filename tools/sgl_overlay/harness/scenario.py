@@ -88,10 +88,14 @@ def load(name_or_path: str) -> Scenario:
         raise ScenarioError(f"{path}: [expect] pass must list outcomes among {OUTCOMES}")
     if exp.get("remedy") not in (None, "works", "works-if-stated"):
         raise ScenarioError(f"{path}: [expect] remedy must be \"works\", \"works-if-stated\" or absent")
+    # [draft] weights_gib: the drafter's footprint on one GPU at the sizing's free-memory reading,
+    # its weights and what its start allocates after them before that reading (the key keeps its
+    # name); releases that start the drafter first take it out of the reading (draft_reading.py)
     w = (data.get("draft") or {}).get("weights_gib")
     if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or w <= 0):
         raise ScenarioError(f"{path}: [draft] weights_gib must be a positive number of GiB "
-                            f"(the drafter's weights on one GPU), not {w!r}")
+                            f"(the drafter's footprint on one GPU: its weights and what its start "
+                            f"allocates after them), not {w!r}")
     source = data.get("source")
     logged = exp.get("logged", {})
     _check_source(path, source, logged)
