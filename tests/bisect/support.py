@@ -44,7 +44,7 @@ def results(log):
 def without_drafter_weights(name, directory):
     """A copy of the shipped scenario ``name`` without ``[draft] weights_gib``, written to
     ``directory``: its figures are the target's reading alone, which releases from v0.5.14
-    (sgl-project/sglang#28855, the drafter starts before the sizing) overstate, and say so."""
+    (sgl-project/sglang#23862, the drafter starts before the sizing) overstate, and say so."""
     from sgl_overlay.harness import load_scenario
     text = load_scenario(name).path.read_text()
     start = text.index("\n[draft]")

@@ -18,7 +18,7 @@ def label(point):
 
 def test_zero_requests_fixed_at_the_0_5_13_commit(tmp_path, trees, repo):
     # the fix holds through v0.5.13.post1; from v0.5.14 the drafter's footprint counts in the
-    # sizing's reading (sgl-project/sglang#28855) and the scenario is refused again
+    # sizing's reading (sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855) and the scenario is refused again
     rc, data, err, log = run(tmp_path, trees, repo, "--bad", "v0.5.11", "--good", "v0.5.13.post1", "--fixed",
                              "--scenario", "zero-requests-dflash")
     assert rc == 0, err

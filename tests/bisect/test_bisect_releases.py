@@ -2,7 +2,7 @@
 Expected answers are what upstream did (docs/regress.md, the research
 notes): DFlash's zero-requests sizing was reworked in 0.5.13 (dea85c30f4);
 the clear error for a non-positive budget came in 0.5.14 (0c065671c9), as did
-the drafter starting before the sizing (sgl-project/sglang#28855), which refuses
+the drafter starting before the sizing (sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855), which refuses
 zero-requests-dflash again from 0.5.14 with its drafter's footprint counted;
 and the negative-rest incident fails at both ends of 0.5.9..0.5.12.post1."""
 from tests.bisect.support import bisect, bound, results

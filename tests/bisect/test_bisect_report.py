@@ -53,7 +53,7 @@ def test_release_report_dflash_smoke(tmp_path):
     text, data = run_report(tmp_path, "--releases", "0.5.16..0.5.17", "--scenario", "dflash-smoke-raised")
     sc = load_scenario("dflash-smoke-raised")
     gpu, mfs = sc.gpu, sc.server["mem_fraction_static"]
-    # both releases start the drafter before they size (sgl-project/sglang#28855): the sizing reads
+    # both releases start the drafter before they size (sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855): the sizing reads
     # the target's post-load free memory less the drafter's footprint
     post = gpu["post_load_free_gib"] - sc.draft["weights_gib"]
     assert data["first_new"]["id"] == "0.5.17" and data["last_old"]["id"] == "0.5.16"
@@ -134,7 +134,7 @@ def test_release_report_says_when_the_scenario_lacks_the_drafters_footprint(tmp_
     assert data["first_new"]["id"] == "0.5.17" and data["last_old"]["id"] == "0.5.16"
     caveat = section(text, "Figures on both sides of the first bad release")
     assert "Caveat: v0.5.16 and v0.5.17 start the drafter before they size the KV cache" in caveat
-    assert "sgl-project/sglang#28855" in caveat
+    assert "sgl-project/sglang#23862" in caveat
 
 
 def test_commit_report_hint_that_fails_when_applied(tmp_path):
@@ -152,7 +152,7 @@ def test_commit_report_hint_that_fails_when_applied(tmp_path):
     assert str(repo) not in text                 # the clone read is never cited; the public repository is
 
     sc = load_scenario("hint-excludes-mamba")
-    # v0.5.14 starts the drafter before it sizes (sgl-project/sglang#28855): its reading is the
+    # v0.5.14 starts the drafter before it sizes (sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855): its reading is the
     # target's post-load one less the drafter's footprint, 43.19 - 3.584 GiB
     pre, post = sc.gpu["pre_load_free_gib"], sc.gpu["post_load_free_gib"] - sc.draft["weights_gib"]
     rel = "srt/model_executor/model_runner_kv_cache_mixin.py"

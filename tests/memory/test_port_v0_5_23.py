@@ -46,7 +46,7 @@ def report(tree: Path, name: str) -> dict:
 def budget_bytes(name: str) -> float:
     """post - the drafter's footprint - pre x (1 - mem_fraction_static) - the multimodal
     reservation, bytes.  v0.5.23 starts the drafter before it sizes the KV cache
-    (sgl-project/sglang#28855): its reading is the target's post-load one less the drafter's
+    (sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855): its reading is the target's post-load one less the drafter's
     footprint, the scenario's [draft] weights_gib."""
     s = load_scenario(name)
     post = s.gpu["post_load_free_gib"] - (s.draft or {}).get("weights_gib", 0)

@@ -1,6 +1,6 @@
 """The drafter's weights in the plan (planner/model.load_draft, harness/draft_reading.py):
 read from the drafter's checkpoint where it is there, and, from v0.5.14
-(sgl-project/sglang#28855), out of the KV budget instead of the reserve."""
+(sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855), out of the KV budget instead of the reserve."""
 
 import shutil
 
@@ -46,7 +46,7 @@ def test_from_v0514_the_drafters_weights_come_out_of_the_kv_budget(drafter):
     assert without - with_w in (8 * MIB // CELL, 8 * MIB // CELL + 1)   # 97.5 tokens' worth
     report = plan(deployment(model=QWEN36, draft=drafter, argv=SMOKE_FLAGS, release="0.5.16",
                              free_gib=LOGGED_FREE), with_suggestions=False, with_sensitivity=False)
-    assert any("#28855" in a for a in report["assumptions"])
+    assert any("#23862" in a for a in report["assumptions"])
     pin = plan(deployment(model=QWEN36, draft=drafter, argv=SMOKE_FLAGS, release=PIN, free_gib=LOGGED_FREE),
                with_suggestions=False, with_sensitivity=False)
     assert any("reserve, not out of the KV budget" in a for a in pin["assumptions"])

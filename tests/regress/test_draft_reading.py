@@ -1,5 +1,5 @@
 """The drafter's weights in the sizing's reading (harness/draft_reading.py): from v0.5.14
-(sgl-project/sglang#28855) the scheduler starts the drafter before it sizes the KV cache.
+(sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855) the scheduler starts the drafter before it sizes the KV cache.
 
 The order each release has was read by hand in its ``managers/scheduler.py``:
 ``Scheduler.init_model_worker`` calls ``maybe_init_draft_worker()`` and then

@@ -389,7 +389,7 @@ CASES = {
                                      "--mem-fraction-static", "0.6856901"],
                      "expect": {"pristine": "ok", "patched": ["ok", "refused"]}},
     # the same flags on a release from v0.5.14 (a pristine bundle: tools/bundle.py --release 0.5.16 --slim-release):
-    # from sgl-project/sglang#28855 the drafter starts before the KV sizing, so its weights (3.32 GiB here:
+    # from sgl-project/sglang#23862 (v0.5.14) the drafter starts before the KV sizing, so its weights (3.32 GiB here:
     # 1,782,641,920 bfloat16 parameters, tests/plan/data/qwen3.6-27b-dflash plus make_models' fields) are in the
     # post-load reading and the release refuses these flags (harness/draft_reading.py, docs/regress.md)
     "dflash-smoke-release": {"model": "big", "free_gib": 94.24,

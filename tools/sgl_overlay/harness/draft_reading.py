@@ -2,8 +2,9 @@
 
 Up to v0.5.13.post1 a speculative server sizes the target's KV cache inside the
 target's ``ModelRunner``, before the drafter exists: the drafter's weights then
-come out of the (1 - mem_fraction_static) reserve.  From sgl-project/sglang#28855
-("account draft weights in --mem-fraction-static", first released in v0.5.14) the
+come out of the (1 - mem_fraction_static) reserve.  From sgl-project/sglang#23862
+(2026-06-12, "Fix --mem-fraction-static not accounting for EAGLE draft model KV
+cache"; first released in v0.5.14, whose refusal names the drafter since #28855) the
 scheduler starts the drafter first and sizes afterwards
 (``Scheduler.init_model_worker``: ``maybe_init_draft_worker()`` before
 ``init_memory_pools()``), so the sizing's reading is taken with the drafter's
@@ -64,12 +65,12 @@ def decide(drafter_first: bool, speculative: bool, weights_gib: float | None) ->
     lowered = float(weights_gib) if counted and not overstates else 0.0
     note = None
     if overstates:
-        note = ("this release starts the drafter before it sizes the KV cache (sgl-project/sglang#28855), "
+        note = ("this release starts the drafter before it sizes the KV cache (sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855), "
                 "so its reading is taken with the drafter's weights loaded; the scenario gives none "
                 "([draft] weights_gib), so these figures use the target's reading and overstate the budget "
                 "by the drafter's weights")
     elif counted:
-        note = (f"this release starts the drafter before it sizes the KV cache (sgl-project/sglang#28855): "
+        note = (f"this release starts the drafter before it sizes the KV cache (sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855): "
                 f"the sizing's reading is the post-load one less the drafter's {lowered} GiB ([draft] weights_gib)")
     return {"drafter_first": drafter_first, "weights_gib": weights_gib, "lowered_by_gib": lowered,
             "overstates": overstates, "note": note}
