@@ -9,7 +9,7 @@ initial states taken from and written back to a state pool by index, as SGLang's
 GDN backend calls it), with the e2e hybrid's head shapes.  Run it under the
 environment of the run it vouches for (TRITON_F32_DEFAULT is read at import):
 
-    TRITON_F32_DEFAULT=ieee PYTHONPATH=W/patched:W/deps python tools/gpu/gdn_float32_check.py --out DIR
+    TRITON_F32_DEFAULT=ieee PYTHONPATH=W/patched:W/deps:W/stubs python tools/gpu/gdn_float32_check.py --out DIR
 
 (W: the --work folder of an e2e run.)  Writes DIR/gdn_float32_check.json: per
 dtype the largest absolute error of the outputs and of the written states, and
