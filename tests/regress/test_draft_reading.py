@@ -83,27 +83,3 @@ def test_weights_must_be_a_positive_number(tmp_path):
         f.write_text(text.replace("\nweights_gib = 3.584\n", f"\nweights_gib = {bad}\n", 1))
         with pytest.raises(ScenarioError, match="weights_gib must be a positive number"):
             load_file(str(f))
-
-
-@pytest.mark.parametrize("version,mfs,figures,refusal", [
-    ("0.5.13.post1", None, (24, 3079, 4), None),
-    ("0.5.14", None, None, "Raise --mem-fraction-static above 0.587"),
-    ("0.5.16", None, None, "Raise --mem-fraction-static above 0.587"),
-    ("0.5.14", 0.725, (24, 4288, 4), None),
-    ("0.5.16", 0.725, (24, 4288, 4), None),
-])
-def test_the_h200_servers_figures_with_the_shipped_footprint(release_tree, version, mfs, figures, refusal):
-    """What real servers logged on the H200 with dflash-smoke's flags (docs/gpu_results/2026-12-02:
-    r13, r14, r16), from h200-dflash-smoke's readings and its [draft] weights_gib: v0.5.13.post1
-    (drafter after the sizing) 3,079 KV tokens; v0.5.14 and v0.5.16 refuse 0.6856901 naming 0.587
-    and start 0.725 with 4,288 (Mamba slots / KV tokens / requests)."""
-    sc = copy.deepcopy(load_scenario("h200-dflash-smoke"))
-    if mfs:
-        sc.server["mem_fraction_static"] = mfs
-    r = run_scenario(release_tree(version), sc, verify_remedy=False)
-    if refusal:
-        assert r["outcome"] == "refused" and refusal in r["error"]["message"], r["reason"]
-    else:
-        f = r["figures"]
-        assert r["outcome"] == "ok", r["reason"]
-        assert (f["max_mamba_cache_size"], f["max_total_num_tokens"], f["max_running_requests"]) == figures

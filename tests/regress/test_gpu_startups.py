@@ -1,21 +1,19 @@
 """The harness against real SGLang servers of other releases, started on the H200
 (docs/gpu_results/2026-12-02, tools/gpu/e2e.py on pristine bundles of v0.5.13.post1,
-v0.5.14 and v0.5.16: docs/gpu.md, "Other releases on the H200").  Each run is the
-27B-shaped Qwen3.5 target with a DFlash drafter and the incident's known-good flags
-(scenario dflash-smoke), at two --mem-fraction-static values; the probe recorded every
-free-memory reading in bytes.
+v0.5.14 and v0.5.16: docs/gpu.md, "fourth session").  Each run is the 27B-shaped Qwen3.5
+target with a DFlash drafter and the incident's known-good flags at two
+--mem-fraction-static values; the probe recorded every free-memory reading in bytes.
+(tests/gpu/test_harness_vs_h200.py does the same for the pin's runs of 2026-12-01.)
 
-The harness gets the readings and nothing the server printed about its sizing:
-the pre-load reading (``pre_model_load_memory``), the post-load reading the sizing takes
-when the drafter has not started (the drafter's first reading: on v0.5.13.post1 it equals
-the sizing's own) and, as ``[draft] weights_gib``, what the drafter's start took from
-that reading before v0.5.14's sizing read it.  The expectations are what each server
-logged: its KV tokens, running requests and Mamba slots, or its refusal word for word
-(the remedy value included).  Before the drafter's weights were modelled (harness/
-draft_reading.py) the harness gave 49,271 tokens for the v0.5.14/v0.5.16 start at 0.725
-and a start for the refused one."""
+The harness runs the shipped scenario of these starts, ``h200-dflash-smoke``, at each run's
+--mem-fraction-static: its readings and its ``[draft] weights_gib`` are first checked against
+the probe's (the pre-load reading, the reading before the drafter starts, and what the
+drafter's start took from it before v0.5.14's sizing read it), so nothing the server printed
+about its sizing goes in.  The expectations are what each server logged: its KV tokens,
+running requests and Mamba slots, or its refusal word for word (the remedy value included).
+Before the drafter's footprint was modelled (harness/draft_reading.py) the harness gave
+49,271 tokens for the v0.5.14/v0.5.16 start at 0.725 and a start for the refused one."""
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from sgl_overlay.harness import load_scenario, run_scenario
 from sgl_overlay.harness.reading_gaps import GIB, sizing_readings
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs/gpu_results/2026-12-02"
+SCENARIO = "h200-dflash-smoke"
 RUNS = [(release, folder, case) for release, folder in (("0.5.13.post1", "r13"), ("0.5.14", "r14"), ("0.5.16", "r16"))
         for case in ("dflash-smoke", "dflash-smoke-release", "dflash-smoke-raised")
         if any(c["name"] == case for c in json.loads((RESULTS / folder / "e2e.json").read_text())["cases"])]
@@ -32,24 +31,19 @@ RUNS = [(release, folder, case) for release, folder in (("0.5.13.post1", "r13"),
 
 def _run(folder, case):
     report = json.loads((RESULTS / folder / "e2e.json").read_text())
-    run = next(c for c in report["cases"] if c["name"] == case)["runs"]["pristine"]
-    return report, run
+    return next(c for c in report["cases"] if c["name"] == case)["runs"]["pristine"]
 
 
-def _inputs(report, run):
-    """(gpu table, --mem-fraction-static, the drafter's share in GiB) from the run's readings."""
+def _measured(run):
+    """(pre-load reading, the reading before the drafter starts, the drafter's share), bytes:
+    where the drafter's first reading comes before the sizing's, the target side ends there and
+    the share is what the sizing read below it; otherwise the sizing read first (share 0)."""
     readings = run["probe"]["free_readings"]
     pre, sizing = sizing_readings(readings)
-    target = [r["bytes"] for r in readings if r["draft"] is False and r["caller"] == "load_model"]
-    # in order: where the drafter's first reading comes before the sizing's, the target side ends there
     first_drafter = next(i for i, r in enumerate(readings) if r["draft"] is True)
     sizing_at = next(i for i, r in enumerate(readings) if r["bytes"] == sizing and r["draft"] is False)
     before_drafter = readings[first_drafter]["bytes"] if first_drafter < sizing_at else sizing
-    gpu = {"device_name": report["gpu"], "capability": [9, 0], "total_mib": report["gpu_total_bytes"] // (1 << 20),
-           "pre_load_free_gib": pre / GIB, "post_load_free_gib": before_drafter / GIB,
-           "weights_gib": (target[0] - target[-1]) / GIB, "world_size": 1}
-    share = (before_drafter - sizing) / GIB
-    return gpu, run["log_figures"]["server_args"]["mem_fraction_static"], share
+    return pre, before_drafter, before_drafter - sizing
 
 
 def test_the_runs_are_there():
@@ -59,12 +53,21 @@ def test_the_runs_are_there():
 
 
 @pytest.mark.parametrize("release,folder,case", RUNS, ids=[f"{r}-{c}" for r, _, c in RUNS])
+def test_the_scenario_gives_the_probes_readings(release, folder, case):
+    """The shipped scenario's readings are the probe's, to the byte; its drafter footprint is the
+    share measured where the release sizes after the drafter, to the scenario's 3 decimals."""
+    sc = load_scenario(SCENARIO)
+    pre, before_drafter, share = _measured(_run(folder, case))
+    assert (sc.gpu["pre_load_free_gib"] * GIB, sc.gpu["post_load_free_gib"] * GIB) == (pre, before_drafter)
+    if share:
+        assert round(share / GIB, 3) == sc.draft["weights_gib"]
+
+
+@pytest.mark.parametrize("release,folder,case", RUNS, ids=[f"{r}-{c}" for r, _, c in RUNS])
 def test_harness_gives_what_the_server_logged(release_tree, release, folder, case):
-    report, run = _run(folder, case)
-    gpu, mfs, share = _inputs(report, run)
-    sc = load_scenario("dflash-smoke")
-    sc = dataclasses.replace(sc, gpu=dict(sc.gpu, **gpu), server=dict(sc.server, mem_fraction_static=mfs),
-                             draft=dict(sc.draft, weights_gib=share or None))
+    run = _run(folder, case)
+    sc = load_scenario(SCENARIO)
+    sc.server["mem_fraction_static"] = run["log_figures"]["server_args"]["mem_fraction_static"]
     got = run_scenario(release_tree(release), sc, verify_remedy=False)
     logged = run["log_figures"]
     if run["healthy"]:
@@ -87,15 +90,15 @@ def test_the_drafter_share_is_the_drafters_start():
     weights, as its own load logged them (3,743,416,320 B, "mem usage=3.49 GB"), and 104,857,600 B
     its start allocated after them.  On v0.5.13.post1 it read before the drafter started (0)."""
     for release, folder, case in RUNS:
-        report, run = _run(folder, case)
-        share = _inputs(report, run)[2]
+        run = _run(folder, case)
+        share = _measured(run)[2]
         readings = [r for r in run["probe"]["free_readings"] if r["draft"] is True and r["caller"] == "load_model"]
         weights = readings[0]["bytes"] - readings[-1]["bytes"]
         assert weights == 3_743_416_320
         if release == "0.5.13.post1":
             assert share == 0
         else:
-            assert share * GIB == weights + 104_857_600
+            assert share == weights + 104_857_600
 
 
 def test_the_pre_load_gap_is_the_stream_pool_on_every_release():
