@@ -12,9 +12,9 @@ from sgl_overlay import bundle, source
 from sgl_overlay.bundle import MIB
 from sgl_overlay.errors import OverlayError
 from tests.gpu.e2e_script import e2e
+from tests.gpu.release_bundle import TAGS, pristine_bundle
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TAGS = "cp311-cp311-manylinux_2_34_x86_64"
 
 
 def metadata(version):
@@ -89,18 +89,8 @@ def test_cli_machine_must_be_name_equals_version(tmp_path):
     assert p.returncode == 2 and "--machine 'torch' is not NAME==VERSION" in p.stderr
 
 
-def _pristine_bundle(tmp_path, version):
-    wheel = source.fetch_release(version, tags=TAGS)
-    b = tmp_path / "bundle"
-    b.mkdir()
-    os.symlink(wheel, b / wheel.name)
-    (b / "bundle.json").write_text(json.dumps({"chosen": [], "release": version, "release_wheel": wheel.name,
-                                               "patched_wheel": None, "total": wheel.stat().st_size}))
-    return b
-
-
 def test_e2e_installs_the_releases_own_wheel_as_the_pristine_tree(tmp_path):
-    b = _pristine_bundle(tmp_path, "0.5.18")
+    b = pristine_bundle(tmp_path, "0.5.18")
     work = tmp_path / "work"
     r = e2e.install(b, work)
     assert r["pristine_only"] and r["release"] == "0.5.18"
@@ -110,8 +100,8 @@ def test_e2e_installs_the_releases_own_wheel_as_the_pristine_tree(tmp_path):
     assert not (work / "patched").exists()
 
 
-def test_e2e_refuses_the_patched_tree_of_a_pristine_bundle(tmp_path):
-    b = _pristine_bundle(tmp_path, "0.5.18")
+def test_e2e_refuses_the_patched_tree_of_apristine_bundle(tmp_path):
+    b = pristine_bundle(tmp_path, "0.5.18")
     with pytest.raises(SystemExit, match="pristine bundle of sglang 0.5.18.*--trees pristine"):
         e2e.main(["--bundle", str(b), "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"), "--cases", "dense"])
     assert not (tmp_path / "w").exists()

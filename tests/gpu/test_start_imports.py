@@ -13,25 +13,12 @@ from wheel.wheelfile import WheelFile
 
 from sgl_overlay import bundle, source, start_imports
 from tests.gpu.e2e_script import e2e
+from tests.gpu.release_bundle import TAGS, pristine_bundle
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "tests", "gpu", "data")
-TAGS = "cp311-cp311-manylinux_2_34_x86_64"
 H200 = os.path.join(DATA, "h200-packages.txt")
 ROOTS = ["sglang.launch_server", "sglang.srt.entrypoints.http_server"]
-
-
-def _bundle(tmp_path, version, *extra_wheels):
-    """A bundle folder as tools/bundle.py --release writes it, with the release's wheel and ``extra_wheels``."""
-    wheel = source.fetch_release(version, tags=TAGS)
-    b = tmp_path / "bundle"
-    b.mkdir()
-    os.symlink(wheel, b / wheel.name)
-    for w in extra_wheels:
-        os.symlink(w, b / w.name)
-    (b / "bundle.json").write_text(json.dumps({"release": version, "release_wheel": wheel.name, "patched_wheel": None,
-                                               "chosen": [], "total": 0}))
-    return b
 
 
 def _cli(*args):
@@ -50,7 +37,7 @@ def _machine(tmp_path, *names, runtime_but=()):
 
 
 def test_v0_5_16_without_xgrammar_and_soundfile_names_them_with_their_importers(tmp_path):
-    b = _bundle(tmp_path, "0.5.16")
+    b = pristine_bundle(tmp_path, "0.5.16")
     rc, d, err = _cli("--bundle", str(b), "--json")
     assert rc == 1, err
     # sglang/srt/function_call/inkling_detector.py:9 `from xgrammar import StructuralTag`; protocol.py:57-60
@@ -69,7 +56,7 @@ def test_on_the_h200_with_the_v0_5_16_bundle_what_is_missing_is_what_e2e_stands_
     """The H200's packages and the bundle's RUNTIME wheels without soundfile (left out at 60.5 MiB): the
     start lacks IPython, soundfile and xgrammar, the three e2e.STUBS stands in for; with them on the
     machine nothing is missing."""
-    b = _bundle(tmp_path, "0.5.16")
+    b = pristine_bundle(tmp_path, "0.5.16")
     rc, d, err = _cli("--bundle", str(b), "--machine-packages", str(_machine(tmp_path, runtime_but=("soundfile",))),
                       "--json")
     assert rc == 1, err
@@ -86,7 +73,7 @@ def test_earlier_releases_import_soundfile_too_and_no_xgrammar(tmp_path, version
     """The pin and v0.5.13.post1..v0.5.14 import soundfile at start as well (sglang/srt/entrypoints/openai/
     streaming_asr.py), never xgrammar: their bundles, which carried soundfile within 60.5 MiB, needed the
     IPython stand-in alone; without soundfile they need its one too."""
-    b = _bundle(tmp_path, version)
+    b = pristine_bundle(tmp_path, version)
     rc, d, err = _cli("--bundle", str(b), "--machine-packages", str(_machine(tmp_path)), "--json")
     assert rc == 1, err
     assert sorted(d["missing"]) == ["IPython"]
@@ -106,7 +93,7 @@ def test_a_bundled_wheel_provides_its_top_level_modules(tmp_path):
         z.writestr("_soundfile_data/__init__.py", "")
         z.writestr("soundfile-0.13.1.dist-info/METADATA", "Name: soundfile\nVersion: 0.13.1\n")
     assert start_imports.wheel_tops(w) == {"soundfile", "_soundfile", "_soundfile_data"}
-    rc, d, err = _cli("--bundle", str(_bundle(tmp_path, "0.5.16", w)), "--json")
+    rc, d, err = _cli("--bundle", str(pristine_bundle(tmp_path, "0.5.16", w)), "--json")
     assert "soundfile" not in d["missing"] and "xgrammar" in d["missing"]
     assert d["bundle_wheels"] == [w.name]
 
