@@ -4,6 +4,7 @@ import argparse
 import errno
 import json
 import os
+import re
 import sys
 import tarfile
 import tempfile
@@ -26,6 +27,15 @@ class Progress:
     def __call__(self, message):
         if not self.quiet:
             print(f"[{self.name} {time.monotonic() - self.t0:6.2f}s] {message}", file=sys.stderr, flush=True)
+
+
+def python_version(text):
+    """``(3, minor)`` of a ``--python`` value such as ``3.12`` (the GPU
+    machine's CPython); a UsageError for anything else."""
+    m = re.fullmatch(r"3\.(\d{1,2})", text)
+    if not m:
+        raise UsageError(f"--python {text!r} is not a CPython 3 version", hint="e.g. --python 3.12")
+    return 3, int(m[1])
 
 
 def emit(result, as_json, text):

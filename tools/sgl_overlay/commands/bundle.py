@@ -24,7 +24,6 @@ the release cannot run on the machine, 2 bad usage (--slim-release without
 """
 import argparse
 import os
-import re
 import types
 
 from .. import builder, bundle, cli, lock as lockmod, project, series, source
@@ -86,10 +85,7 @@ def machine(given):
 
 def pristine(args, progress):
     """--release: the release's own wheel for --python/--platform and its runtime wheels."""
-    m = re.fullmatch(r"3\.(\d{1,2})", args.python)
-    if not m:
-        raise UsageError(f"--python {args.python!r} is not a CPython 3 version", hint="e.g. --python 3.12")
-    tag = f"cp3{m[1]}"
+    tag = "cp3%d" % cli.python_version(args.python)[1]
     wheel = source.fetch_release(args.release, args.cache, progress, tags=f"{tag}-{tag}-{args.platform}")
     return bundle.build_pristine(wheel, args.out, args.python, args.platform,
                                  {"attention-backend": args.attention_backend}, int(args.max_mib * bundle.MIB),

@@ -57,12 +57,7 @@ def inputs(args):
     if not (args.bundle or args.tree):
         raise UsageError("give --bundle DIR (a bundle tools/bundle.py wrote) or --tree PATH",
                          hint="python tools/imports.py --bundle build/bundle-0.5.16")
-    try:
-        python = tuple(int(x) for x in args.python.split("."))
-    except ValueError:
-        python = ()
-    if len(python) != 2 or python[0] != 3:
-        raise UsageError(f"--python {args.python!r} is not a CPython 3 version", hint="e.g. --python 3.12")
+    python = cli.python_version(args.python)
     tree, wheels = None, []
     if args.bundle:
         b = _existing(args.bundle, "--bundle")
