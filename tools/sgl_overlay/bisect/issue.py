@@ -27,7 +27,7 @@ docs/bisect.md, section "Bug reports (--report)".
 import re
 import tomllib
 
-from ..harness.draft_reading import overstated
+from ..harness.draft_reading import CITATION, overstated
 from ..harness.environment import assignments
 
 PR = re.compile(r"\(#(\d+)\)")
@@ -294,7 +294,7 @@ def render(ev):
     short = [side.short for side, rep in ((good, lg), (bad, fb)) if overstated(rep)]
     if short:
         lines += ["", f"Caveat: {' and '.join(short)} start the drafter before they size the KV cache "
-                  "(sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855), so their sizing's free-memory reading holds the drafter's weights too. "
+                  f"({CITATION}), so their sizing's free-memory reading holds the drafter's weights too. "
                   "The scenario gives none (`[draft] weights_gib`), so these figures use the target's reading and "
                   "overstate the KV budget by the drafter's weights; with them, the last good side may fail as well."]
     lines += ["", "## Why the stated remedy does not work", ""]

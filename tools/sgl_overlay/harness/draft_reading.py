@@ -28,6 +28,9 @@ import ast
 from pathlib import Path
 
 SCHEDULER = Path("sglang", "srt", "managers", "scheduler.py")
+# what a report says the release does, and where that came from upstream
+CITATION = "sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855"
+STARTS_FIRST = f"this release starts the drafter before it sizes the KV cache ({CITATION})"
 DRAFT_CALL, POOLS_CALL = "maybe_init_draft_worker", "init_memory_pools"
 
 
@@ -65,12 +68,10 @@ def decide(drafter_first: bool, speculative: bool, weights_gib: float | None) ->
     lowered = float(weights_gib) if counted and not overstates else 0.0
     note = None
     if overstates:
-        note = ("this release starts the drafter before it sizes the KV cache (sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855), "
-                "so its reading is taken with the drafter's weights loaded; the scenario gives none "
+        note = (f"{STARTS_FIRST}, so its reading is taken with the drafter's weights loaded; the scenario gives none "
                 "([draft] weights_gib), so these figures use the target's reading and overstate the budget "
                 "by the drafter's weights")
     elif counted:
-        note = (f"this release starts the drafter before it sizes the KV cache (sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855): "
-                f"the sizing's reading is the post-load one less the drafter's {lowered} GiB ([draft] weights_gib)")
+        note = (f"{STARTS_FIRST}: the sizing's reading is the post-load one less the drafter's {lowered} GiB ([draft] weights_gib)")
     return {"drafter_first": drafter_first, "weights_gib": weights_gib, "lowered_by_gib": lowered,
             "overstates": overstates, "note": note}
