@@ -373,6 +373,10 @@ BIG = ["--mm-attention-backend", "triton_attn", "--context-length", "32768", "--
 ROPE_FLAGS = ["--mm-attention-backend", "triton_attn", "--tp", "1", "--page-size", "1", "--disable-radix-cache",
               "--mamba-scheduler-strategy", "no_buffer"]
 
+# the incident's known-good service (scenario dflash-smoke) but its --mem-fraction-static
+SMOKE = BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer", "--max-running-requests", "4",
+               "--max-mamba-cache-size", "24"]
+
 CASES = {
     "dense": {"model": "dense", "free_gib": None,
               "flags": ["--mem-fraction-static", "0.5", "--context-length", "4096"],
@@ -383,26 +387,18 @@ CASES = {
                                              "--kv-cache-dtype", "fp8_e4m3", "--mem-fraction-static", "0.647166"],
                              "expect": {"pristine_error": "max_running_request is zero", "patched": ["ok", "refused"]}},
     # tools/sgl_overlay/harness/scenarios/dflash-smoke.toml
-    "dflash-smoke": {"model": "big", "free_gib": 94.24,
-                     "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
-                                     "--max-running-requests", "4", "--max-mamba-cache-size", "24",
-                                     "--mem-fraction-static", "0.6856901"],
+    "dflash-smoke": {"model": "big", "free_gib": 94.24, "flags": SMOKE + ["--mem-fraction-static", "0.6856901"],
                      "expect": {"pristine": "ok", "patched": ["ok", "refused"]}},
     # the same flags on a release from v0.5.14 (a pristine bundle: tools/bundle.py --release 0.5.16 --slim-release):
-    # from sgl-project/sglang#23862 (v0.5.14) the drafter starts before the KV sizing, so its weights (3.32 GiB here:
-    # 1,782,641,920 bfloat16 parameters, tests/plan/data/qwen3.6-27b-dflash plus make_models' fields) are in the
-    # post-load reading and the release refuses these flags (harness/draft_reading.py, docs/regress.md)
-    "dflash-smoke-release": {"model": "big", "free_gib": 94.24,
-                             "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
-                                             "--max-running-requests", "4", "--max-mamba-cache-size", "24",
-                                             "--mem-fraction-static", "0.6856901"],
+    # from sgl-project/sglang#23862 (v0.5.14) the drafter starts before the KV sizing, so its weights are in the
+    # sizing's reading and the release refuses these flags (harness/draft_reading.py, docs/regress.md)
+    "dflash-smoke-release": {"model": "big", "free_gib": 94.24, "flags": SMOKE + ["--mem-fraction-static", "0.6856901"],
                              "expect": {"pristine_error": "Loaded weights leave no GPU memory"}},
-    # ... and starts them with the fraction raised by the drafter's share of the pre-load reading (3.32 / 94.24,
-    # rounded up: 0.6857 + 0.0352 -> 0.725)
-    "dflash-smoke-raised": {"model": "big", "free_gib": 94.24,
-                            "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
-                                            "--max-running-requests", "4", "--max-mamba-cache-size", "24",
-                                            "--mem-fraction-static", "0.725"],
+    # ... and starts them with the fraction raised by the drafter's share of the pre-load reading, chosen before
+    # the first run from an estimate of its weights (3.32 GiB: 1,782,641,920 bfloat16 parameters of
+    # tests/plan/data/qwen3.6-27b-dflash plus make_models' fields; 3.32 / 94.24 rounded up: 0.6857 + 0.0352 ->
+    # 0.725); measured there: 3.584 GiB (docs/regress.md), which 0.725 still covers
+    "dflash-smoke-raised": {"model": "big", "free_gib": 94.24, "flags": SMOKE + ["--mem-fraction-static", "0.725"],
                             "expect": {"pristine": "ok"}},
     # the H200's own figures: all its free memory (no blocker), SGLang's own --mem-fraction-static
     # for the card, 16 running requests (issue 15)
