@@ -21,7 +21,8 @@ from pathlib import Path
 import unidiff
 
 from sgl_overlay import gitcmd, series, source
-from sgl_overlay.project import ROOT
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RELEASE = "0.5.23"
 PORTS = ROOT / "patches" / "ports" / "v0.5.23"

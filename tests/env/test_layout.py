@@ -27,8 +27,11 @@ def test_the_shims_import_nothing_but_os_and_sys_before_re_executing():
         guarded = shim.stem in sys.stdlib_module_names
         if guarded:
             assert code[1].startswith(GUARD), shim
-        assert code[1 + guarded].startswith('os.execv(sys.executable, [sys.executable, "-P", "-m", "sgl_overlay", '), shim
-        assert len(code) == 2 + guarded, shim
+        # the shim's own checkout, for the command it starts (sgl_overlay.project.find_root)
+        assert code[1 + guarded] == ('os.environ["SGL_OVERLAY_SHIM_CHECKOUT"] = '
+                                     'os.path.dirname(os.path.dirname(os.path.abspath(__file__)))'), shim
+        assert code[2 + guarded].startswith('os.execv(sys.executable, [sys.executable, "-P", "-m", "sgl_overlay", '), shim
+        assert len(code) == 3 + guarded, shim
 
 
 def test_tools_on_pythonpath_is_an_error_not_a_loop():

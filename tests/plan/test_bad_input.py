@@ -47,8 +47,12 @@ def test_gpu_not_in_the_table():
 
 
 def test_missing_default_tree_says_how_to_build_it(tmp_path):
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "overlay").mkdir()
+    (tmp_path / "patches" / "series").write_text("")
+    (tmp_path / "upstream.lock").write_text("")
     with pytest.raises(UsageError) as e:
-        core.resolve_tree(None, None, tmp_path / "build" / "sglang")
+        core.resolve_tree(None, None, tmp_path)
     assert "no patched SGLang tree" in e.value.message and "python tools/apply.py" in e.value.hint
 
 
@@ -78,13 +82,14 @@ def test_default_tree_older_than_the_series_is_flagged(tmp_path):
     import json
 
     from sgl_overlay import builder, series
-    from sgl_overlay.planner.core import ROOT_OF_REPO, _label, _staleness
+    from sgl_overlay.planner.core import _label, _staleness
+    from tests.plan.helpers import ROOT
 
     (tmp_path / builder.MANIFEST).write_text(json.dumps(
         {"tool": "sgl-overlay", "stack_digest": "0" * 64, "lock": {"version": PIN}, "patches": ["a.patch"]}))
     assert _label(tmp_path, tmp_path).startswith(f"{PIN} + 1 patches (patched tree")
-    warning = _staleness(tmp_path)
+    warning = _staleness(tmp_path, ROOT)
     assert warning and "python tools/apply.py" in warning
-    current = series.load(ROOT_OF_REPO).digest
+    current = series.load(ROOT).digest
     (tmp_path / builder.MANIFEST).write_text(json.dumps({"tool": "sgl-overlay", "stack_digest": current}))
-    assert _staleness(tmp_path) is None
+    assert _staleness(tmp_path, ROOT) is None

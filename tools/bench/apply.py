@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from sgl_overlay import gitcmd, lock as lockmod, series, source
-from sgl_overlay.project import ROOT
+
+ROOT = Path(__file__).resolve().parents[2]     # this script's own checkout
 
 
 def timed(fn):

@@ -9,6 +9,9 @@
   imports  what a server's start imports that the GPU machine and a bundle lack (docs/gpu.md)
 
 `python tools/NAME.py ARGS...` is the same as `sgl-overlay NAME ARGS...`.
+Each works on the checkout given with --root DIR, else the script's own
+(tools/NAME.py), else the nearest one at or above the current directory
+(docs/checkouts.md).
 """
 import importlib
 import sys
@@ -18,6 +21,8 @@ COMMANDS = ("apply", "bisect", "regress", "plan", "stack", "bundle", "imports")
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    from . import project
+    project.take_shim_checkout()
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2

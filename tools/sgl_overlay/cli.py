@@ -38,6 +38,13 @@ def python_version(text):
     return 3, int(m[1])
 
 
+def add_root(parser):
+    """``--root DIR``: the checkout to work on (project.find_root)."""
+    parser.add_argument("--root", metavar="DIR",
+                        help="the sgl-overlay checkout to work on (default: this script's checkout, or the "
+                             "nearest one at or above the current directory)")
+
+
 def emit(result, as_json, text):
     """Print ``result`` as JSON, or ``text`` (a string) for people."""
     if as_json:

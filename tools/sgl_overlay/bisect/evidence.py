@@ -10,7 +10,7 @@ import platform
 import shlex
 from pathlib import Path
 
-from .. import TOOL_VERSION, gitcmd, monotone, project
+from .. import TOOL_VERSION, gitcmd, monotone
 from ..harness.environment import sglang_settings
 
 KEPT = ("scenario", "version", "layout", "outcome", "reason", "figures", "error", "notes", "log", "remedy",
@@ -57,16 +57,17 @@ def environment(root):
             "sglang_settings": sglang_settings(os.environ)}
 
 
-def _scenario_file(scenario):
+def _scenario_file(scenario, root):
     path = Path(scenario.path).resolve()
     try:
-        return str(path.relative_to(project.ROOT))
+        return str(path.relative_to(root))
     except ValueError:
         return path.name
 
 
-def collect(rec, rng, header, trees, public_repo, report_path, progress=None):
-    """The evidence dict ``issue.render`` takes (its docstring lists the keys)."""
+def collect(rec, rng, header, trees, public_repo, report_path, root, progress=None):
+    """The evidence dict ``issue.render`` takes (its docstring lists the keys);
+    ``root`` is the checkout the bisection runs in (its commit is evidence)."""
     from ..harness import load_scenario, run_scenario
 
     say = progress or (lambda m: None)
@@ -100,11 +101,11 @@ def collect(rec, rng, header, trees, public_repo, report_path, progress=None):
                   "merge_base": rng.points[0].id if rng.extra_old else None, "size": len(rng.points)},
         "public_repo": public_repo,
         "command": rerun_command(header, rng, public_repo, report_path),
-        "scenario": {"name": scenario.name, "file": _scenario_file(scenario), "text": Path(scenario.path).read_text()},
+        "scenario": {"name": scenario.name, "file": _scenario_file(scenario, root), "text": Path(scenario.path).read_text()},
         **sides,
         "remedy_reruns": reruns,
         "working_values": searched,
-        "environment": environment(project.ROOT),
+        "environment": environment(root),
     }
 
 

@@ -8,18 +8,11 @@
 Exit codes: 0 ok or up to date, 1 a patch or the overlay failed,
 2 bad input or usage, 3 integrity failure (docs/exit-codes.md).
 """
-import os
-
-
 import argparse
-
 import dataclasses
 
 from .. import builder, cli, lock as lockmod, project, series, source, wheel
 from ..errors import FAILED, OK, UsageError
-
-ROOT = str(project.ROOT)
-
 
 
 def parse(argv):
@@ -28,7 +21,7 @@ def parse(argv):
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="apply in a scratch tree and report; build nothing")
     mode.add_argument("--list", action="store_true", help="list the patches")
-    ap.add_argument("--out", default=os.path.join(ROOT, "build", "sglang"), help="destination (default build/sglang)")
+    ap.add_argument("--out", help="destination (default: build/sglang in the checkout)")
     ap.add_argument("--repo", metavar="URL_OR_PATH", nargs="?", const="",
                     help="take upstream from this git repository instead of the release artifact "
                          "(alone: the lock's upstream.repo)")
@@ -45,7 +38,7 @@ def parse(argv):
                     help="if another process is writing the destination, wait up to this long for it "
                          "(default 0: refuse at once, exit 2, naming its pid)")
     ap.add_argument("--unlocked-for-bench", dest="unlocked", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
+    cli.add_root(ap)
     ap.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return ap.parse_args(argv)
@@ -87,17 +80,18 @@ def main(argv):
     if args.wait < 0:
         raise UsageError(f"--wait must be 0 or more seconds, got {args.wait:g}", hint="e.g. --wait 600")
     progress = cli.Progress("apply", quiet=args.quiet or args.list)
-    lock = lockmod.load(os.path.join(args.root, "upstream.lock"))
+    root = project.find_root(args.root)
+    lock = lockmod.load(root / "upstream.lock")
     if args.repo == "":
         args.repo = lock.repo
     if args.list:
-        stack = series.load(args.root, strict=False)
+        stack = series.load(root, strict=False)
         problems = [{"patch": p.name, "field": f, "error": m, "hint": h}
                     for p in stack.patches for f, m, h in series.lint(p)]
         cli.emit({"status": "ok" if not problems else "lint", **stack.summary(), "lint": problems},
                  args.json, list_text(stack) + "".join(f"\nlint: {x['error']}" for x in problems))
         return OK if not problems else 2
-    stack = series.load(args.root)
+    stack = series.load(root)
     if args.python and not args.wheel:
         raise UsageError("--python needs --wheel DIR", hint="python tools/apply.py --wheel dist --python 3.12")
     pythons = [p for arg in args.python for p in arg.split(",") if p] or [None]
@@ -116,7 +110,7 @@ def main(argv):
         lines.append(f"check {'passed' if r['status'] == 'ok' else 'FAILED'}: {len(r['patches'])} patch(es) on {lock.tag}")
         cli.emit(r, args.json, "\n".join(lines))
         return OK if r["status"] == "ok" else FAILED
-    r = builder.build(lock, stack, args.out, repo=args.repo, cache=args.cache, three_way=args.three_way,
+    r = builder.build(lock, stack, args.out or root / "build" / "sglang", repo=args.repo, cache=args.cache, three_way=args.three_way,
                       force=args.force, progress=progress, wait=args.wait, locked=not args.unlocked)
     if r["status"] == "up-to-date":
         text = f"{r['dest']}: up to date ({len(stack.patches)} patch(es), stack {stack.digest[:12]})"

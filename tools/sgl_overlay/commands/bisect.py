@@ -32,7 +32,6 @@ from pathlib import Path
 from .. import bisect as B, cli, lock as lockmod, project, series, source
 from ..errors import UsageError
 
-ROOT = project.ROOT
 EXIT = {"first-bad": 0, "first-fixed": 0, "not-in-range": 4, "cannot-reproduce": 5, "inconclusive": 6, "flaky": 7}
 UNFINISHED, INTERRUPTED = 8, 130
 
@@ -64,7 +63,7 @@ def parse(argv):
     ap.add_argument("--cache", metavar="DIR", help="cache directory (default: $SGL_OVERLAY_CACHE or ~/.cache/sgl-overlay)")
     ap.add_argument("--tree-cache", metavar="DIR", help="where step trees are kept (default: CACHE/bisect-trees)")
     ap.add_argument("--tree-cache-mb", type=int, default=8192, metavar="MB", help="size bound of the tree cache")
-    ap.add_argument("--root", default=str(ROOT), help=argparse.SUPPRESS)
+    cli.add_root(ap)
     ap.add_argument("--report", metavar="PATH", help="after a first-bad verdict, write an upstream bug report "
                     "(Markdown) there: needs --scenario, not --fixed or --with-stack")
     ap.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -134,7 +133,7 @@ def stack_for(root, wanted, digest=None):
 
 def setup(args, progress):
     """(range, test, trees, log, known, settings) for a new run or a resume."""
-    lock = lockmod.load(Path(args.root) / "upstream.lock")
+    args.root = project.find_root(args.root)
     if args.resume or args.replay:
         path = Path(args.resume or args.replay)
         log = B.Log(path)
@@ -147,13 +146,13 @@ def setup(args, progress):
             check_report(args.report, bool(header["test"].get("scenario")), header["fixed"], header.get("with_stack"),
                          source="in the log")
         rng = B.Range.from_dict(header["range"])
-        test = B.Test(root=ROOT, **header["test"])
+        test = B.Test(root=args.root, **header["test"])
         s = dict(fixed=header["fixed"], runs=header["runs"], jobs=args.jobs if args.jobs > 1 else header["jobs"])
         known = B.known_from(results, {p.id for p in rng.extra_old + rng.points})
         if args.resume and log.repair():
             progress(f"{path}: dropped a torn last line (the run was stopped mid-write)")
         return rng, test, header, log, known, results, verdict, s
-    test = B.Test(scenario=args.scenario, command=args.command, root=ROOT, timeout=args.timeout)
+    test = B.Test(scenario=args.scenario, command=args.command, root=args.root, timeout=args.timeout)
     test.check()
     stack = stack_for(args.root, args.with_stack)
     if args.releases:
@@ -166,7 +165,7 @@ def setup(args, progress):
     path = Path(args.log) if args.log else \
         Path(cache) / "bisect-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.jsonl"
     header = {"range": rng.as_dict(), "test": test.spec(), "fixed": args.fixed, "runs": args.runs, "jobs": args.jobs,
-              "with_stack": args.with_stack, "stack_root": str(Path(args.root).resolve()),
+              "with_stack": args.with_stack, "stack_root": str(args.root),
               "stack_digest": stack.digest if stack else None, "cache": args.cache,
               "tree_cache": args.tree_cache, "tree_cache_mb": args.tree_cache_mb}
     log = B.Log(path)
@@ -174,7 +173,7 @@ def setup(args, progress):
     return rng, test, header, log, {}, [], None, dict(fixed=args.fixed, runs=args.runs, jobs=args.jobs)
 
 
-def text(rec, rng, header, log_path):
+def text(rec, rng, header, log_path, root):
     lines = list(rec["words"])
     if rng.notes:
         lines += [f"note: {n}" for n in rng.notes]
@@ -184,13 +183,13 @@ def text(rec, rng, header, log_path):
         lines.append(f"  {s['phase']:<9} {p.short():<12} {p.label[:50]:<50} {s['result']:<5} -> {s['term']}"
                      + (f"  (dropped: {', '.join(s['dropped'])})" if s.get("dropped") else ""))
     if rec["verdict"] in ("first-bad", "first-fixed") and rng.kind == "releases":
-        lines.append("narrow it to commits: " + rec.get("commit_command", commit_command(rec, header)))
+        lines.append("narrow it to commits: " + rec.get("commit_command", commit_command(rec, header, root)))
     lines.append(f"log: {log_path}")
     return "\n".join(lines)
 
 
-def commit_command(rec, header):
-    lock = lockmod.load(Path(header["stack_root"]) / "upstream.lock")
+def commit_command(rec, header, root):
+    lock = lockmod.load(root / "upstream.lock")
     old, new = "v" + rec["last_old"]["id"], "v" + rec["first_new"]["id"]
     good, bad = (new, old) if rec["fixed"] else (old, new)
     t = header["test"]
@@ -204,7 +203,7 @@ def commit_command(rec, header):
 def make_trees(rng, header, args, stack, progress):
     cache = header.get("cache") or args.cache
     tree_root = header.get("tree_cache") or args.tree_cache or str(source.cache_dir(cache) / "bisect-trees")
-    return B.Trees(rng, lockmod.load(Path(header["stack_root"]) / "upstream.lock"), stack, cache,
+    return B.Trees(rng, lockmod.load(args.root / "upstream.lock"), stack, cache,
                    B.TreeCache(tree_root, (header.get("tree_cache_mb") or args.tree_cache_mb) << 20), progress)
 
 
@@ -216,8 +215,8 @@ def write_report(args, rec, rng, header, progress):
         print(why, file=sys.stderr)
         return {"path": None, "why": why}
     trees = make_trees(rng, header, args, None, progress)
-    public = lockmod.load(Path(header["stack_root"]) / "upstream.lock").repo
-    ev = B.evidence.collect(rec, rng, header, trees, public, args.report, progress)
+    public = lockmod.load(args.root / "upstream.lock").repo
+    ev = B.evidence.collect(rec, rng, header, trees, public, args.report, args.root, progress)
     B.evidence.write(args.report, B.issue.render(ev))
     progress(f"report: {args.report}")
     return {"path": str(args.report), "evidence": ev}
@@ -239,7 +238,7 @@ def main(argv):
             return UNFINISHED
         rec = v if verdict is not None else B.finish(v, rng, s["fixed"], results)
         extra = {"report": write_report(args, rec, rng, header, progress)} if args.report else {}
-        cli.emit({"status": "done", "log": str(log.path), **rec, **extra}, args.json, text(rec, rng, header, log.path))
+        cli.emit({"status": "done", "log": str(log.path), **rec, **extra}, args.json, text(rec, rng, header, log.path, args.root))
         return EXIT[rec["verdict"]]
     progress(f"log: {log.path}")
     for n in rng.notes:
@@ -247,7 +246,7 @@ def main(argv):
     progress(f"{len(rng.points)} {rng.kind} from {rng.points[0].short()} to {rng.points[-1].short()}; "
              f"test: {test.describe()}; {'--fixed: old end must fail' if s['fixed'] else 'old end must pass'}"
              + (f"; resuming after {len(results)} result(s)" if results else ""))
-    stack = stack_for(header["stack_root"], header["with_stack"], header["stack_digest"])
+    stack = stack_for(args.root, header["with_stack"], header["stack_digest"])
     if stack is not None and not stack.patches and not stack.overlay:
         progress("--with-stack: the stack is empty, so every step is the pristine tree")
     trees = make_trees(rng, header, args, stack, progress)
@@ -269,9 +268,9 @@ def main(argv):
     _, results, _ = B.Log.read(log.path)
     rec = B.finish(v, rng, s["fixed"], results)
     if rec["verdict"] in ("first-bad", "first-fixed") and rng.kind == "releases":
-        rec["commit_command"] = commit_command(rec, header)
+        rec["commit_command"] = commit_command(rec, header, args.root)
     log.append({"type": "verdict", **rec})
     extra = {"report": write_report(args, rec, rng, header, progress)} if args.report else {}
-    cli.emit({"status": "done", "log": str(log.path), **rec, **extra}, args.json, text(rec, rng, header, log.path))
+    cli.emit({"status": "done", "log": str(log.path), **rec, **extra}, args.json, text(rec, rng, header, log.path, args.root))
     return EXIT[rec["verdict"]]
 

@@ -30,8 +30,6 @@ from .. import builder, bundle, cli, lock as lockmod, project, series, source
 from ..errors import FAILED, OK, UsageError
 from .apply import build_for_python
 
-ROOT = str(project.ROOT)
-
 
 def parse(argv):
     ap = cli.Parser(prog="python tools/bundle.py", description=__doc__.split("\n\n")[0],
@@ -41,11 +39,11 @@ def parse(argv):
     ap.add_argument("--attention-backend", default="triton",
                     help="the attention backend the servers will use (triton allows the slim sglang-kernel)")
     ap.add_argument("--max-mib", type=float, default=60.0, help="size budget of the bundle in MiB (default 60)")
-    ap.add_argument("--out", default=os.path.join(ROOT, "build", "bundle"), help="bundle directory")
-    ap.add_argument("--downloads", default=os.path.join(ROOT, "build", "bundle-downloads"),
-                    help="where downloaded wheels are kept between runs")
+    ap.add_argument("--out", help="bundle directory (default: build/bundle in the checkout)")
+    ap.add_argument("--downloads", help="where downloaded wheels are kept between runs "
+                                        "(default: build/bundle-downloads in the checkout)")
     ap.add_argument("--cache", metavar="DIR", help="artifact cache (as tools/apply.py)")
-    ap.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
+    cli.add_root(ap)
     ap.add_argument("--release", metavar="VERSION",
                     help="a pristine bundle of this SGLang release (its own wheel, no stack) instead of the pin's")
     ap.add_argument("--slim-release", action="store_true",
@@ -99,13 +97,18 @@ def main(argv):
         raise UsageError("--slim-release slims another release's wheel: it needs --release VERSION",
                          hint="the pin's bundle carries the patched wheel, which is never slimmed")
     progress = cli.Progress("bundle", quiet=args.quiet)
+    root = None
+    if not (args.release and args.out and args.downloads):     # a pristine bundle with both paths needs no checkout
+        root = project.find_root(args.root)
+        args.out = args.out or str(root / "build" / "bundle")
+        args.downloads = args.downloads or str(root / "build" / "bundle-downloads")
     if args.release:
         d = pristine(args, progress)
         cli.emit(d, args.json, text(d))
         return OK if d["fits"] else FAILED
-    lock = lockmod.load(os.path.join(args.root, "upstream.lock"))
-    stack = series.load(args.root)
-    r = builder.build(lock, stack, os.path.join(args.root, "build", "sglang"), cache=args.cache, progress=progress)
+    lock = lockmod.load(root / "upstream.lock")
+    stack = series.load(root)
+    r = builder.build(lock, stack, root / "build" / "sglang", cache=args.cache, progress=progress)
     wargs = types.SimpleNamespace(wheel=args.out + ".wheel", cache=args.cache)
     w, note = build_for_python(lock, args.python, r["dest"], wargs, progress)
     if note:

@@ -40,9 +40,6 @@ from pathlib import Path
 from .. import builder, cli, lock as lockmod, locking, project, series, source, stack, versions
 from ..errors import FAILED, OK, UsageError
 
-ROOT = str(project.ROOT)
-
-
 
 def parse(argv):
     ap = cli.Parser(prog="python tools/stack.py", description=__doc__.split("\n\n")[0],
@@ -51,7 +48,7 @@ def parse(argv):
     common.add_argument("--json", action="store_true")
     common.add_argument("-q", "--quiet", action="store_true")
     common.add_argument("--cache", metavar="DIR")
-    common.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
+    cli.add_root(common)
     common.add_argument("--wait", type=float, default=0, metavar="SECONDS",
                         help="if another process is writing the series or the tree, wait up to this long "
                              "(default 0: refuse at once, exit 2, naming its pid)")
@@ -131,7 +128,7 @@ def main(argv):
     if args.wait < 0:
         raise UsageError(f"--wait must be 0 or more seconds, got {args.wait:g}", hint="e.g. --wait 600")
     progress = cli.Progress("stack", quiet=args.quiet)
-    root = Path(args.root)
+    root = project.find_root(args.root)
     with contextlib.ExitStack() as held:
         writes = (args.verb == "refresh" and not args.check) or (args.verb == "rebase" and args.write)
         if writes:

@@ -16,15 +16,17 @@ from . import outcome as outcome_mod
 from .scenario import Scenario
 
 from ..extras import MissingDependency, require, third_party_missing
-from ..project import ROOT
 
 
 def run_child(root: Path, request: dict, timeout: float = 120.0,
-              module: str = "sgl_overlay.harness.child") -> dict:
+              module: str = "sgl_overlay.harness.child", path: tuple = ()) -> dict:
     """One fresh interpreter, one sizing run; returns the child's JSON.
 
     ``module`` is the child entry point (``python -m MODULE``, request JSON on
     stdin, one result JSON line on stdout); the planner's flag parser uses it too.
+    ``path``: folders put first on the child's sys.path (a test's own child module);
+    the current directory never is (``-P``), so a folder the user stands in cannot
+    shadow a module the child imports.
 
     The child inherits this process's environment, as a server started from the same shell
     would: the SGLang settings in it (``SGLANG_*``) are honoured, and the result names them
@@ -33,14 +35,14 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
     req = dict(request, root=str(root))
     env = dict(os.environ)
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join([*map(str, path), *filter(None, [env.get("PYTHONPATH")])])
     t = time.perf_counter()
     proc = subprocess.run(
-        # -m from the checkout's root: the test probes (tests.*) import too
-        [sys.executable, "-m", module],
+        [sys.executable, "-P", "-m", module],
         input=json.dumps(req),
         capture_output=True,
         text=True,
-        cwd=str(ROOT),
         env=env,
         timeout=timeout,
     )

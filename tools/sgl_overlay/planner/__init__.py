@@ -14,23 +14,22 @@ from __future__ import annotations
 
 
 from ..errors import UsageError
-from ..project import DEFAULT_BUILD
 from . import gpus
 from .core import (OVER_BUDGET, STARTS, UNKNOWN, WONT, Deployment, Memory, Sizing, Tree, exit_code, memory_for,
                    parse_flags, plan, resolve_tree, size)
 from .model import load as load_model
 from .model import load_draft
 
-DEFAULT_TREE = DEFAULT_BUILD
-
 __all__ = ["OVER_BUDGET", "STARTS", "UNKNOWN", "WONT", "Deployment", "Memory", "Sizing", "Tree", "deployment",
-           "exit_code", "plan", "size", "DEFAULT_TREE"]
+           "exit_code", "plan", "size"]
 
 
 def deployment(model, gpu: str | None = None, argv=(), draft=None, tree=None, release=None,
                free_gib=None, weights_gib=None, overhead_gib=gpus.DEFAULT_STARTUP_OVERHEAD_GIB,
-               resolved_tree: Tree | None = None) -> Deployment:
-    """All inputs resolved and checked; UsageError (exit 2) names what is wrong."""
+               resolved_tree: Tree | None = None, checkout=None) -> Deployment:
+    """All inputs resolved and checked; UsageError (exit 2) names what is wrong.
+    Without ``tree`` or ``release``: the patched tree of ``checkout`` (--root),
+    else of the checkout at or above the current directory."""
     g = None
     if gpu is not None:
         g = gpus.lookup(gpu)
@@ -40,7 +39,7 @@ def deployment(model, gpu: str | None = None, argv=(), draft=None, tree=None, re
                              + (f" (closest: {', '.join(close)})" if close else ""),
                              hint=f"known GPUs: {', '.join(gpus.names())}; or give the free memory with "
                                   f"--free-gib PRE[,POST]")
-    t = resolved_tree or resolve_tree(tree, release, DEFAULT_TREE)
+    t = resolved_tree or resolve_tree(tree, release, checkout)
     mi = load_model(model, t.root, t.label, weights_gib, need_weights=not (free_gib and len(free_gib) > 1))
     d = load_draft(draft) if draft else None
     fields, dropped = parse_flags(t, list(argv))

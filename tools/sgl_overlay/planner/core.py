@@ -9,13 +9,13 @@ with one input changed; nothing here re-derives what SGLang computes.
 
 from __future__ import annotations
 
-from .inputs import (GIB, ROOT_OF_REPO, Deployment, Memory, Tree, _label, _staleness, memory_for, parse_flags,
+from .inputs import (GIB, Deployment, Memory, Tree, _label, _staleness, memory_for, parse_flags,
                      resolve_tree)
 from .sizing import Sizing, sensitivity, size
 from .suggestions import KNOBS, Suggestion, suggest, tree_remedies
 from .verdict import FULL, OVER_BUDGET, STARTED, STARTS, UNKNOWN, WONT, exit_code, judge, ledger, shortfall
 
-__all__ = ["FULL", "OVER_BUDGET", "STARTED", "GIB", "KNOBS", "ROOT_OF_REPO", "shortfall", "STARTS", "UNKNOWN", "WONT", "Deployment", "Memory",
+__all__ = ["FULL", "OVER_BUDGET", "STARTED", "GIB", "KNOBS", "shortfall", "STARTS", "UNKNOWN", "WONT", "Deployment", "Memory",
            "Sizing", "Suggestion", "Tree", "_label", "_staleness", "exit_code", "judge", "ledger", "memory_for",
            "parse_flags", "plan", "resolve_tree", "sensitivity", "size", "suggest", "tree_remedies"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..harness import layout as layout_mod
 from ..harness.run import run_child
-from ..project import ROOT as ROOT_OF_REPO
+from .. import project
 from . import gpus as gpus_mod
 from . import model as model_mod
 
@@ -86,7 +86,10 @@ class Deployment:
         }
 
 
-def resolve_tree(tree: str | None, release: str | None, default: Path) -> Tree:
+def resolve_tree(tree: str | None, release: str | None, checkout: Path | None = None) -> Tree:
+    """The tree to plan: ``tree`` (--tree), a published ``release``, or the
+    patched tree tools/apply.py builds in the checkout (``checkout``, else
+    the one project.find_root finds), checked against its series."""
     if tree and release:
         raise UsageError("give --tree or --release, not both", hint="--tree PATH plans a source tree; "
                          "--release X plans a published release")
@@ -95,7 +98,9 @@ def resolve_tree(tree: str | None, release: str | None, default: Path) -> Tree:
 
         root = layout_mod.source_root(source.release_tree(release))
         return Tree(root, release, layout_mod.detect(root).era)
-    path = Path(tree) if tree else default
+    if not tree:
+        checkout = project.find_root(checkout)
+    path = Path(tree) if tree else checkout / "build" / "sglang"
     if not tree and not (path / "python" / "sglang" / "srt").is_dir():
         raise UsageError(
             f"no patched SGLang tree at {path} (the planner's default tree)",
@@ -106,7 +111,7 @@ def resolve_tree(tree: str | None, release: str | None, default: Path) -> Tree:
         era = layout_mod.detect(root).era
     except layout_mod.NoSource as e:
         raise UsageError(str(e), hint="pass --tree with an SGLang checkout, build/sglang or an unpacked wheel") from None
-    return Tree(root, _label(path, root), era, _staleness(path) if not tree else None)
+    return Tree(root, _label(path, root), era, _staleness(path, checkout) if not tree else None)
 
 
 def _label(path: Path, root: Path) -> str:
@@ -121,13 +126,13 @@ def _label(path: Path, root: Path) -> str:
     return layout_mod.version_of(root) or str(path)
 
 
-def _staleness(path: Path) -> str | None:
-    """The default tree against the repository's current series: a warning, or None."""
+def _staleness(path: Path, checkout: Path) -> str | None:
+    """The default tree against the checkout's current series: a warning, or None."""
     from .. import builder, series
 
     man = builder.read_manifest(path)
     try:
-        digest = series.load(ROOT_OF_REPO).digest
+        digest = series.load(checkout).digest
     except Exception:  # noqa: BLE001 - a series being edited: no verdict on staleness
         return None
     if man and man.get("stack_digest") != digest:
