@@ -54,6 +54,7 @@ AUDIT = textwrap.dedent('''
             except OSError:
                 here = ""
             names = [s if os.path.isabs(s) else os.path.join(here, s) for s in _strings(args) if s]
+            names = [n.replace("\\n", "\\\\n") for n in names]     # one line each, a commit message too
             with _open(_LOG, "a") as f:
                 for n in names:
                     f.write(f"{os.getpid()} {event} {n}\\n")
@@ -71,10 +72,15 @@ def allowed_prefixes():
             str(project.cache_dir()), os.environ.get("SGL_OVERLAY_TEST_CACHE", "\0")]
 
 
-def touched_first(log: Path) -> list[str]:
+def touched_first(log: Path, second: Path) -> list[str]:
+    """What the audited runs did under the first checkout (beyond what is
+    allowed); the log must show them reading the second checkout's stack,
+    so a hook that recorded nothing cannot pass."""
     inside, ok = str(REPO), allowed_prefixes()
+    lines = log.read_text().splitlines()
+    assert any(f"open {second}{os.sep}" in line for line in lines), f"{log}: no file of {second} was opened"
     bad = []
-    for line in log.read_text().splitlines() if log.exists() else []:
+    for line in lines:
         _, event, name = line.split(" ", 2)
         path = os.path.normpath(name)
         if (path == inside or path.startswith(inside + os.sep)) and not any(
@@ -192,19 +198,28 @@ def built(second, tmp_path_factory):
     return json.loads(p.stdout), log / "audit.log"
 
 
+def test_the_audit_sees_a_run_that_reads_the_first_checkout(second, audited):
+    """The check itself: a run of the first checkout's own shim (which works on the first) is caught."""
+    p = audited(sgl("apply", "--list"), second)           # reads the second's series: the log shows it
+    assert p.returncode == 0, p.stderr
+    p = audited([sys.executable, REPO / "tools" / "apply.py", "--list"], second)
+    assert p.returncode == 0, p.stderr
+    assert f"open {REPO / 'patches' / 'series'}" in touched_first(audited.log, second)
+
+
 def test_apply_builds_the_second_stack_into_the_second_checkout(second, built):
     result, log = built
     assert Path(result["dest"]) == second / "build" / "sglang"
     assert result["manifest"]["stack_digest"] == series.load(second).digest != series.load(REPO).digest
     assert [Path(p).name for p in result["manifest"]["patches"]] == series.read_series(second / "patches")
-    assert touched_first(log) == []
+    assert touched_first(log, second) == []
 
 
 def test_apply_check_checks_the_second_stack(second, audited):
     p = audited(sgl("apply", "--check", "--json", "-q"), second)
     assert p.returncode == 0, p.stderr
     assert [x["patch"] for x in json.loads(p.stdout)["patches"]] == series.read_series(second / "patches")
-    assert touched_first(audited.log) == []
+    assert touched_first(audited.log, second) == []
 
 
 def test_stack_lint_and_refresh_work_on_the_second_stack(second, built, audited):
@@ -212,18 +227,20 @@ def test_stack_lint_and_refresh_work_on_the_second_stack(second, built, audited)
     assert p.returncode == 0, p.stderr
     p = audited(sgl("stack", "refresh", "--check", "--tree", second / "build" / "sglang", "--json"), second)
     assert p.returncode == 0, p.stderr
-    assert {r["patch"] for r in json.loads(p.stdout)["patches"]} == set(series.read_series(second / "patches"))
-    assert touched_first(audited.log) == []
+    assert json.loads(p.stdout)["patches"] == series.read_series(second / "patches")
+    assert touched_first(audited.log, second) == []
 
 
-def test_plan_plans_the_second_checkouts_tree(second, built, audited):
-    model = REPO / "tests" / "plan" / "data" / "qwen3.6-27b"
+def test_plan_plans_the_second_checkouts_tree(second, built, audited, tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(REPO / "tests" / "plan" / "data" / "qwen3.6-27b" / "config.json", model / "config.json")
     p = audited(sgl("plan", model, "--gpu", "H200", "--no-suggest", "--no-sensitivity", "--json", "--",
                     "--mem-fraction-static", "0.85"), second)
     assert p.returncode in (0, 1), p.stderr
     tree = json.loads(p.stdout)["tree"]
     assert str(second / "build" / "sglang") in json.dumps(tree), tree
-    assert touched_first(audited.log) == []
+    assert touched_first(audited.log, second) == []
 
 
 def test_regress_and_imports_from_the_second_checkout(second, built, audited):
@@ -232,27 +249,29 @@ def test_regress_and_imports_from_the_second_checkout(second, built, audited):
     assert p.returncode in (0, 1), p.stderr
     p = audited(sgl("imports", "--tree", tree / "python", "--json", "-q"), second)
     assert p.returncode in (0, 1), p.stderr
-    assert touched_first(audited.log) == []
+    assert touched_first(audited.log, second) == []
 
 
 def test_bisect_with_the_stack_uses_the_second_stack(second, audited, tmp_path):
     log = tmp_path / "bisect.jsonl"
     p = audited(sgl("bisect", "--releases", f"{PIN}..0.5.13", "--with-stack", "--log", log, "--json", "--",
-                    sys.executable, "-c", "pass"), second)
+                    sys.executable, "-c", "import sys, os; sys.exit(not os.path.isdir(sys.argv[1]))", "{tree}"),
+                second)
     assert p.returncode in (0, 4, 5, 6), p.stderr
     header = json.loads(log.read_text().splitlines()[0])
     header = header.get("header", header)
     assert header["stack_digest"] == series.load(second).digest
     assert Path(header["stack_root"]) == second
-    assert touched_first(audited.log) == []
+    assert touched_first(audited.log, second) == []
 
 
 def test_bundle_writes_under_the_second_checkout(second, audited):
-    """A bundle too big for its budget (exit 1) still shows where it went."""
+    """A bundle too big for its budget (exit 1): the patched tree and wheel it made first are the
+    second checkout's."""
     p = audited(sgl("bundle", "--max-mib", "0.001", "--json", "-q"), second)
-    assert p.returncode in (0, 1), p.stderr
-    assert str(second / "build" / "bundle") in p.stdout
-    assert touched_first(audited.log) == []
+    assert p.returncode == 1 and json.loads(p.stdout)["fits"] is False, p.stderr
+    assert [w.name for w in (second / "build" / "bundle.wheel").glob("*.whl")]
+    assert touched_first(audited.log, second) == []
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,9 @@ patch, the overlay commit, ``HEAD`` on branch ``patched``), built beside
 the destination and swapped into place atomically, with a build manifest.
 """
 import ctypes
+import dataclasses
 import difflib
+import enum
 import json
 import os
 import re
@@ -18,6 +20,84 @@ from .paths import inside
 
 MANIFEST = ".sgl-overlay-build.json"
 TMP_MARK = locking.MARK
+
+
+# --------------------------------------------------------------------------
+# results (their JSON form: to_json, the --json output of tools/apply.py, docs/apply.md)
+
+class PatchStatus(enum.StrEnum):
+    APPLIED = "applied"
+    FAILED = "failed"
+
+
+class OverlayStatus(enum.StrEnum):
+    NONE = "none"            # the stack has no overlay
+    APPLIED = "applied"
+    FAILED = "failed"
+
+
+class BuildStatus(enum.StrEnum):
+    BUILT = "built"
+    UP_TO_DATE = "up-to-date"
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchResult:
+    patch: str
+    index: int
+    status: PatchStatus
+    failure: dict | None = None      # diagnose()'s report when it failed
+
+    def to_json(self):
+        return {"patch": self.patch, "index": self.index, "status": str(self.status),
+                **({"failure": self.failure} if self.failure else {})}
+
+
+@dataclasses.dataclass(frozen=True)
+class OverlayResult:
+    status: OverlayStatus
+    files: tuple = ()
+    error: str | None = None
+    hint: str | None = None
+
+    def to_json(self):
+        d = {"status": str(self.status)}
+        if self.status is OverlayStatus.APPLIED:
+            d["files"] = list(self.files)
+        if self.status is OverlayStatus.FAILED:
+            d.update(error=self.error, hint=self.hint)
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildResult:
+    status: BuildStatus
+    dest: Path
+    manifest: dict
+    patches: tuple = ()              # PatchResults of a build (none when up to date)
+
+    def to_json(self):
+        return {"status": str(self.status), "dest": str(self.dest), "manifest": self.manifest,
+                **({"patches": [r.to_json() for r in self.patches]} if self.status is BuildStatus.BUILT else {})}
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    base_commit: str
+    tree: str
+    stack_digest: str
+    patches: tuple                   # PatchResults, every patch tried
+    overlay: OverlayResult
+
+    @property
+    def ok(self):
+        return all(r.status is PatchStatus.APPLIED for r in self.patches) and \
+            self.overlay.status is not OverlayStatus.FAILED
+
+    def to_json(self):
+        return {"status": "ok" if self.ok else "failed", "base_commit": self.base_commit, "tree": self.tree,
+                "stack_digest": self.stack_digest, "patches": [r.to_json() for r in self.patches],
+                "overlay": self.overlay.to_json()}
 
 
 # --------------------------------------------------------------------------
@@ -208,13 +288,13 @@ def apply_all(stack, repo_dir, three_way, progress, keep_going):
         failure = apply_patch(repo_dir, p, total, three_way)
         if not failure:
             _check_symlinks(repo_dir, p)
-        results.append({"patch": p.name, "index": p.index, "status": "failed" if failure else "applied",
-                        **({"failure": failure} if failure else {})})
+        results.append(PatchResult(p.name, p.index, PatchStatus.FAILED if failure else PatchStatus.APPLIED, failure))
         if failure and not keep_going:
-            raise ApplyError(format_failure(failure), details={"failure": failure, "patches": results},
+            raise ApplyError(format_failure(failure),
+                             details={"failure": failure, "patches": [r.to_json() for r in results]},
                              hint="refresh the patch against the pinned tree (tools/apply.py --check shows all "
                                   "failures), or drop it if it is already upstream")
-    return results
+    return tuple(results)
 
 
 def _check_symlinks(repo_dir, patch):
@@ -299,8 +379,7 @@ def lock_dest(dest, wait=0, progress=None):
 
 def build(lock, stack, dest, repo=None, cache=None, three_way=False, force=False, progress=None, wait=0,
           locked=True):
-    """Build the patched tree at ``dest``.  Returns a result dict with
-    ``status`` "built" or "up-to-date".  The destination's lock is held
+    """Build the patched tree at ``dest``: a BuildResult, built or up to date.  The destination's lock is held
     throughout (``wait``: see lock_dest); ``locked=False`` only for the
     benchmark that measures what the lock costs."""
     dest = Path(dest).absolute()
@@ -312,7 +391,7 @@ def build(lock, stack, dest, repo=None, cache=None, three_way=False, force=False
         # a destination we may not write: fine if it is already this build
         old = _up_to_date(dest, lock, stack, "git" if repo else "artifact", repo, force)
         if old is not None:
-            return {"status": "up-to-date", "dest": str(dest), "manifest": old}
+            return BuildResult(BuildStatus.UP_TO_DATE, dest, old)
         raise
     with held:
         return _build(lock, stack, dest, repo, cache, three_way, force, progress)
@@ -325,7 +404,7 @@ def _build(lock, stack, dest, repo, cache, three_way, force, progress):
     if dest.parent.is_dir():
         _clean_leftovers(dest)                 # e.g. a run killed after its swap left its scratch folder
     if old is not None:
-        return {"status": "up-to-date", "dest": str(dest), "manifest": old}
+        return BuildResult(BuildStatus.UP_TO_DATE, dest, old)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp, mark = locking.scratch(dest.parent, f".{dest.name}.tmp-")
     try:
@@ -344,7 +423,7 @@ def _build(lock, stack, dest, repo, cache, three_way, force, progress):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         mark.release()
-    return {"status": "built", "dest": str(dest), "manifest": data, "patches": results}
+    return BuildResult(BuildStatus.BUILT, dest, data, results)
 
 
 def check(lock, stack, repo=None, cache=None, three_way=False, progress=None):
@@ -357,16 +436,14 @@ def check(lock, stack, repo=None, cache=None, three_way=False, progress=None):
         repo_dir = tmp / "tree"
         base = prepare_base(lock, repo_dir, repo, cache, progress)
         results = apply_all(stack, repo_dir, three_way, progress, keep_going=True)
-        overlay = {"status": "none"}
+        overlay = OverlayResult(OverlayStatus.NONE)
         if stack.overlay:
             say(f"checking {len(stack.overlay)} overlay file(s)")
             try:
                 apply_overlay(repo_dir, lock, stack)
-                overlay = {"status": "applied", "files": [o.rel for o in stack.overlay]}
+                overlay = OverlayResult(OverlayStatus.APPLIED, tuple(o.rel for o in stack.overlay))
             except ApplyError as e:
-                overlay = {"status": "failed", "error": e.message, "hint": e.hint}
+                overlay = OverlayResult(OverlayStatus.FAILED, error=e.message, hint=e.hint)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    ok = all(r["status"] == "applied" for r in results) and overlay["status"] != "failed"
-    return {"status": "ok" if ok else "failed", "base_commit": base["base_commit"], "tree": base["tree"],
-            "stack_digest": stack.digest, "patches": results, "overlay": overlay}
+    return CheckResult(base["base_commit"], base["tree"], stack.digest, results, overlay)

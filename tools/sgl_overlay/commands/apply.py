@@ -75,6 +75,18 @@ def build_for_python(lock, python, tree, args, progress):
     return w, note
 
 
+def check_text(r, lock):
+    lines = []
+    for p in r.patches:
+        lines.append(f"{p.index}/{len(r.patches)} {p.patch}: {p.status}")
+        if p.failure:
+            lines.append(builder.format_failure(p.failure))
+    if r.overlay.status is not builder.OverlayStatus.NONE:
+        lines.append(f"overlay: {r.overlay.status}" + (f": {r.overlay.error}" if r.overlay.error else ""))
+    lines.append(f"check {'passed' if r.ok else 'FAILED'}: {len(r.patches)} patch(es) on {lock.tag}")
+    return "\n".join(lines)
+
+
 def main(argv):
     args = parse(argv)
     if args.wait < 0:
@@ -100,32 +112,25 @@ def main(argv):
             source.wheel_filename(lock, py)   # a bad --python is refused before any work
     if args.check:
         r = builder.check(lock, stack, repo=args.repo, cache=args.cache, three_way=args.three_way, progress=progress)
-        lines = []
-        for p in r["patches"]:
-            lines.append(f"{p['index']}/{len(r['patches'])} {p['patch']}: {p['status']}")
-            if p.get("failure"):
-                lines.append(builder.format_failure(p["failure"]))
-        if r["overlay"]["status"] != "none":
-            lines.append(f"overlay: {r['overlay']['status']}" + (f": {r['overlay']['error']}" if r["overlay"].get("error") else ""))
-        lines.append(f"check {'passed' if r['status'] == 'ok' else 'FAILED'}: {len(r['patches'])} patch(es) on {lock.tag}")
-        cli.emit(r, args.json, "\n".join(lines))
-        return OK if r["status"] == "ok" else FAILED
-    r = builder.build(lock, stack, args.out or root / "build" / "sglang", repo=args.repo, cache=args.cache, three_way=args.three_way,
-                      force=args.force, progress=progress, wait=args.wait, locked=not args.unlocked)
-    if r["status"] == "up-to-date":
-        text = f"{r['dest']}: up to date ({len(stack.patches)} patch(es), stack {stack.digest[:12]})"
+        cli.emit(r.to_json(), args.json, check_text(r, lock))
+        return OK if r.ok else FAILED
+    r = builder.build(lock, stack, args.out or root / "build" / "sglang", repo=args.repo, cache=args.cache,
+                      three_way=args.three_way, force=args.force, progress=progress, wait=args.wait, locked=not args.unlocked)
+    if r.status is builder.BuildStatus.UP_TO_DATE:
+        text = f"{r.dest}: up to date ({len(stack.patches)} patch(es), stack {stack.digest[:12]})"
     else:
-        text = (f"built {r['dest']}: {lock.tag} + {len(stack.patches)} patch(es)"
+        text = (f"built {r.dest}: {lock.tag} + {len(stack.patches)} patch(es)"
                 + (f" + overlay ({len(stack.overlay)} file(s))" if stack.overlay else "")
-                + f", HEAD {r['manifest']['head'][:12]} on branch patched")
+                + f", HEAD {r.manifest['head'][:12]} on branch patched")
+    out = r.to_json()
     if args.wheel:
-        r["wheels"] = []
+        out["wheels"] = []
         for py in pythons:
-            w, note = build_for_python(lock, py, r["dest"], args, progress)
+            w, note = build_for_python(lock, py, r.dest, args, progress)
             lock = lockmod.load(lock.path)   # a recorded sha256 is part of the lock from now on
-            r["wheels"].append(w)
+            out["wheels"].append(w)
             text += f"\nwheel: {w['path']} (version {w['version']}, from {w['artifact']})" + (f"\n  {note}" if note else "")
-        r["wheel"] = r["wheels"][0]
-    cli.emit(r, args.json, text)
+        out["wheel"] = out["wheels"][0]
+    cli.emit(out, args.json, text)
     return OK
 

@@ -110,7 +110,7 @@ def main(argv):
     stack = series.load(root)
     r = builder.build(lock, stack, root / "build" / "sglang", cache=args.cache, progress=progress)
     wargs = types.SimpleNamespace(wheel=args.out + ".wheel", cache=args.cache)
-    w, note = build_for_python(lock, args.python, r["dest"], wargs, progress)
+    w, note = build_for_python(lock, args.python, r.dest, wargs, progress)
     if note:
         progress(note)
     release = source.cache_dir(args.cache) / "artifacts" / w["artifact"]
