@@ -78,12 +78,19 @@ class Registry:
         return p
 
     def run(self, cmd, check=False, capture_output=False, **kw):
-        """subprocess.run through popen(): the same result; the group is released after."""
+        """subprocess.run through popen(): the same result; when the command has ended,
+        what it left running is killed (its output pipes then close)."""
         if capture_output:
             kw.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         p = self.popen(cmd, **kw)
         try:
-            out, err = p.communicate()
+            while True:
+                try:
+                    out, err = p.communicate(timeout=1)
+                    break
+                except subprocess.TimeoutExpired:
+                    if p.poll() is not None:        # ended, and a child of it still holds a pipe
+                        self.signal_group(p, signal.SIGKILL)
         finally:
             self.release(p)
         res = subprocess.CompletedProcess(p.args, p.returncode, out, err)
