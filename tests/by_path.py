@@ -9,4 +9,5 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 _PATHLOAD = ROOT / "tools" / "gpu" / "pathload.py"
-load = runpy.run_path(str(_PATHLOAD))["load"](_PATHLOAD, "pathload").load
+_pathload = runpy.run_path(str(_PATHLOAD))["load"](_PATHLOAD, "pathload")
+load, sibling = _pathload.load, _pathload.sibling

@@ -1,7 +1,7 @@
 """``--dtype float32`` for DFLASH/DDTREE and the Qwen3.5 hybrid (docs/gpu.md,
 "What float32 needed"): the two failures of the H200 run reproduced on the
 pin, and fixed by float32-draft-embeddings.patch, float32-gdn-chunk.patch
-and the e2e check's float32 environment (e2e.lossless_env).
+and the e2e check's float32 environment (e2e_lossless_runs.lossless_env).
 
 The hybrid's kernels go through Triton's own front end (AST -> TTIR, the
 stage that raised on the H200) for an H200 target, launched by SGLang's own
@@ -16,7 +16,7 @@ import os
 import pytest
 
 from tests.ddtree_integration.run import probe
-from tests.gpu.e2e_script import e2e
+from tests.gpu.e2e_script import e2e_lossless_runs
 
 PROBES = "tests.ddtree_integration.float32_probes"
 # the pin's triton: torch 2.11's, the device's (triton 3.9 no longer compiles the GDN chunk
@@ -37,7 +37,7 @@ def _kernel_deps():
 
 
 needs_triton = pytest.mark.skipif(_kernel_deps() is not None, reason=str(_kernel_deps()))
-F32_ENV = e2e.lossless_env("float32")
+F32_ENV = e2e_lossless_runs.lossless_env("float32")
 _CACHE: dict = {}
 
 

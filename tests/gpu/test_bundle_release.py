@@ -11,7 +11,7 @@ import pytest
 from sgl_overlay import bundle, source
 from sgl_overlay.bundle import MIB
 from sgl_overlay.errors import OverlayError
-from tests.gpu.e2e_script import e2e
+from tests.gpu.e2e_script import e2e, e2e_install
 from tests.gpu.release_bundle import TAGS, pristine_bundle
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -92,7 +92,7 @@ def test_cli_machine_must_be_name_equals_version(tmp_path):
 def test_e2e_installs_the_releases_own_wheel_as_the_pristine_tree(tmp_path):
     b = pristine_bundle(tmp_path, "0.5.18")
     work = tmp_path / "work"
-    r = e2e.install(b, work)
+    r = e2e_install.install(b, work)
     assert r["pristine_only"] and r["release"] == "0.5.18"
     assert "0.5.18" in (work / "pristine" / "sglang" / "_version.py").read_text()
     assert (work / "pristine" / "sglang-0.5.18.dist-info" / "RECORD").exists()

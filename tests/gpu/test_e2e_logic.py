@@ -4,41 +4,41 @@ import json
 from pathlib import Path
 
 
-from tests.gpu.e2e_script import e2e
+from tests.gpu.e2e_script import e2e_cases, e2e_log
 
 DATA = Path(__file__).parent / "data"
 
 
 def test_missing_module_is_a_failure_not_a_refusal():
-    f = e2e.parse_log((DATA / "ipython-missing.log").read_text())
+    f = e2e_log.parse_log((DATA / "ipython-missing.log").read_text())
     assert f["errors"] == ["ModuleNotFoundError: No module named 'IPython'"]
-    assert e2e.outcome({"healthy": False, "log_figures": f}) == "failed"
+    assert e2e_log.outcome({"healthy": False, "log_figures": f}) == "failed"
 
 
 def test_pairs():
-    assert e2e._pairs("#tokens: 11893, K size: 1.23 GB, V size: 1.23 GB") == {"tokens": 11893, "K_size_gib": 1.23, "V_size_gib": 1.23}
+    assert e2e_log._pairs("#tokens: 11893, K size: 1.23 GB, V size: 1.23 GB") == {"tokens": 11893, "K_size_gib": 1.23, "V_size_gib": 1.23}
 
 
 def test_check_case_zero_requests():
-    case = e2e.CASES["zero-requests-dflash"]
-    pr = {"healthy": False, "log_figures": e2e.parse_log("AssertionError: max_running_request is zero\n")}
-    pa = {"healthy": False, "log_figures": e2e.parse_log("RuntimeError: Not enough GPU memory to start: x\nremedy: --max-running-requests = 2\n")}
-    ok = {"healthy": True, "requests_ok": True, "log_figures": e2e.parse_log("")}
-    c = e2e.check_case(case, {"pristine": pr, "patched": pa, "patched+remedy": ok})
+    case = e2e_cases.CASES["zero-requests-dflash"]
+    pr = {"healthy": False, "log_figures": e2e_log.parse_log("AssertionError: max_running_request is zero\n")}
+    pa = {"healthy": False, "log_figures": e2e_log.parse_log("RuntimeError: Not enough GPU memory to start: x\nremedy: --max-running-requests = 2\n")}
+    ok = {"healthy": True, "requests_ok": True, "log_figures": e2e_log.parse_log("")}
+    c = e2e_cases.check_case(case, {"pristine": pr, "patched": pa, "patched+remedy": ok})
     assert c["pass"], c
     assert "patched refused with remedy --max-running-requests 2" in c["why"]
-    pa_bad = {"healthy": False, "log_figures": e2e.parse_log("AssertionError: max_running_request is zero\n")}
-    assert not e2e.check_case(case, {"pristine": pr, "patched": pa_bad})["pass"]
+    pa_bad = {"healthy": False, "log_figures": e2e_log.parse_log("AssertionError: max_running_request is zero\n")}
+    assert not e2e_cases.check_case(case, {"pristine": pr, "patched": pa_bad})["pass"]
 
 
 def test_table_of_recorded_report():
     report = json.loads((DATA / "e2e-ipython-missing.json").read_text())
-    t = e2e.table(report)
+    t = e2e_cases.table(report)
     assert t.count("| failed |") == 6 and "FAIL" in t
 
 
 def test_a_plain_run_checks_the_issue_s_cases_and_the_measurements_run_by_name():
     """`--cases` defaults to the check itself; the rope-* measurement cases (four more 27B-shaped
     starts) run only when named."""
-    assert set(e2e.DEFAULT_CASES) == {"dense", "zero-requests-dflash", "dflash-smoke", "h200-16"}
-    assert set(e2e.DEFAULT_CASES) < set(e2e.CASES) and {"rope-262k", "rope-2k"} <= set(e2e.CASES)
+    assert set(e2e_cases.DEFAULT_CASES) == {"dense", "zero-requests-dflash", "dflash-smoke", "h200-16"}
+    assert set(e2e_cases.DEFAULT_CASES) < set(e2e_cases.CASES) and {"rope-262k", "rope-2k"} <= set(e2e_cases.CASES)

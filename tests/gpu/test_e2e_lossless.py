@@ -1,11 +1,11 @@
 """Lossless speculation's comparison, margins, acceptance and the run plan/report
-(tools/gpu/e2e_lossless.py, e2e.check_lossless / lossless_table) on CPU, with
+(tools/gpu/e2e_lossless.py, e2e_lossless_runs.check_lossless / lossless_table) on CPU, with
 /generate answers in the format SGLang v0.5.12.post1's tokenizer manager writes
 (`output_top_logprobs`: (logprob, token id, None) per candidate with
 --skip-tokenizer-init; `spec_verify_ct`, `completion_tokens`, `spec_num_correct_drafts`)."""
 import copy
 
-from tests.gpu.e2e_script import e2e, lossless
+from tests.gpu.e2e_script import e2e_log, e2e_lossless_runs, e2e_model_dirs, e2e_server, lossless
 
 REF = [[5, 6, 7, 8], [9, 9, 9, 1]]
 
@@ -50,7 +50,7 @@ def test_acceptance_from_meta_info():
 
 
 def test_run_plan():
-    runs = e2e.lossless_runs()
+    runs = e2e_lossless_runs.lossless_runs()
     ids = [r["id"] for r in runs]
     assert len(ids) == len(set(ids))
     assert ids[0] == "dense.patched.base.eager"
@@ -70,22 +70,22 @@ def test_run_plan():
 def test_flags():
     models = {"hybrid-draft": "/m/hd", "dense-draft": "/m/dd"}
     run = {"model": "hybrid", "spec": "DDTREE", "graphs": False}
-    f = e2e.lossless_flags(run, models, "float32")
+    f = e2e_lossless_runs.lossless_flags(run, models, "float32")
     assert f[:3] == ["--dtype", "float32", "--disable-cuda-graph"]
     assert "--mm-attention-backend" in f and f[f.index("--speculative-draft-model-path") + 1] == "/m/hd"
     assert "--disable-overlap-schedule" in f
-    d = e2e.lossless_flags({"model": "dense", "spec": "DDTREE", "graphs": True}, models, "bfloat16")
+    d = e2e_lossless_runs.lossless_flags({"model": "dense", "spec": "DDTREE", "graphs": True}, models, "bfloat16")
     assert d[d.index("--cuda-graph-bs") + 1:d.index("--cuda-graph-bs") + 4] == ["1", "4", "32"]
     assert "--disable-cuda-graph" not in d and "--mm-attention-backend" not in d
     assert d[d.index("--speculative-draft-model-path") + 1] == "/m/dd" and "--disable-overlap-schedule" in d
-    g = e2e.lossless_flags({"model": "dense", "spec": None, "graphs": True}, models, "float32")
+    g = e2e_lossless_runs.lossless_flags({"model": "dense", "spec": None, "graphs": True}, models, "float32")
     assert g[g.index("--cuda-graph-bs") + 1:g.index("--cuda-graph-bs") + 4] == ["1", "4", "32"]
     assert "--speculative-algorithm" not in g and "--disable-cuda-graph" not in g
 
 
 def _run(id_, model, tree, spec, graphs, single, batch=None, healthy=True, refusal=None, **kw):
     r = {"id": id_, "model": model, "tree": tree, "spec": spec, "graphs": graphs, "refusal": refusal, "healthy": healthy,
-         "requests_ok": healthy, "log_figures": e2e.parse_log(""), "dtype": "float32"}
+         "requests_ok": healthy, "log_figures": e2e_log.parse_log(""), "dtype": "float32"}
     if single is not None:
         r.update(single=single, batch=batch if batch is not None else single)
     r.update(kw)
@@ -104,16 +104,16 @@ def test_check_lossless_and_table():
         # a run planned as a deliberate start-up refusal (none is planned today; DDTREE's refusal of
         # --page-size 16 is one the overlay has)
         _run("h.patched.ddtree.page16", "hybrid", "patched", "DDTREE", True, None, healthy=False,
-             refusal="DDTREE: --page-size 16 is not supported", log_figures=e2e.parse_log(
+             refusal="DDTREE: --page-size 16 is not supported", log_figures=e2e_log.parse_log(
                  "ValueError: --speculative-algorithm DDTREE: --page-size 16 is not supported (the tree commit keeps "
                  "the accepted KV slots where they are, which needs page size 1; "
                  "sglang/srt/speculative/ddtree_algo.py). Start with --page-size 1.\n")),
         _run("h.patched.ddtree.page16b", "hybrid", "patched", "DDTREE", True, None, healthy=False,
-             refusal="DDTREE: --page-size 16 is not supported", log_figures=e2e.parse_log("RuntimeError: CUDA out of memory\n")),
+             refusal="DDTREE: --page-size 16 is not supported", log_figures=e2e_log.parse_log("RuntimeError: CUDA out of memory\n")),
         {"id": "h.pristine.base.eager", "model": "hybrid", "tree": "pristine", "spec": None, "graphs": False,
          "expect": "ok", "skipped": "budget: 10 s left, a run takes ~40 s"},
     ]
-    e2e.check_lossless(runs)
+    e2e_lossless_runs.check_lossless(runs)
     by = {r["id"]: r["check"] for r in runs}
     assert by["d.patched.base.eager"]["pass"]
     assert by["d.pristine.base.eager"]["pass"] and "pristine reference = patched reference" in by["d.pristine.base.eager"]["why"]
@@ -123,7 +123,7 @@ def test_check_lossless_and_table():
     assert by["h.patched.ddtree.page16"]["pass"] is True
     assert by["h.patched.ddtree.page16b"]["pass"] is False       # another failure is not the refusal
     assert by["h.pristine.base.eager"]["pass"] is None
-    t = e2e.lossless_table(runs)
+    t = e2e_lossless_runs.lossless_table(runs)
     assert "| d.patched.dflash.eager | float32 | ok | = | 1 differ | 1.5 / 1.4 | equal |" in t
     assert "batch request 1 position 2: reference 9, got 2, reference margin 3e-07" in t
     assert "- h.pristine.base.eager: SKIP: budget" in t
@@ -133,7 +133,7 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
     """The run loop with the server replaced: a float32 refusal of a reference falls back to
     bfloat16 (said in the run), the budget skips what would not fit, every run is saved."""
     clock = {"t": 0.0}
-    monkeypatch.setattr(e2e, "make_lossless_models", lambda work, out, device: (
+    monkeypatch.setattr(e2e_model_dirs, "make_lossless_models", lambda work, out, device: (
         {k: tmp_path / k for k in ("dense", "hybrid", "dense-draft", "hybrid-draft")}, {"sha256": {"dense": "ab"}}))
     seen = []
 
@@ -143,14 +143,14 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
         seen.append((prefix.name, flags[1]))
         clock["t"] += 100 if len(seen) == 1 else 40
         if prefix.name == "dense.patched.base.eager.float32":
-            return {"healthy": False, "exit_code": 1, "log_figures": e2e.parse_log("ValueError: float32 is not supported here\n")}
+            return {"healthy": False, "exit_code": 1, "log_figures": e2e_log.parse_log("ValueError: float32 is not supported here\n")}
         if prefix.name == "hybrid.patched.base.eager.float32":      # a start that timed out: no dtype fallback
-            return {"healthy": False, "log_figures": e2e.parse_log("")}
-        return {"healthy": True, "requests_ok": True, "log_figures": e2e.parse_log(""), "start_s": 1,
+            return {"healthy": False, "log_figures": e2e_log.parse_log("")}
+        return {"healthy": True, "requests_ok": True, "log_figures": e2e_log.parse_log(""), "start_s": 1,
                 "single": REF, "batch": REF, "margins": [[1.0] * 4] * 2}
-    monkeypatch.setattr(e2e, "run_server", fake_server)
+    monkeypatch.setattr(e2e_server, "run_server", fake_server)
     saves = []
-    res = e2e.run_lossless("all", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30000, saves.append, lambda: clock["t"])
+    res = e2e_lossless_runs.run_lossless("all", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30000, saves.append, lambda: clock["t"])
     runs = {r["id"]: r for r in res["runs"]}
     first = runs["dense.patched.base.eager"]
     assert first["dtype"] == "bfloat16" and "float32 is not supported" in first["float32_failed"]
@@ -166,7 +166,7 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
     # a second call resumes: the completed runs are kept, the rest runs and is compared with the kept references
     seen.clear()
     clock["t"] = 0.0
-    res2 = e2e.run_lossless("all", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30100, saves.append,
+    res2 = e2e_lossless_runs.run_lossless("all", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30100, saves.append,
                             lambda: clock["t"], resume=res)
     runs2 = {r["id"]: r for r in res2["runs"]}
     assert runs2["dense.patched.dflash.eager"].get("resumed") and runs2["dense.patched.dflash.eager"]["check"]["pass"]
@@ -178,7 +178,7 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
     # --no-dtype-fallback: the float32 exit is the run's result, nothing is retried in bfloat16
     seen.clear()
     clock["t"] = 0.0
-    res3 = e2e.run_lossless("dense.patched.base.eager", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30200,
+    res3 = e2e_lossless_runs.run_lossless("dense.patched.base.eager", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30200,
                             saves.append, lambda: clock["t"], fallback=False)
     assert seen == [("dense.patched.base.eager.float32", "float32")]
     only = res3["runs"][0]
@@ -186,7 +186,7 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
     other = dict(res, params={"sha256": {"dense": "cd"}})
     import pytest
     with pytest.raises(SystemExit, match="weights differ"):
-        e2e.run_lossless("all", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30100, saves.append,
+        e2e_lossless_runs.run_lossless("all", tmp_path, tmp_path, 300, 0.0, 200, "float32", 30100, saves.append,
                          lambda: clock["t"], resume=other)
 
 

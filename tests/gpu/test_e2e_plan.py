@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from tests.by_path import load
-from tests.gpu.e2e_script import ROOT, e2e
+from tests.gpu.e2e_script import ROOT, e2e_log, e2e_lossless_runs, models
 
 plan_mod = load(ROOT / "tools/gpu/e2e_plan.py", "e2e_plan")
 
@@ -24,11 +24,11 @@ PRE, POST = 100540809216, 45412974592       # the patched tree's ledger on the H
 
 
 def _run(tree):
-    r = {"command": CMD, "healthy": True, "log_figures": e2e.parse_log((DATA / f"dflash-smoke.{tree}.log").read_text())}
+    r = {"command": CMD, "healthy": True, "log_figures": e2e_log.parse_log((DATA / f"dflash-smoke.{tree}.log").read_text())}
     if tree == "patched":
         raw = json.loads((DATA / "dflash-smoke.patched.ledger.json").read_text())
         r["ledger_raw"] = {k: raw[k] for k in ("figures", "reservations")}
-        r["ledger"] = e2e.parse_ledger(json.dumps(raw))
+        r["ledger"] = e2e_log.parse_ledger(json.dumps(raw))
     else:   # the probe's readings, as sglo_probe_logic records them (same machine, same free memory)
         r["probe"] = {"pools": [], "free_readings": [
             {"bytes": PRE, "caller": "init_torch_distributed", "draft": False},
@@ -89,7 +89,7 @@ def test_planner_equals_the_h200_lossless_hybrid_start_ups(tmp_path, patched_tre
     bfloat16 (the flag overrides the checkpoint's dtype), so the planner must give the GPU's
     36,147,328 tokens (18,073,664 when it read the dtype from config.json), and 17,872,448
     with a drafter."""
-    e2e_models = e2e.models_mod
+    e2e_models = models
     report = json.loads((ROOT / "docs/gpu_results/2026-12-01/e2e-lossless-a2.json").read_text())
     report["lossless"]["runs"] = [r for r in report["lossless"]["runs"] if not r.get("skipped")]
     # config.json as the GPU machine wrote it: transformers' save_pretrained of a float32 model
@@ -107,11 +107,11 @@ def test_planner_equals_the_h200_lossless_hybrid_start_ups(tmp_path, patched_tre
 
 
 def test_float32_runs_are_planned_with_their_conv_state_dtype(tmp_path, patched_tree, monkeypatch):
-    """A float32 lossless run records e2e.lossless_env("float32"); its SGLANG_MAMBA_CONV_DTYPE
+    """A float32 lossless run records e2e_lossless_runs.lossless_env("float32"); its SGLANG_MAMBA_CONV_DTYPE
     (float32 Mamba conv states, twice the bytes of the default bfloat16) must reach the
     planner's sizing: the same start-up planned without it gets more KV tokens."""
     monkeypatch.delenv("SGLANG_MAMBA_CONV_DTYPE", raising=False)
-    run = {"env": e2e.lossless_env("float32")}
+    run = {"env": e2e_lossless_runs.lossless_env("float32")}
     assert plan_mod.sizing_env(run) == {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
     assert plan_mod.sizing_env({}) == {}
     report = json.loads((ROOT / "docs/gpu_results/2026-12-01/e2e-lossless-a2.json").read_text())
@@ -120,7 +120,7 @@ def test_float32_runs_are_planned_with_their_conv_state_dtype(tmp_path, patched_
     assert "--dtype float32" in base["command"]
     (tmp_path / "models" / "hybrid").mkdir(parents=True)
     (tmp_path / "models" / "hybrid" / "config.json").write_text(
-        json.dumps(dict(e2e.models_mod.HYBRID, torch_dtype="float32")))
+        json.dumps(dict(models.HYBRID, torch_dtype="float32")))
     kv = {}
     for label, env in (("bf16 conv", {}), ("f32 conv", run["env"])):
         report["lossless"]["runs"] = [dict(base, env=env) if env else base]

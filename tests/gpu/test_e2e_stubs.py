@@ -14,7 +14,7 @@ import pytest
 
 from sgl_overlay import source
 from tests.by_path import load
-from tests.gpu.e2e_script import e2e
+from tests.gpu.e2e_script import e2e_install
 
 NAMES = ("IPython", "soundfile", "xgrammar")
 
@@ -37,7 +37,7 @@ def machine(monkeypatch):
 def test_every_stand_in_is_written_for_a_bare_machine_and_bundle(tmp_path, machine):
     machine()
     (tmp_path / "deps").mkdir()
-    assert e2e._stubs(tmp_path) == list(NAMES)
+    assert e2e_install._stubs(tmp_path) == list(NAMES)
     assert sorted(str(p.relative_to(tmp_path / "stubs")) for p in (tmp_path / "stubs").rglob("*.py")) == [
         "IPython/__init__.py", "IPython/display.py", "soundfile.py", "xgrammar.py"]
 
@@ -46,13 +46,13 @@ def test_a_package_the_machine_or_the_bundle_has_gets_no_stand_in(tmp_path, mach
     machine("IPython")                                    # on the machine
     (tmp_path / "deps").mkdir()
     (tmp_path / "deps" / "soundfile.py").write_text("")   # installed from the bundle (the wheel's top-level module)
-    assert e2e._stubs(tmp_path) == ["xgrammar"]
+    assert e2e_install._stubs(tmp_path) == ["xgrammar"]
     assert [p.name for p in (tmp_path / "stubs").iterdir()] == ["xgrammar.py"]
 
 
 def test_no_stand_in_and_no_stubs_folder_when_everything_is_there(tmp_path, machine):
     machine(*NAMES)
-    assert e2e._stubs(tmp_path) == []
+    assert e2e_install._stubs(tmp_path) == []
     assert not (tmp_path / "stubs").exists()
 
 
@@ -80,7 +80,7 @@ def _protocol_0_5_16(structural_tag):
 
 def test_the_xgrammar_stand_in_is_a_pydantic_field_type_of_the_releases_requests(tmp_path, machine):
     machine()
-    e2e._stubs(tmp_path)
+    e2e_install._stubs(tmp_path)
     standin = load(tmp_path / "stubs" / "xgrammar.py", "xgrammar_standin").StructuralTag
     ns = _protocol_0_5_16(standin)
     # a structural_tag response format as inkling_detector builds one (StructuralTag.model_validate)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu.e2e_script import e2e
+from tests.gpu.e2e_script import e2e_log
 
 from sgl_overlay.harness import load_scenario, run_scenario, source_root
 
@@ -17,7 +17,7 @@ DATA = Path(__file__).parent / "data" / "h200-2026-12-01"
 
 
 def gpu(name):
-    return e2e.parse_log((DATA / f"{name}.log").read_text())
+    return e2e_log.parse_log((DATA / f"{name}.log").read_text())
 
 
 def harness(tree, scenario):

@@ -12,7 +12,7 @@ import pytest
 from wheel.wheelfile import WheelFile
 
 from sgl_overlay import bundle, source, start_imports
-from tests.gpu.e2e_script import e2e
+from tests.gpu.e2e_script import e2e_install
 from tests.gpu.release_bundle import TAGS, pristine_bundle
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -54,13 +54,13 @@ def test_v0_5_16_without_xgrammar_and_soundfile_names_them_with_their_importers(
 
 def test_on_the_h200_with_the_v0_5_16_bundle_what_is_missing_is_what_e2e_stands_in_for(tmp_path):
     """The H200's packages and the bundle's RUNTIME wheels without soundfile (left out at 60.5 MiB): the
-    start lacks IPython, soundfile and xgrammar, the three e2e.STUBS stands in for; with them on the
+    start lacks IPython, soundfile and xgrammar, the three e2e_install.STUBS stands in for; with them on the
     machine nothing is missing."""
     b = pristine_bundle(tmp_path, "0.5.16")
     rc, d, err = _cli("--bundle", str(b), "--machine-packages", str(_machine(tmp_path, runtime_but=("soundfile",))),
                       "--json")
     assert rc == 1, err
-    assert sorted(d["missing"]) == ["IPython", "soundfile", "xgrammar"] == sorted(e2e.STUBS)
+    assert sorted(d["missing"]) == ["IPython", "soundfile", "xgrammar"] == sorted(e2e_install.STUBS)
     rc, out, err = _cli("--bundle", str(b), "--machine-packages",
                         str(_machine(tmp_path, "ipython", "xgrammar", runtime_but=())))
     assert rc == 0, out + err

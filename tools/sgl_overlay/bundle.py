@@ -138,7 +138,7 @@ RUNTIME = [
     ("pycparser", "pycparser", "cffi"),
 ]
 
-# what tools/gpu/e2e.py replaces by an import-only stub when the bundle leaves
+# what tools/gpu/e2e_install.py replaces by an import-only stub when the bundle leaves
 # it out and the machine has none: imported at module level on the server's
 # start path, used only for what the checks never send (audio inputs).  Such
 # wheels are placed last, and only if they fit.

@@ -16,7 +16,8 @@ from importlib import import_module
 
 _WHERE = {
     "NoSource": "layout", "detect": "layout", "source_root": "layout", "version_of": "layout",
-    "Remedy": "outcome", "classify": "outcome", "parse_remedies": "outcome", "parse_remedy": "outcome",
+    "classify": "outcome",
+    "Relation": "remedy", "Remedy": "remedy", "parse_remedies": "remedy", "parse_remedy": "remedy",
     "run_child": "run", "run_scenario": "run",
     "Scenario": "scenario", "ScenarioError": "scenario",
 }

@@ -1,4 +1,5 @@
-"""Outcome classification and remedy parsing: pure functions over plain data.
+"""Outcome classification: pure functions over plain data (the remedy a refusal
+states is parsed by remedy.py).
 
 Outcomes (the contract bisect depends on):
   ok          sizing completed with >= 1 running request and a positive KV pool
@@ -15,12 +16,11 @@ run stops with extras.MissingDependency (exit 2) naming it.
 
 from __future__ import annotations
 
-import re
 import traceback
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..extras import third_party_missing
+from .remedy import Remedy, parse_remedies, parse_remedy  # noqa: F401 - the parser, where its callers name it
 
 # Exception types upstream raises on purpose to refuse a configuration.
 DELIBERATE = ("ValueError", "RuntimeError", "NotImplementedError")
@@ -79,70 +79,6 @@ def describe_exception(e: BaseException, root: Path) -> dict:
         "traceback": "".join(traceback.format_exception(e))[-4000:],
         "standins_touched_sample": sorted(loader.StubRegistry.touched)[-10:] if stub_involved else [],
     }
-
-
-@dataclass
-class Remedy:
-    flag: str  # command-line flag, e.g. "--mem-fraction-static"
-    key: str  # scenario [server] key, e.g. "mem_fraction_static"
-    value: float | int | str
-    relation: str  # "above" | "below" | "set"
-    source: str  # the text it was parsed from
-
-    def to_dict(self):
-        return asdict(self)
-
-
-def _num(s: str):
-    return int(s) if re.fullmatch(r"-?\d+", s) else float(s)
-
-
-# The machine-readable remedy line the memory patches emit, one per line
-# (docs/memory.md, "Remedies"):  remedy: --<flag> = <value>
-# <flag> is a command-line flag of SGLang, <value> an integer, a decimal or a
-# word; each line alone is a flag value that lets the sizing complete, the
-# first is preferred.  The patched tree writes it with
-# sglang.srt.model_executor.memory_budget.remedy_line; tests/memory checks the two agree.
-MACHINE_REMEDY = re.compile(r"^remedy:[ \t]*(?P<flag>--[a-z0-9-]+)[ \t]*=[ \t]*(?P<value>[-\w.]+)[ \t]*$", re.M)
-
-# Parsers, tried in order; each returns a Remedy or None.  Add new message
-# shapes here (upstream wording, or our own patches' machine-readable line).
-REMEDY_PATTERNS: list[tuple[re.Pattern, str]] = [
-    (MACHINE_REMEDY, "set"),
-    # Upstream v0.5.14+: "Raise --mem-fraction-static above 0.770"
-    (re.compile(r"[Rr]aise\s+(?P<flag>--[a-z0-9-]+)\s+(?:above|to at least)\s+(?P<value>-?\d+(?:\.\d+)?)"), "above"),
-    (re.compile(r"[Ll]ower\s+(?P<flag>--[a-z0-9-]+)\s+(?:below|to at most)\s+(?P<value>-?\d+(?:\.\d+)?)"), "below"),
-    # Generic "set --flag to N" / "use --flag N"
-    (re.compile(r"(?:[Ss]et|[Uu]se)\s+(?P<flag>--[a-z0-9-]+)(?:\s+to|\s*=)?\s+(?P<value>-?\d+(?:\.\d+)?)\b"), "set"),
-]
-
-
-def _remedy(m: re.Match, relation: str) -> Remedy:
-    flag = m.group("flag")
-    raw = m.group("value")
-    try:
-        value = _num(raw)
-    except ValueError:
-        value = raw
-    return Remedy(flag, flag.lstrip("-").replace("-", "_"), value, relation, m.group(0))
-
-
-def parse_remedies(message: str) -> list[Remedy]:
-    """Every machine-readable remedy line, in order; else the first other shape that matches."""
-    lines = [_remedy(m, "set") for m in MACHINE_REMEDY.finditer(message or "")]
-    if lines:
-        return lines
-    for pattern, relation in REMEDY_PATTERNS[1:]:
-        m = pattern.search(message or "")
-        if m:
-            return [_remedy(m, relation)]
-    return []
-
-
-def parse_remedy(message: str) -> Remedy | None:
-    """The preferred remedy (the first that parse_remedies finds), or None."""
-    found = parse_remedies(message)
-    return found[0] if found else None
 
 
 def classify(child: dict) -> dict:

@@ -7,7 +7,7 @@ import concurrent.futures as cf
 from dataclasses import dataclass
 
 from .. import monotone
-from ..harness import outcome as outcome_mod
+from ..harness import remedy
 from .inputs import Deployment
 from .sizing import Sizing, size
 from .verdict import FULL, STARTED, WONT
@@ -140,9 +140,7 @@ def tree_remedies(dep: Deployment, base: Sizing) -> list[dict]:
     above 0.770", the memory patches' "remedy: --flag = value"), each re-run."""
     if base.outcome != "refused" or not base.error:
         return []
-    parse = getattr(outcome_mod, "parse_remedies", None)
-    remedies = parse(base.error.get("message", "")) if parse else [
-        r for r in [outcome_mod.parse_remedy(base.error.get("message", ""))] if r]
+    remedies = remedy.parse_remedies(base.error.get("message", ""))
     out = []
     for r in remedies:
         s = size(dep, {r.key: r.value})

@@ -1,0 +1,179 @@
+"""The end-to-end check's cases (--cases): each a model, the GPU's free memory to leave
+(a blocker holds the rest), SGLang flags, and what the pristine and patched trees must
+show (CASES; the plain run's DEFAULT_CASES).  run_case starts a server per tree, and a
+patched refusal once more with its first remedy; check_case judges the runs and table
+writes them (tests/gpu/test_e2e_logic.py)."""
+import time
+from pathlib import Path
+
+from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+
+HERE = Path(__file__).resolve().parent
+e2e_log = sibling(HERE, "e2e_log")
+e2e_server = sibling(HERE, "e2e_server")
+pools_mod = sibling(HERE, "e2e_pools")
+
+BIG = ["--mm-attention-backend", "triton_attn", "--context-length", "32768", "--tp", "1", "--page-size", "1",
+       "--speculative-algorithm", "DFLASH", "--speculative-dflash-block-size", "16"]
+# the 27B-shaped model without a drafter and without --context-length (the model's own 262,144)
+ROPE_FLAGS = ["--mm-attention-backend", "triton_attn", "--tp", "1", "--page-size", "1", "--disable-radix-cache",
+              "--mamba-scheduler-strategy", "no_buffer"]
+
+# the incident's known-good service (scenario dflash-smoke) but its --mem-fraction-static
+SMOKE = BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer", "--max-running-requests", "4",
+               "--max-mamba-cache-size", "24"]
+
+CASES = {
+    "dense": {"model": "dense", "free_gib": None,
+              "flags": ["--mem-fraction-static", "0.5", "--context-length", "4096"],
+              "expect": {"pristine": "ok", "patched": ["ok"], "same_outputs": True}},
+    # tools/sgl_overlay/harness/scenarios/zero-requests-dflash.toml (docs/incidents.md)
+    "zero-requests-dflash": {"model": "big", "free_gib": 94.24,
+                             "flags": BIG + ["--mamba-scheduler-strategy", "extra_buffer", "--max-running-requests", "4",
+                                             "--kv-cache-dtype", "fp8_e4m3", "--mem-fraction-static", "0.647166"],
+                             "expect": {"pristine_error": "max_running_request is zero", "patched": ["ok", "refused"]}},
+    # tools/sgl_overlay/harness/scenarios/dflash-smoke.toml
+    "dflash-smoke": {"model": "big", "free_gib": 94.24, "flags": SMOKE + ["--mem-fraction-static", "0.6856901"],
+                     "expect": {"pristine": "ok", "patched": ["ok", "refused"]}},
+    # the same flags on a release from v0.5.14 (a pristine bundle: tools/bundle.py --release 0.5.16 --slim-release):
+    # from sgl-project/sglang#23862 (v0.5.14) the drafter starts before the KV sizing, so its weights are in the
+    # sizing's reading and the release refuses these flags (harness/draft_reading.py, docs/regress.md)
+    "dflash-smoke-release": {"model": "big", "free_gib": 94.24, "flags": SMOKE + ["--mem-fraction-static", "0.6856901"],
+                             "expect": {"pristine_error": "Loaded weights leave no GPU memory"}},
+    # ... and starts them with the fraction raised by the drafter's share of the pre-load reading, chosen before
+    # the first run from an estimate of its weights (3.32 GiB: 1,782,641,920 bfloat16 parameters of
+    # tests/plan/data/qwen3.6-27b-dflash plus make_models' fields; 3.32 / 94.24 rounded up: 0.6857 + 0.0352 ->
+    # 0.725); measured there: 3.584 GiB (docs/regress.md), which 0.725 still covers
+    "dflash-smoke-raised": {"model": "big", "free_gib": 94.24, "flags": SMOKE + ["--mem-fraction-static", "0.725"],
+                            "expect": {"pristine": "ok"}},
+    # the H200's own figures: all its free memory (no blocker), SGLang's own --mem-fraction-static
+    # for the card, 16 running requests (issue 15)
+    "h200-16": {"model": "big", "free_gib": None,
+                "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
+                                "--max-running-requests", "16"],
+                "expect": {"pristine": "ok", "patched": ["ok"]}},
+    # the RoPE pre-expansion after "Load weight end" (tools/sgl_overlay/harness/rope_reserve.py, docs/regress.md
+    # "Where the logs' readings and the sizing's differ"): at the model's own 262,144-token context the release
+    # grows the vision tower's RoPE cache to 262,400 rows and the text one's by 256: predicted 41,943,040 B
+    # (40 MiB) between load_model's end reading and the sizing's; at 2,048 tokens nothing grows (0 B)
+    "rope-262k": {"model": "big", "free_gib": None,
+                  "flags": ROPE_FLAGS + ["--max-running-requests", "16"],
+                  "expect": {"pristine": "ok", "patched": ["ok"]}},
+    "rope-2k": {"model": "big", "free_gib": None,
+                "flags": ROPE_FLAGS + ["--max-running-requests", "16", "--context-length", "2048"],
+                "expect": {"pristine": "ok", "patched": ["ok"]}},
+}
+
+# what a plain run checks (issue 15); the rope-* and dflash-smoke-* cases are measurements, run by name
+DEFAULT_CASES = ("dense", "zero-requests-dflash", "dflash-smoke", "h200-16")
+
+
+def check_case(case, runs):
+    """The case's expectations against its runs: {"pass": bool, "why": [...]}."""
+    why, ok = [], True
+    pr, pa = runs.get("pristine"), runs.get("patched")
+    want = case.get("expect", {})
+    if pr and want.get("pristine_error"):
+        hit = any(want["pristine_error"] in e for e in pr["log_figures"]["errors"])
+        ok &= hit
+        why.append(f"pristine {'shows' if hit else 'does NOT show'} {want['pristine_error']!r}")
+    if pr and want.get("pristine") and e2e_log.outcome(pr) != want["pristine"]:
+        ok = False
+        why.append(f"pristine {e2e_log.outcome(pr)}, expected {want['pristine']}")
+    if pa:
+        o = e2e_log.outcome(pa)
+        allowed = want.get("patched", ["ok"])
+        good = o in allowed and (o != "refused" or bool(pa["log_figures"]["remedies"]))
+        ok &= good
+        why.append(f"patched {o}" + (" with remedy " + ", ".join(f"--{r['flag']} {r['value']}" for r in pa["log_figures"]["remedies"]) if o == "refused" else "")
+                   + ("" if good else f" (expected {allowed})"))
+        rr = runs.get("patched+remedy")
+        if rr:
+            g = e2e_log.outcome(rr) == "ok"
+            ok &= g
+            why.append(f"remedy re-run {e2e_log.outcome(rr)}")
+    for k in ("pristine", "patched", "patched+remedy"):
+        r = runs.get(k)
+        if r and r.get("healthy") and not r.get("requests_ok"):
+            ok = False
+            why.append(f"{k}: requests failed: {r.get('request_error')}")
+    for k in ("patched", "patched+remedy"):
+        r = runs.get(k)
+        if r and r.get("pools_vs_ledger") is not None and not pools_mod.equal(r["pools_vs_ledger"]):
+            ok = False
+            why.append(f"{k}: ledger vs allocated: " + pools_mod.summary(r["pools_vs_ledger"]))
+    if pr and pa and pr.get("outputs") and pa.get("outputs") and want.get("same_outputs"):
+        same = pr["outputs"] == pa["outputs"]
+        ok &= same
+        why.append("greedy outputs identical" if same else "greedy outputs DIFFER")
+    return {"pass": bool(ok), "why": why}
+
+
+def table(report):
+    rows = ["| case | tree | outcome | avail before / after load (GiB) | KV tokens | max_running_requests | Mamba slots | requests | note |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for c in report["cases"]:
+        for tree, r in c["runs"].items():
+            f = r["log_figures"]
+            mamba = f["mamba_cache"][0].get("max_mamba_cache_size") if f["mamba_cache"] else ""
+            kv = "/".join(str(k.get("tokens", "")) for k in f["kv_cache"])
+            note = (f["errors"][-1] if f["errors"] and not r.get("healthy") else "")[:90]
+            if f["remedies"]:
+                note += " remedy: " + ", ".join(f"--{x['flag']} {x['value']}" for x in f["remedies"])
+            req = f"{r.get('n_ok', 0)}/{r.get('n_requests', 0)} + stream {'ok' if r.get('stream_ok') else '-'}" if r.get("healthy") else "-"
+            rows.append(f"| {c['name']} | {tree} | {e2e_log.outcome(r)} | {f.get('load_begin_avail_gib', '')} / {f.get('load_end_avail_gib', '')} "
+                        f"| {kv} | {f.get('max_running_requests', '')} | {mamba} | {req} | {note} |")
+    rows.append("")
+    for c in report["cases"]:
+        rows.append(f"- {c['name']}: {'PASS' if c['check']['pass'] else 'FAIL'}: " + "; ".join(c["check"]["why"]))
+    return "\n".join(rows) + "\n"
+
+
+
+def with_remedy(flags, rem):
+    """flags with the remedy's flag set to its value (replaced, or added at the end)."""
+    flags, f = list(flags), "--" + rem["flag"]
+    if f in flags:
+        flags[flags.index(f) + 1] = rem["value"]
+    else:
+        flags += [f, rem["value"]]
+    return flags
+
+
+def start(tree, work, model, flags, prefix, port, start_timeout):
+    """One server of a case (with the allocation probe), its ledger against its pools."""
+    r = e2e_server.run_server(tree, work, model, flags, prefix, port, start_timeout, probe=True)
+    if r.get("ledger_raw") and r.get("probe"):
+        r["pools_vs_ledger"] = pools_mod.compare(r["ledger_raw"], r["probe"]["pools"])
+    return r
+
+
+def run_case(name, trees, work, out, models, port, start_timeout, t0):
+    """The case's blocker, a server per tree, and a patched refusal that states a remedy
+    started once more with it; (the case's report with its check, the last port used)."""
+    case = CASES[name]
+    # the drafter of a DFLASH case: its config.json alone (make_models)
+    case_flags = case["flags"] + (["--speculative-draft-model-path", str(models["draft"])]
+                                  if "DFLASH" in case["flags"] else [])
+    c = {"name": name, "flags": case["flags"], "runs": {}}
+    blocker, note = (e2e_server.start_blocker(case["free_gib"]) if case["free_gib"] else (None, None))
+    c["blocker"] = note
+    try:
+        for tree in trees:
+            port += 1
+            r = c["runs"][tree] = start(tree, work, models[case["model"]], case_flags, out / f"{name}.{tree}", port,
+                                        start_timeout)
+            print(f"[e2e {time.time() - t0:6.1f}s] {name} {tree}: {e2e_log.outcome(r)} {r['log_figures']['errors'][-1:]}",
+                  flush=True)
+            if tree == "patched" and e2e_log.outcome(r) == "refused" and r["log_figures"]["remedies"]:
+                rem = r["log_figures"]["remedies"][0]
+                port += 1
+                rr = c["runs"]["patched+remedy"] = start(tree, work, models[case["model"]], with_remedy(case_flags, rem),
+                                                         out / f"{name}.patched+remedy", port, start_timeout)
+                print(f"[e2e {time.time() - t0:6.1f}s] {name} patched+remedy (--{rem['flag']} {rem['value']}): "
+                      f"{e2e_log.outcome(rr)}", flush=True)
+    finally:
+        if blocker:
+            e2e_server.stop_blocker(blocker)
+    c["check"] = check_case(case, c["runs"])
+    return c, port
