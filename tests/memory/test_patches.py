@@ -28,14 +28,14 @@ def check_budget_ledger(tree):
     assert rem["parsed"] and rem["parsed"]["flag"] == "--mem-fraction-static", rem
     # the smallest value (3 decimals) leaving one request at the context length
     assert rem["parsed"]["value"] == E.smallest_mfs(sc) == 0.78
-    assert rem["works"] and rem["rerun_outcome"] == "ok", rem["why"]
+    assert rem["works"] and rem["rerun_outcome"] == Outcome.OK, rem["why"]
 
 
 def check_mamba_spec_reservation(tree):
     """Never 0 requests; what the Mamba pools allocate equals what was reserved."""
     for name in ("zero-requests-dflash", "dflash-smoke", "dflash-default-48"):
         rep = report(tree, name)
-        assert rep["outcome"] in ("ok", "refused"), (name, rep["reason"])
+        assert rep["outcome"] in (Outcome.OK, Outcome.REFUSED), (name, rep["reason"])
         measured = 0
         for applied, ledger, figures in runs(rep):
             alloc = figures.get("allocation")

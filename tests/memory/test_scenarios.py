@@ -26,4 +26,4 @@ def test_patched_tree_passes_with_every_remedy_verified(patched, name):
     if rep["outcome"] == Outcome.REFUSED:
         assert rep["remedies"], "a refusal states its remedies"
         for r in rep["remedies"]:
-            assert r["works"] and r["rerun_outcome"] == "ok", r["why"]
+            assert r["works"] and r["rerun_outcome"] == Outcome.OK, r["why"]

@@ -1,7 +1,6 @@
 """The caller's SGLang settings (SGLANG_*): honoured by the harness as the server would, named in
 its report, and kept out of the tests unless a test sets them (tests/conftest.py)."""
 
-import json
 import os
 import subprocess
 import sys

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 
-from .case import Case
 from .outcome import Outcome
 from .report import Findings, Result
 from .scenario import RemedyExpect, Scenario
@@ -53,6 +52,3 @@ def judge(scenario: Scenario, found: Findings) -> tuple[Result, str]:
                                      f"{failing[0].why}")
             return Result.PASS, "refused with remedies that work: " + "; ".join(r.why for r in checked)
     return Result.PASS, f"{o}: {found.reason}"
-
-
-__all__ = ["Case", "judge"]
