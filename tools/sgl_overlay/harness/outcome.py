@@ -1,6 +1,7 @@
 """Outcome classification and remedy parsing: pure functions over plain data.
 
-Outcomes (the contract bisect depends on):
+Outcomes (``Outcome``, the contract bisect depends on; ``classify`` gives one
+with its reason as a ``Classification``):
   ok          sizing completed with >= 1 running request and a positive KV pool
   broken      sizing completed into a state the server cannot run, or upstream
               code died in an assertion

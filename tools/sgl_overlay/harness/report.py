@@ -4,7 +4,7 @@ derived here and nowhere else."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -126,6 +126,10 @@ class Report(Findings):
 
     result: Result
     judgement: str
+
+    @classmethod
+    def of(cls, found: Findings, result: Result, judgement: str) -> Report:
+        return cls(**{f.name: getattr(found, f.name) for f in fields(Findings)}, result=result, judgement=judgement)
 
     @property
     def passed(self) -> bool | None:

@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import fields
 from pathlib import Path
 
 from . import environment
@@ -143,8 +142,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
         remedies=remedies,
         warning=warning,
     )
-    result, why = judge(scenario, found)
-    return Report(**{f.name: getattr(found, f.name) for f in fields(Findings)}, result=result, judgement=why)
+    return Report.of(found, *judge(scenario, found))
 
 
 def _check_remedies(root: Path, scenario: Scenario, stated: list[outcome_mod.Remedy], verify: bool,
