@@ -15,6 +15,7 @@ import dataclasses
 
 import pytest
 
+from sgl_overlay.harness import Outcome, Result
 from sgl_overlay.harness import scenario as scenario_mod
 from sgl_overlay.harness.run import run_scenario
 
@@ -23,12 +24,12 @@ NAME = "ddtree-h200-budget-31"
 
 
 def _reservation_bytes(report) -> float:
-    ledger = report.get("ledger") or {}
+    ledger = report.ledger or {}
     spec = (ledger.get("reservations") or {}).get("speculative_intermediate_states")
     if spec is not None:
-        assert spec["draft_tokens"] == report["figures"]["speculative_num_draft_tokens"], spec
+        assert spec["draft_tokens"] == report.figures["speculative_num_draft_tokens"], spec
         return float(spec["bytes"])
-    f = report["figures"]
+    f = report.figures
     slots = f["max_mamba_cache_size"] * f["mamba_cache_per_req_bytes"]
     return (f["rest_before_mamba_gib"] - f["rest_after_mamba_gib"]) * GIB - slots
 
@@ -38,15 +39,15 @@ def check_sizing(tree):
     budget = sc.server["speculative_ddtree_budget"]
     block = sc.server["speculative_dflash_block_size"]
     ddtree = run_scenario(tree, sc, verify_remedy=False)
-    assert ddtree["outcome"] == "ok" and ddtree["passed"], (
-        f"{NAME} on {tree}: {ddtree['outcome']}: {ddtree['judgement']}"
+    assert ddtree.outcome is Outcome.OK and ddtree.result is Result.PASS, (
+        f"{NAME} on {tree}: {ddtree.outcome}: {ddtree.judgement}"
     )
-    f = ddtree["figures"]
+    f = ddtree.figures
     assert f["speculative_num_draft_tokens"] == budget + 1, f
     dflash_sc = dataclasses.replace(sc, server={**sc.server, "speculative_algorithm": "DFLASH"})
     dflash = run_scenario(tree, dflash_sc, verify_remedy=False)
-    assert dflash["outcome"] == "ok", dflash["judgement"]
-    assert dflash["figures"]["speculative_num_draft_tokens"] == block
+    assert dflash.outcome is Outcome.OK, dflash.judgement
+    assert dflash.figures["speculative_num_draft_tokens"] == block
     r_tree, r_chain = _reservation_bytes(ddtree), _reservation_bytes(dflash)
     assert r_chain > 0
     assert r_tree / r_chain == pytest.approx((budget + 1) / block, rel=1e-9), (r_tree, r_chain)

@@ -77,7 +77,7 @@ def test_a_missing_name_inside_sglang_stays_the_trees_problem(tmp_path):
     except ModuleNotFoundError as caught:
         d = outcome.describe_exception(caught, tmp_path)
     assert (d["kind"], d["package"]) == ("import", None)
-    assert outcome.classify({"completed": False, "error": d})["outcome"] == "untestable"
+    assert outcome.classify({"completed": False, "error": d}).outcome is outcome.Outcome.UNTESTABLE
 
 
 def test_every_extra_module_is_declared_in_pyproject():

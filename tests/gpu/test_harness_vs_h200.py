@@ -11,7 +11,7 @@ import pytest
 
 from tests.gpu.e2e_script import e2e_log
 
-from sgl_overlay.harness import load_scenario, run_scenario, source_root
+from sgl_overlay.harness import Outcome, load_scenario, run_scenario, source_root
 
 DATA = Path(__file__).parent / "data" / "h200-2026-12-01"
 
@@ -46,8 +46,8 @@ def started_with_the_gpus_figures(tree, log, scenario):
     root, name = tree
     f = gpu(f"{log}.{name}")
     r = harness(root, scenario)
-    got = r["figures"]
-    assert r["outcome"] == "ok"
+    got = r.figures
+    assert r.outcome is Outcome.OK
     assert (got["max_total_num_tokens"], got["max_running_requests"], got["max_mamba_cache_size"]) == (
         f["max_total_num_tokens"], f["max_running_requests"], f["mamba_cache"][0]["max_mamba_cache_size"])
 
@@ -59,8 +59,8 @@ def test_dflash_smoke_figures_equal_the_gpus(tree):
 def test_zero_requests_on_the_pin_is_the_gpus_failure(pristine_tree):
     f = gpu("zero-requests-dflash.pristine")
     r = harness(pristine_tree, "h200-zero-requests-dflash")
-    got = r["figures"]
-    assert r["outcome"] == "broken"
+    got = r.figures
+    assert r.outcome is Outcome.BROKEN
     assert got["max_running_requests"] == 0        # the GPU: AssertionError: max_running_request is zero
     assert (got["max_total_num_tokens"], got["max_mamba_cache_size"]) == (
         f["kv_cache"][0]["tokens"], f["mamba_cache"][0]["max_mamba_cache_size"])
@@ -69,8 +69,8 @@ def test_zero_requests_on_the_pin_is_the_gpus_failure(pristine_tree):
 def test_zero_requests_on_the_patched_tree_refuses_with_the_gpus_remedies(patched_tree):
     f = gpu("zero-requests-dflash.patched")
     r = harness(patched_tree, "h200-zero-requests-dflash")
-    assert r["outcome"] == "refused"
-    stated = [(x["parsed"]["flag"], str(x["parsed"]["value"])) for x in r["remedies"]]
+    assert r.outcome is Outcome.REFUSED
+    stated = [(x.parsed.flag, str(x.parsed.value)) for x in r.remedies]
     logged = list(dict.fromkeys(("--" + x["flag"].lstrip("-"), x["value"]) for x in f["remedies"]))  # logged twice
     assert stated == logged == [("--max-running-requests", "1"), ("--mem-fraction-static", "0.726")]
 
@@ -99,7 +99,7 @@ def test_h200_16_patched_ledger_equals_the_gpus_ledger(patched_tree):
     import json
     real = json.loads((DATA / "h200-16.patched.ledger.json").read_text())
     r = harness(patched_tree, "h200-16")
-    assert r["ledger"]["figures"] == real["figures"]
-    assert r["ledger"]["reservations"] == real["reservations"]
-    assert [(x["flag"], x["value"]) for x in r["ledger"]["remedies"]] == [
+    assert r.ledger["figures"] == real["figures"]
+    assert r.ledger["reservations"] == real["reservations"]
+    assert [(x["flag"], x["value"]) for x in r.ledger["remedies"]] == [
         (x["flag"], x["value"]) for x in real["remedies"]] == [("--mem-fraction-static", 0.863)]

@@ -36,8 +36,8 @@ def _cached(tree: Path, key: str, compute):
 
 @lru_cache(maxsize=None)
 def report(tree: Path, name: str) -> dict:
-    """The full report, remedies re-run, pools built on the meta device."""
-    return _cached(tree, name, lambda: run_scenario(tree, load_scenario(name), measure_allocation=True))
+    """The full report's JSON form (tools/regress.py --json), remedies re-run, pools built on the meta device."""
+    return _cached(tree, name, lambda: run_scenario(tree, load_scenario(name), measure_allocation=True).to_json())
 
 
 @lru_cache(maxsize=None)

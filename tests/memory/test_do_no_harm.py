@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from sgl_overlay.harness import load_scenario, run_child, run_scenario, source_root
+from sgl_overlay.harness import Case, Outcome, load_scenario, run_child, run_scenario, source_root
 from sgl_overlay.harness.outcome import parse_remedies
 
 from tests.memory import expected as E
@@ -30,11 +30,11 @@ def check_over_budget_start(tree):
     over_budget, the bytes over budget = the pin's pools as allocated - the
     budget, and the warning's remedy re-runs as case fits."""
     rep = report(tree, "dflash-smoke")
-    assert rep["outcome"] == "ok" and figs(rep) == (24, 11893, 4), rep["reason"]
+    assert rep["outcome"] == Outcome.OK and figs(rep) == (24, 11893, 4), rep["reason"]
     led = rep["ledger"]
     assert led is not None, "no memory ledger"
     f = led["figures"]
-    assert f["case"] == "over_budget", f.get("case")
+    assert f["case"] == Case.OVER_BUDGET, f.get("case")
     # the pin's pools: 25 state slots, (4 + 1) x 16 intermediate slots, 11,893 + 1 page of KV
     allocated = 25 * PER_REQ + 5 * 16 * PER_REQ + (11893 + 1) * CELL
     assert f["over_budget_bytes"] == allocated - f["budget_bytes"]
@@ -42,7 +42,7 @@ def check_over_budget_start(tree):
     assert "over budget by 2.44 GiB taken from the headroom" in rep["warning"]
     assert [r["flag"] for r in led["remedies"]] == ["--mem-fraction-static"]
     rem = rep["remedy"]
-    assert rem["works"] and rem["rerun_case"] == "fits", rem["why"]
+    assert rem["works"] and rem["rerun_case"] == Case.FITS, rem["why"]
     rf = rem["rerun_figures"]
     assert rf["max_running_requests"] >= 4 and rf["max_mamba_cache_size"] >= 24
     assert rf["max_total_num_tokens"] >= 11893
@@ -61,34 +61,34 @@ def test_case_fits_dense_and_lowered_default(pristine, patched):
     # dense: identical figures, case fits (pin: 918,523 / 3,587, docs/regress.md)
     pin, pat = report(pristine, "healthy-h200-8b"), report(patched, "healthy-h200-8b")
     assert figs(pin)[1:] == figs(pat)[1:] == (918523, 3587)
-    assert pat["ledger"]["figures"]["case"] == "fits"
+    assert pat["ledger"]["figures"]["case"] == Case.FITS
     # the pin refuses the DFlash default 48; the patched tree fits 4 in the budget
-    assert report(pristine, "dflash-default-48")["outcome"] == "refused"
+    assert report(pristine, "dflash-default-48")["outcome"] == Outcome.REFUSED
     rep = report(patched, "dflash-default-48")
-    assert rep["outcome"] == "ok" and rep["ledger"]["figures"]["case"] == "fits"
+    assert rep["outcome"] == Outcome.OK and rep["ledger"]["figures"]["case"] == Case.FITS
 
 
 def test_case_cannot_run(pristine, patched):
     # over budget, not physically free: the pin starts it, the patched tree refuses
     pin = report(pristine, "dflash-smoke-tight")
-    assert pin["outcome"] == "ok" and figs(pin)[0] == 24 and figs(pin)[2] == 4
+    assert pin["outcome"] == Outcome.OK and figs(pin)[0] == 24 and figs(pin)[2] == 4
     rep = report(patched, "dflash-smoke-tight")
-    assert rep["outcome"] == "refused" and rep["passed"], rep["judgement"]
+    assert rep["outcome"] == Outcome.REFUSED and rep["passed"], rep["judgement"]
     f = rep["ledger"]["figures"]
-    assert f["case"] == "cannot_run"
+    assert f["case"] == Case.CANNOT_RUN
     assert f["pin_static_pool_bytes"] + f["activation_reserve_bytes"] > f["post_load_free_bytes"]
     # 0 requests at the pin (the incident): refused
-    assert report(pristine, "zero-requests-dflash")["outcome"] == "broken"
+    assert report(pristine, "zero-requests-dflash")["outcome"] == Outcome.BROKEN
     z = report(patched, "zero-requests-dflash")
-    assert z["outcome"] == "refused" and z["ledger"]["figures"]["case"] == "cannot_run"
+    assert z["outcome"] == Outcome.REFUSED and z["ledger"]["figures"]["case"] == Case.CANNOT_RUN
 
 
 def test_strict_restores_the_refusal(patched, monkeypatch):
     monkeypatch.setenv("SGLO_MEMORY_STRICT", "1")
     rep = run_scenario(patched, load_scenario("dflash-smoke"), verify_remedy=False)
-    assert rep["outcome"] == "refused"
-    assert "--max-running-requests 4 does not fit" in rep["error"]["message"]
-    assert rep["ledger"]["figures"]["case"] == "cannot_run"
+    assert rep.outcome is Outcome.REFUSED
+    assert "--max-running-requests 4 does not fit" in rep.error["message"]
+    assert rep.case is Case.CANNOT_RUN
 
 
 # -- the grid property ----------------------------------------------------

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from sgl_overlay.harness import load_scenario, parse_remedies
+from sgl_overlay.harness import Outcome, load_scenario, parse_remedies
 
 from tests.memory import expected as E
 from tests.memory.reports import SCENARIOS, report, runs
@@ -20,7 +20,7 @@ def check_budget_ledger(tree):
     """A non-positive budget is refused with the ledger and a remedy that works."""
     sc = load_scenario("negative-rest-tp8")
     rep = report(tree, "negative-rest-tp8")
-    assert rep["outcome"] == "refused", rep["reason"]
+    assert rep["outcome"] == Outcome.REFUSED, rep["reason"]
     msg = rep["error"]["message"]
     assert "held outside the model" in msg, msg
     assert "free after weights (min over ranks)" in msg, msg
@@ -28,14 +28,14 @@ def check_budget_ledger(tree):
     assert rem["parsed"] and rem["parsed"]["flag"] == "--mem-fraction-static", rem
     # the smallest value (3 decimals) leaving one request at the context length
     assert rem["parsed"]["value"] == E.smallest_mfs(sc) == 0.78
-    assert rem["works"] and rem["rerun_outcome"] == "ok", rem["why"]
+    assert rem["works"] and rem["rerun_outcome"] == Outcome.OK, rem["why"]
 
 
 def check_mamba_spec_reservation(tree):
     """Never 0 requests; what the Mamba pools allocate equals what was reserved."""
     for name in ("zero-requests-dflash", "dflash-smoke", "dflash-default-48"):
         rep = report(tree, name)
-        assert rep["outcome"] in ("ok", "refused"), (name, rep["reason"])
+        assert rep["outcome"] in (Outcome.OK, Outcome.REFUSED), (name, rep["reason"])
         measured = 0
         for applied, ledger, figures in runs(rep):
             alloc = figures.get("allocation")
@@ -54,13 +54,13 @@ def check_fit_request_count(tree):
     a user's count that does not fit is refused with the largest that would."""
     sc = load_scenario("dflash-default-48")
     rep = report(tree, "dflash-default-48")
-    assert rep["outcome"] == "ok", rep["reason"]
+    assert rep["outcome"] == Outcome.OK, rep["reason"]
     best = E.largest_fitting(sc)
     assert rep["figures"]["max_running_requests"] == best.requests == 4
     assert not E.fits(sc, E.reserve(sc, best.requests + 1, E.budget_bytes(sc)))
     sc = load_scenario("zero-requests-dflash")
     rep = report(tree, "zero-requests-dflash")
-    assert rep["outcome"] == "refused", rep["reason"]
+    assert rep["outcome"] == Outcome.REFUSED, rep["reason"]
     first = rep["remedies"][0]["parsed"]
     assert (first["flag"], first["value"]) == ("--max-running-requests", E.largest_fitting(sc).requests) == (
         "--max-running-requests", 2)
@@ -74,7 +74,7 @@ def check_memory_ledger(tree):
         ledger = rep.get("ledger")
         assert ledger and ledger["schema"] == 1, (name, "no ledger")
         assert ledger["outcome"] == rep["outcome"], (name, ledger["outcome"], rep["outcome"])
-        if rep["outcome"] == "refused":
+        if rep["outcome"] == Outcome.REFUSED:
             parsed = [(r.flag, r.value) for r in parse_remedies(rep["error"]["message"])]
             assert parsed == [(r["flag"], r["value"]) for r in ledger["remedies"]], name
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sgl_overlay.harness import load_scenario, run_child, run_scenario, source_root
+from sgl_overlay.harness import Case, Outcome, load_scenario, run_child, run_scenario, source_root
 
 from tests import port_tree
 
@@ -40,7 +40,8 @@ def port(request, tmp_path_factory) -> Path:
 
 @lru_cache(maxsize=None)
 def report(tree: Path, name: str) -> dict:
-    return run_scenario(tree, load_scenario(name))
+    """The report's JSON form, as tools/regress.py --json prints it."""
+    return run_scenario(tree, load_scenario(name)).to_json()
 
 
 def budget_bytes(name: str) -> float:
@@ -78,7 +79,7 @@ def test_negative_rest_remedy_holds_a_request(port):
     0.770", whose re-run leaves 2,621 tokens for a 32,768-token context."""
     rep = report(port, "negative-rest-tp8")
     context = load_scenario("negative-rest-tp8").model["context_len"]
-    assert rep["outcome"] == "refused", rep["reason"]
+    assert rep["outcome"] == Outcome.REFUSED, rep["reason"]
     assert rep["remedies"], "refused without a remedy"
     for r in rep["remedies"]:
         assert r["works"], r["why"]
@@ -94,7 +95,7 @@ def test_zero_requests_refused_with_working_remedies(port):
     each re-run ok (v0.5.23: "state cache is too small ... Try: (1) reduce
     --max-running-requests", no value)."""
     rep = report(port, "zero-requests-dflash")
-    assert rep["outcome"] == "refused", rep["reason"]
+    assert rep["outcome"] == Outcome.REFUSED, rep["reason"]
     assert machine_remedies(rep), f"no 'remedy: --flag = value' line: {rep['error']['message'][-500:]}"
     assert all(r["works"] for r in rep["remedies"]), [r["why"] for r in rep["remedies"]]
     assert rep["passed"], rep["judgement"]
@@ -110,7 +111,7 @@ def test_default_48_lowered_to_fit(port):
     1 per request)."""
     name = "dflash-default-48"
     rep = report(port, name)
-    assert rep["outcome"] == "ok", rep["reason"]
+    assert rep["outcome"] == Outcome.OK, rep["reason"]
     per_req = rep["figures"]["mamba_cache_per_req_bytes"]
     draft = load_scenario(name).draft["block_size"]
     cell = kv_bytes_per_token(name)
@@ -136,7 +137,7 @@ def test_users_count_refused_with_slot_remedy(port):
     name = "dflash-smoke-tight"
     rep = report(port, name)
     server = load_scenario(name).server
-    assert rep["outcome"] == "refused", rep["reason"]
+    assert rep["outcome"] == Outcome.REFUSED, rep["reason"]
     remedies = machine_remedies(rep)
     per_req = rep["figures"]["mamba_cache_per_req_bytes"]
     draft, cell, want = load_scenario(name).draft["block_size"], kv_bytes_per_token(name), server["max_running_requests"]
@@ -166,7 +167,7 @@ def test_dflash_smoke_starts(port):
     name = "dflash-smoke-raised"
     rep = report(port, name)
     server = load_scenario(name).server
-    assert rep["outcome"] == "ok", rep["reason"]
+    assert rep["outcome"] == Outcome.OK, rep["reason"]
     f = rep["figures"]
     assert f["max_running_requests"] == server["max_running_requests"]
     assert f["max_mamba_cache_size"] == server["max_mamba_cache_size"]
@@ -176,10 +177,10 @@ def test_dflash_smoke_starts(port):
     # the reservation up to v0.5.16: 4 x 16 intermediate + 24 state slots
     expected_tokens = int(budget_bytes(name) - (4 * draft + 24) * per_req) // cell
     assert abs(f["max_total_num_tokens"] - expected_tokens) <= 1
-    assert rep["case"] == "over_budget"
+    assert rep["case"] == Case.OVER_BUDGET
     over = rep["ledger"]["figures"]["over_budget_bytes"]
     assert abs(over - (1 + draft) * per_req) <= cell, over
-    assert rep["remedies"] and all(r["works"] and r["rerun_case"] == "fits" for r in rep["remedies"]), \
+    assert rep["remedies"] and all(r["works"] and r["rerun_case"] == Case.FITS for r in rep["remedies"]), \
         [r.get("why") for r in rep.get("remedies", [])]
     for r in rep["remedies"]:
         rf = r["rerun_figures"]
@@ -195,8 +196,8 @@ def test_tight_smoke_not_started_over_budget(port):
     16.66 GiB of 32.57 GiB, less than the 16.94 GiB activation reserve
     (512 + 1.5 x 8192 + 2 x 160 + 128 + 4096 MiB): case cannot_run."""
     rep = report(port, "dflash-smoke-tight")
-    assert rep["outcome"] == "refused", rep["reason"]
-    assert rep["case"] == "cannot_run"
+    assert rep["outcome"] == Outcome.REFUSED, rep["reason"]
+    assert rep["case"] == Case.CANNOT_RUN
 
 
 def test_strict_budget_refuses_dflash_smoke(port, monkeypatch):
@@ -214,7 +215,7 @@ def test_dense_sizing_unchanged(port):
 
     pristine = source_root(source.release_tree(port_tree.RELEASE))
     ours, theirs = report(port, "healthy-h200-8b"), report(pristine, "healthy-h200-8b")
-    assert ours["outcome"] == theirs["outcome"] == "ok"
+    assert ours["outcome"] == theirs["outcome"] == Outcome.OK
     for key in ("max_total_num_tokens", "max_running_requests"):
         assert ours["figures"][key] == theirs["figures"][key]
 

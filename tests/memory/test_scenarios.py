@@ -2,6 +2,7 @@
 
 import pytest
 
+from sgl_overlay.harness import Outcome
 from tests.memory.reports import SCENARIOS, report
 
 
@@ -22,7 +23,7 @@ def test_pin_passes_dflash_smoke(pristine):
 def test_patched_tree_passes_with_every_remedy_verified(patched, name):
     rep = report(patched, name)
     assert rep["passed"] is True, rep["judgement"]
-    if rep["outcome"] == "refused":
+    if rep["outcome"] == Outcome.REFUSED:
         assert rep["remedies"], "a refusal states its remedies"
         for r in rep["remedies"]:
-            assert r["works"] and r["rerun_outcome"] == "ok", r["why"]
+            assert r["works"] and r["rerun_outcome"] == Outcome.OK, r["why"]

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from sgl_overlay.harness import load_scenario, run_scenario
+from sgl_overlay.harness import Outcome, load_scenario, run_scenario
 from sgl_overlay.planner import core, deployment
 
 from .helpers import LLAMA8B, LLAMA8B_NOINDEX, PIN
@@ -28,7 +28,7 @@ def test_h200_with_the_scenarios_figures_gives_the_scenarios_numbers():
     s = core.size(dep)
     rep = run_scenario(dep.tree.root, load_scenario("healthy-h200-8b"))
     assert (s.ledger["kv_tokens"], s.ledger["running_requests"]) == (918523, 3587)
-    assert (rep["figures"]["max_total_num_tokens"], rep["figures"]["max_running_requests"]) == (918523, 3587)
+    assert (rep.figures["max_total_num_tokens"], rep.figures["max_running_requests"]) == (918523, 3587)
     assert s.verdict == core.STARTS
 
 
@@ -37,9 +37,9 @@ def test_estimated_plan_equals_the_harness_on_the_same_figures(gpu, mfs):
     dep = deployment(model=LLAMA8B, gpu=gpu, argv=["--mem-fraction-static", mfs], release=PIN)
     s = core.size(dep)
     rep = run_scenario(dep.tree.root, _scenario_with(dep))
-    assert rep["outcome"] == s.outcome == "ok"
-    assert s.ledger["kv_tokens"] == rep["figures"]["max_total_num_tokens"] > 0
-    assert s.ledger["running_requests"] == rep["figures"]["max_running_requests"] > 0
+    assert rep.outcome is s.outcome is Outcome.OK
+    assert s.ledger["kv_tokens"] == rep.figures["max_total_num_tokens"] > 0
+    assert s.ledger["running_requests"] == rep.figures["max_running_requests"] > 0
     assert s.ledger["cell_size_bytes_per_token"] == 131072  # 32 layers x 8 KV heads x 128 x K+V x bf16
 
 

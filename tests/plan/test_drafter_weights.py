@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from sgl_overlay.harness import Outcome
 from sgl_overlay.planner import core, deployment, plan
 from sgl_overlay.planner.model import load_draft
 
@@ -35,7 +36,7 @@ def test_the_drafters_weights_are_read_from_its_checkpoint(drafter):
 def test_from_v0514_the_drafters_weights_come_out_of_the_kv_budget(drafter):
     def tokens(release, draft):
         s = core.size(deployment(model=QWEN36, draft=draft, argv=SMOKE_FLAGS, release=release, free_gib=LOGGED_FREE))
-        assert s.outcome == "ok", s.reason
+        assert s.outcome is Outcome.OK, s.reason
         return s.ledger["kv_tokens"], s.drafter_reading
 
     # the pin sizes before the drafter starts: its weights do not move the KV figure

@@ -74,12 +74,12 @@ def test_compare_releases_pin_will_not_start_0_5_13_starts():
     old, pin, new = out["releases"]
     assert old["verdict"] == "rejected" and "invalid choice: 'DFLASH'" in old["why"][0]
     assert (pin["tree"]["release"], new["tree"]["release"]) == (PIN, "0.5.13")
-    assert pin["verdict"] == core.WONT and pin["ledger"]["running_requests"] == 0
+    assert pin["verdict"] == core.WONT.text == "will not start" and pin["ledger"]["running_requests"] == 0
     # v0.5.13 starts: 1 running request, a shortfall of 1 of the 4 asked (said in words).
     assert new["outcome"] == "ok"
     assert (new["ledger"]["kv_tokens"], new["ledger"]["mamba_slots"], new["ledger"]["running_requests"]) == \
         (169388, 6, 1)
-    assert new["verdict"] == core.STARTS and "fewer than the 4 asked" in new["shortfall"][0]
+    assert new["verdict"] == core.STARTS.text == "starts" and "fewer than the 4 asked" in new["shortfall"][0]
 
 
 @pytest.mark.parametrize("release", [PIN, "0.5.13"])

@@ -7,7 +7,10 @@ service started at v0.5.12.post1 with 24 Mamba slots, 11,893 KV tokens, 4 runnin
 requests; the zero-requests flags ended with 0 requests) and the arithmetic of
 docs/memory.md, never from the planner's output."""
 
-from sgl_overlay.planner import core, deployment, exit_code, plan
+import pytest
+
+from sgl_overlay.harness import Case
+from sgl_overlay.planner import Kind, Verdict, core, deployment, plan
 
 from .helpers import DFLASH, LOGGED_FREE, LOGGED_SLOTS, LOGGED_TOKENS, QWEN36, SMOKE_FLAGS, ZERO_FLAGS, \
     recheck_all
@@ -27,12 +30,15 @@ def test_smoke_flags_start_over_budget_on_the_patched_tree(patched_tree):
     # budget 43.19 - 94.24 x (1 - 0.6856901) GiB
     over = (25 * PER_REQ + 5 * 16 * PER_REQ + 11894 * CELL) / GIB - (43.19 - 94.24 * (1 - 0.6856901))
     assert round(over, 2) == 2.44
-    assert s.verdict.startswith("starts, over budget by 2.44 GiB taken from the headroom (remedy: "
-                                "--mem-fraction-static = "), s.verdict
-    assert s.case == "over_budget"
+    assert s.verdict.kind is Kind.OVER_BUDGET and s.verdict.starts, s.verdict
+    assert round(s.verdict.over_budget_bytes / GIB, 2) == 2.44
+    assert [flag for flag, _ in s.verdict.remedies] == ["--mem-fraction-static"]
+    assert s.verdict.text.startswith("starts, over budget by 2.44 GiB taken from the headroom (remedy: "
+                                     "--mem-fraction-static = "), s.verdict
+    assert s.case is Case.OVER_BUDGET
     assert (s.ledger["mamba_slots"], s.ledger["kv_tokens"], s.ledger["running_requests"]) == (
         LOGGED_SLOTS, LOGGED_TOKENS, 4)
-    assert exit_code(s.verdict) == 0
+    assert s.verdict.exit_code == 0
 
 
 def test_zero_request_flags_will_not_start_on_the_patched_tree(patched_tree):
@@ -42,8 +48,8 @@ def test_zero_request_flags_will_not_start_on_the_patched_tree(patched_tree):
     dep = deployment(**args)
     report = plan(dep, with_sensitivity=False, knobs=("max-running-requests",))
     assert report["verdict"] == core.WONT
-    assert report["case"] == "cannot_run"
-    assert exit_code(report["verdict"]) == 1
+    assert report["case"] is Case.CANNOT_RUN
+    assert report["verdict"].exit_code == 1
     # the memory topic's remedies for this configuration (docs/memory.md): 2 requests, mfs 0.719
     stated = [(t["flag"], t["value"]) for t in report["tree_remedies"]]
     assert stated == [("--max-running-requests", 2), ("--mem-fraction-static", 0.719)]
@@ -51,9 +57,15 @@ def test_zero_request_flags_will_not_start_on_the_patched_tree(patched_tree):
     recheck_all(args, report)
 
 
-def test_exit_codes_of_the_three_answers():
-    assert exit_code(core.STARTS) == 0
-    assert exit_code("starts, over budget by 2.44 GiB taken from the headroom (remedy: "
-                     "--mem-fraction-static = 0.793)") == 0
-    assert exit_code(core.WONT) == 1
-    assert exit_code(core.UNKNOWN) == 125
+def test_exit_codes_and_words_of_the_three_answers():
+    over = Verdict(Kind.OVER_BUDGET, round(2.44 * GIB), (("--mem-fraction-static", 0.793),))
+    assert [v.exit_code for v in (core.STARTS, over, core.WONT, core.UNKNOWN)] == [0, 0, 1, 125]
+    assert [v.starts for v in (core.STARTS, over, core.WONT, core.UNKNOWN)] == [True, True, False, False]
+    assert over.text == ("starts, over budget by 2.44 GiB taken from the headroom (remedy: "
+                         "--mem-fraction-static = 0.793)")
+    assert Verdict(Kind.OVER_BUDGET, GIB).text == ("starts, over budget by 1.00 GiB taken from the headroom "
+                                                   "(no remedy stated)")
+    assert [str(v) for v in (core.STARTS, core.WONT, core.UNKNOWN, core.REJECTED)] == [
+        "starts", "will not start", "cannot tell", "rejected"]
+    with pytest.raises(ValueError, match="its error's"):
+        core.REJECTED.exit_code  # noqa: B018 - a rejected release's exit is its UsageError's

@@ -12,7 +12,7 @@ import copy
 
 import pytest
 
-from sgl_overlay.harness import load_scenario, run_scenario
+from sgl_overlay.harness import Outcome, load_scenario, run_scenario
 from sgl_overlay.harness.draft_reading import decide, drafter_loads_before_sizing, overstated
 from sgl_overlay.harness.scenario import ScenarioError, load as load_file
 
@@ -54,10 +54,10 @@ def test_the_reading_is_lower_by_the_drafters_weights_from_v0514(release_tree):
         tree = release_tree(version)
         base = run_scenario(tree, _with_weights("dflash-smoke", None), verify_remedy=False)
         half = run_scenario(tree, _with_weights("dflash-smoke", 0.5), verify_remedy=False)
-        assert base["outcome"] == half["outcome"] == "ok", (base["reason"], half["reason"])
-        assert base["figures"]["available_bytes"] - half["figures"]["available_bytes"] == lost
-        assert half["figures"]["max_mamba_cache_size"] == base["figures"]["max_mamba_cache_size"] == 24
-        assert half["drafter_reading"]["lowered_by_gib"] == (0.5 if lost else 0.0)
+        assert base.outcome == half.outcome is Outcome.OK, (base.reason, half.reason)
+        assert base.figures["available_bytes"] - half.figures["available_bytes"] == lost
+        assert half.figures["max_mamba_cache_size"] == base.figures["max_mamba_cache_size"] == 24
+        assert half.drafter_reading["lowered_by_gib"] == (0.5 if lost else 0.0)
 
 
 def test_the_known_good_service_is_refused_from_v0514_with_its_drafter(release_tree):
@@ -67,12 +67,12 @@ def test_the_known_good_service_is_refused_from_v0514_with_its_drafter(release_t
     A copy without the figure starts and says that its figures overstate the budget."""
     tree = release_tree("0.5.16")
     r = run_scenario(tree, load_scenario("dflash-smoke"), verify_remedy=False)
-    assert r["outcome"] == "refused", r["reason"]
-    assert "draft weights are now counted" in r["error"]["message"]
+    assert r.outcome is Outcome.REFUSED, r.reason
+    assert "draft weights are now counted" in r.error["message"]
     plain = run_scenario(tree, _with_weights("dflash-smoke", None), verify_remedy=False)
-    assert plain["outcome"] == "ok" and any("overstate the budget" in n for n in plain["notes"])
+    assert plain.outcome is Outcome.OK and any("overstate the budget" in n for n in plain.notes)
     pin = run_scenario(release_tree("0.5.12.post1"), load_scenario("dflash-smoke"), verify_remedy=False)
-    assert pin["drafter_reading"]["note"] is None
+    assert pin.drafter_reading["note"] is None
 
 
 def test_weights_must_be_a_positive_number(tmp_path):

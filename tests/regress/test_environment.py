@@ -1,14 +1,13 @@
 """The caller's SGLang settings (SGLANG_*): honoured by the harness as the server would, named in
 its report, and kept out of the tests unless a test sets them (tests/conftest.py)."""
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from sgl_overlay.commands import regress as regress_cmd
-from sgl_overlay.harness import load_scenario, run_scenario
+from sgl_overlay.harness import Outcome, load_scenario, run_scenario
 from sgl_overlay.harness.environment import describe, sglang_settings
 
 from . import oracle
@@ -33,7 +32,7 @@ def test_settings_are_the_sglang_variables_only():
     assert describe({"SGLANG_A": "x y", "SGLANG_B": "2"}).startswith("environment: SGLANG_A='x y' SGLANG_B=2 ")
 
 
-def test_mamba_conv_dtype_changes_the_pins_figures_by_what_its_code_implies(pristine_tree, monkeypatch, capsys):
+def test_mamba_conv_dtype_changes_the_pins_figures_by_what_its_code_implies(pristine_tree, monkeypatch):
     """SGLANG_MAMBA_CONV_DTYPE=float32 (configs/mamba_utils.py mamba2_state_dtype: the conv states'
     dtype, bfloat16 by default) doubles the conv part of every Mamba slot: conv_dim x (kernel - 1)
     more bytes x 2 per linear layer.  With the slots fixed at 32, the KV budget loses 32 of those,
@@ -48,20 +47,20 @@ def test_mamba_conv_dtype_changes_the_pins_figures_by_what_its_code_implies(pris
     assert lost % cell == 0  # 32 x 2,949,120 B = 1,440 cells of 65,536 B: no rounding in the difference
 
     base = run_scenario(pristine_tree, sc, verify_remedy=False)
-    assert base["environment"] == {} and base["outcome"] == "ok", base["reason"]
+    assert base.environment == {} and base.outcome is Outcome.OK, base.reason
 
     monkeypatch.setenv("SGLANG_MAMBA_CONV_DTYPE", "float32")
-    code = regress_cmd.main(["--tree", str(pristine_tree), "--scenario", SCENARIO, "--json"])
-    report = json.loads(capsys.readouterr().out)
-    assert code == 0 and report["outcome"] == "ok", report["reason"]
+    report = run_scenario(pristine_tree, sc, verify_remedy=False)
+    assert report.result.exit_code == 0 and report.outcome is Outcome.OK, report.reason
 
-    b, f = base["figures"], report["figures"]
+    b, f = base.figures, report.figures
     assert (b["mamba_cache_per_req_bytes"], f["mamba_cache_per_req_bytes"]) == (per_slot_bf16, per_slot_f32)
     assert b["max_mamba_cache_size"] == f["max_mamba_cache_size"] == slots
     assert abs((b["available_bytes"] - f["available_bytes"]) - lost) <= 1  # the budget is rounded once to bytes
     assert b["max_total_num_tokens"] - f["max_total_num_tokens"] == lost // cell
 
-    assert report["environment"] == {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
+    assert report.environment == {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
+    assert report.to_json()["environment"] == {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
     assert "  environment: SGLANG_MAMBA_CONV_DTYPE=float32 (read by SGLang" in regress_cmd._summary(report)
     assert "environment:" not in regress_cmd._summary(base)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sgl_overlay.harness import load_scenario, run_scenario
+from sgl_overlay.harness import Outcome, load_scenario, run_scenario
 from sgl_overlay.harness.reading_gaps import GIB, sizing_readings
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs/gpu_results/2026-12-02"
@@ -71,8 +71,8 @@ def test_harness_gives_what_the_server_logged(release_tree, release, folder, cas
     got = run_scenario(release_tree(release), sc, verify_remedy=False)
     logged = run["log_figures"]
     if run["healthy"]:
-        assert got["outcome"] == "ok", got["reason"]
-        assert {k: got["figures"][k] for k in ("max_total_num_tokens", "max_running_requests",
+        assert got.outcome is Outcome.OK, got.reason
+        assert {k: got.figures[k] for k in ("max_total_num_tokens", "max_running_requests",
                                                "max_mamba_cache_size")} == {
             "max_total_num_tokens": logged["max_total_num_tokens"],
             "max_running_requests": logged["max_running_requests"],
@@ -81,8 +81,8 @@ def test_harness_gives_what_the_server_logged(release_tree, release, folder, cas
     else:
         (error,) = logged["errors"]
         kind, _, message = error.partition(": ")
-        assert got["outcome"] == "refused"
-        assert got["reason"].startswith(kind + " at ") and got["reason"].endswith(": " + message), got["reason"]
+        assert got.outcome is Outcome.REFUSED
+        assert got.reason.startswith(kind + " at ") and got.reason.endswith(": " + message), got.reason
 
 
 def test_the_drafter_share_is_the_drafters_start():

@@ -1,9 +1,11 @@
 """Pure parts of the harness: remedy parsing, outcome classification, scenarios."""
 
+import re
+
 import pytest
 
-from sgl_overlay.harness import ScenarioError, classify, load_scenario, parse_remedy, scenario_names
-from sgl_overlay.harness.run import judge
+from sgl_overlay.harness import (Findings, Outcome, RemedyCheck, Result, ScenarioError, classify, judge,
+                                  load_scenario, parse_remedy, scenario_names)
 
 
 def test_parses_upstream_mem_fraction_remedy():
@@ -38,10 +40,10 @@ def _done(tokens, reqs, slots=None):
 
 
 def test_classify_completed_runs():
-    assert classify(_done(11893, 4, 24))["outcome"] == "ok"
-    assert classify(_done(11893, 0, 2))["outcome"] == "broken"
-    assert classify(_done(-84378, 10))["outcome"] == "broken"
-    assert classify(_done(100, 1, 0))["outcome"] == "broken"
+    assert classify(_done(11893, 4, 24)).outcome is Outcome.OK
+    assert classify(_done(11893, 0, 2)).outcome is Outcome.BROKEN
+    assert classify(_done(-84378, 10)).outcome is Outcome.BROKEN
+    assert classify(_done(100, 1, 0)).outcome is Outcome.BROKEN
 
 
 def _err(**kw):
@@ -52,40 +54,69 @@ def _err(**kw):
 
 
 def test_classify_errors():
-    assert classify(_err())["outcome"] == "refused"
-    assert classify(_err(type="ValueError"))["outcome"] == "refused"
-    assert classify(_err(type="AssertionError"))["outcome"] == "broken"
-    assert classify(_err(type="TypeError"))["outcome"] == "untestable"
-    assert classify(_err(origin="standin"))["outcome"] == "untestable"
-    assert classify(_err(kind="missing-input", type="MissingInput"))["outcome"] == "untestable"
-    assert classify(_err(stub_involved=True))["outcome"] == "untestable"
+    assert classify(_err()).outcome is Outcome.REFUSED
+    assert classify(_err(type="ValueError")).outcome is Outcome.REFUSED
+    assert classify(_err(type="AssertionError")).outcome is Outcome.BROKEN
+    assert classify(_err(type="TypeError")).outcome is Outcome.UNTESTABLE
+    assert classify(_err(origin="standin")).outcome is Outcome.UNTESTABLE
+    assert classify(_err(kind="missing-input", type="MissingInput")).outcome is Outcome.UNTESTABLE
+    assert classify(_err(stub_involved=True)).outcome is Outcome.UNTESTABLE
+
+
+def _found(outcome, **kw):
+    """Findings of a run as the judge sees them; ``remedy`` alone stands for ``remedies=[remedy]``."""
+    if "remedy" in kw and "remedies" not in kw and kw["remedy"] is not None and kw["remedy"].parsed is not None:
+        kw["remedies"] = (kw["remedy"],)
+    return Findings(scenario="s", tree="t", layout="x", outcome=outcome, reason=kw.pop("reason", "r"), **kw)
+
+
+PARSED = parse_remedy("Raise --mem-fraction-static above 0.770")
 
 
 def test_judge_needs_a_working_remedy():
     sc = load_scenario("negative-rest-tp8")
-    base = {"outcome": "refused", "reason": "r", "error": {"message": "Raise --mem-fraction-static above 0.770"}}
-    assert judge(sc, dict(base, remedy={"parsed": {"x": 1}, "works": True, "why": "ok"}))[0] is True
-    assert judge(sc, dict(base, remedy={"parsed": {"x": 1}, "works": False, "why": "no"}))[0] is False
-    assert judge(sc, dict(base, remedy={"parsed": None, "works": False}))[0] is False
-    assert judge(sc, {"outcome": "untestable", "reason": "r"})[0] is None
+    err = {"message": "Raise --mem-fraction-static above 0.770"}
+    assert judge(sc, _found(Outcome.REFUSED, error=err, remedy=RemedyCheck(PARSED, True, "ok")))[0] is Result.PASS
+    assert judge(sc, _found(Outcome.REFUSED, error=err, remedy=RemedyCheck(PARSED, False, "no")))[0] is Result.FAIL
+    assert judge(sc, _found(Outcome.REFUSED, error=err,
+                            remedy=RemedyCheck.none_stated("the message states no flag value")))[0] is Result.FAIL
+    assert judge(sc, _found(Outcome.UNTESTABLE))[0] is Result.UNTESTABLE
 
 
 def test_judge_works_if_stated_passes_a_refusal_without_a_value():
     sc = load_scenario("hint-excludes-mamba")
-    base = {"outcome": "refused", "reason": "r", "error": {"message": "Not enough memory."}}
-    assert judge(sc, dict(base, remedy={"parsed": None, "works": False}))[0] is True
-    failing = {"parsed": {"x": 1}, "works": False, "why": "re-run with --mem-fraction-static 0.542: refused"}
-    ok, why = judge(sc, dict(base, remedy=failing, remedies=[failing]))
-    assert ok is False and "0.542: refused" in why
+    err = {"message": "Not enough memory."}
+    assert judge(sc, _found(Outcome.REFUSED, error=err,
+                            remedy=RemedyCheck.none_stated("the message states no flag value")))[0] is Result.PASS
+    failing = RemedyCheck(PARSED, False, "re-run with --mem-fraction-static 0.542: refused")
+    result, why = judge(sc, _found(Outcome.REFUSED, error=err, remedy=failing))
+    assert result is Result.FAIL and "0.542: refused" in why
 
 
 def test_judge_checks_the_expected_figures_of_an_ok_run():
     sc = load_scenario("max-running-lowered")
     assert sc.expect.figures == {"max_running_requests": 4}
-    run = {"outcome": "ok", "reason": "r", "figures": {"max_running_requests": 4}}
-    assert judge(sc, run)[0] is True
-    ok, why = judge(sc, dict(run, figures={"max_running_requests": 3}))
-    assert ok is False and "max_running_requests is 3, not 4" in why
+    assert judge(sc, _found(Outcome.OK, figures={"max_running_requests": 4}))[0] is Result.PASS
+    result, why = judge(sc, _found(Outcome.OK, figures={"max_running_requests": 3}))
+    assert result is Result.FAIL and "max_running_requests is 3, not 4" in why
+
+
+def test_judge_names_the_passing_outcomes_as_the_scenario_lists_them():
+    sc = load_scenario("negative-rest-tp8")
+    result, why = judge(sc, _found(Outcome.BROKEN, reason="sizing completed with max_total_num_tokens=-1"))
+    assert result is Result.FAIL
+    assert why == (f"broken is not among the passing outcomes {[str(o) for o in sc.expect.passing]}: "
+                   "sizing completed with max_total_num_tokens=-1")
+    assert "Outcome" not in why
+
+
+def test_a_scenario_with_an_unknown_outcome_names_the_file_and_the_choices(tmp_path):
+    text = load_scenario("negative-rest-tp8").path.read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(re.sub(r"(?m)^pass\s*=.*$", 'pass = ["fine"]', text))
+    with pytest.raises(ScenarioError, match=r"bad\.toml: an \[expect\] pass outcome is 'fine', not one of "
+                                            r'"ok", "broken", "refused", "untestable"'):
+        load_scenario(str(bad))
 
 
 def test_every_scenario_loads_and_states_its_sources():
@@ -119,15 +150,15 @@ def test_every_machine_readable_remedy_line_is_parsed_in_order():
 
 def test_a_tree_exception_subclass_of_runtimeerror_is_a_refusal():
     child = _err(type="MemoryBudgetError", mro=["MemoryBudgetError", "RuntimeError", "Exception"])
-    assert classify(child)["outcome"] == "refused"
-    assert classify(_err(type="Oops", mro=["Oops", "Exception"]))["outcome"] == "untestable"
+    assert classify(child).outcome is Outcome.REFUSED
+    assert classify(_err(type="Oops", mro=["Oops", "Exception"])).outcome is Outcome.UNTESTABLE
 
 
 def test_judge_needs_every_stated_remedy_to_work():
     sc = load_scenario("zero-requests-dflash")
-    good = {"parsed": {"x": 1}, "works": True, "why": "ok"}
-    bad = {"parsed": {"x": 2}, "works": False, "why": "re-run broken"}
-    base = {"outcome": "refused", "reason": "r", "error": {"message": "m"}, "remedy": good}
-    assert judge(sc, dict(base, remedies=[good, good]))[0] is True
-    passed, why = judge(sc, dict(base, remedies=[good, bad]))
-    assert passed is False and "re-run broken" in why
+    good = RemedyCheck(PARSED, True, "ok")
+    bad = RemedyCheck(parse_remedy("remedy: --max-running-requests = 2"), False, "re-run broken")
+    err = {"message": "m"}
+    assert judge(sc, _found(Outcome.REFUSED, error=err, remedy=good, remedies=(good, good)))[0] is Result.PASS
+    result, why = judge(sc, _found(Outcome.REFUSED, error=err, remedy=good, remedies=(good, bad)))
+    assert result is Result.FAIL and "re-run broken" in why

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from sgl_overlay.harness import load_scenario, run_scenario, source_root
+from sgl_overlay.harness import Outcome, load_scenario, run_scenario, source_root
 from sgl_overlay.harness import rope_reserve
 from sgl_overlay.harness.reading_gaps import (GIB, ReadingsError, budget, gaps_of_start, measured_gaps,
                                               sizing_reading_ends)
@@ -47,8 +47,8 @@ def _run(root, sc, post, pre=None):
     if pre is not None:
         gpu["pre_load_free_gib"] = pre
     r = run_scenario(root, dataclasses.replace(sc, gpu=gpu), verify_remedy=False)
-    assert r["outcome"] == "ok", r.get("reason")
-    return r["figures"]
+    assert r.outcome is Outcome.OK, r.reason
+    return r.figures
 
 
 # What each measured start ran (free_readings.json's "model"), for its RoPE pre-expansion on v0.5.12.post1:

@@ -8,11 +8,11 @@ The expected changes are read by hand from the releases' code (docs/regress.md,
 
 import pytest
 
-from sgl_overlay.harness import load_scenario, run_scenario
+from sgl_overlay.harness import Outcome, load_scenario, run_scenario
 
 
 def _changes(report):
-    return {c["flag"]: c for c in report["figures"].get("resolution") or []}
+    return {c["flag"]: c for c in report.figures.get("resolution") or []}
 
 
 def _run(release_tree, version, scenario):
@@ -58,7 +58,7 @@ def test_hybrid_radix_cache_kept_v0_5_12_post1(release_tree):
     run reaches the sizing (the incident's broken B2: 0 requests)."""
     report = _run(release_tree, "0.5.12.post1", "zero-requests-dflash")
     assert "disable_radix_cache" not in _changes(report)
-    assert report["outcome"] == "broken"
+    assert report.outcome is Outcome.BROKEN
 
 
 @pytest.mark.parametrize("version", ["0.5.5", "0.5.9", "0.5.13", "0.5.16", "0.5.19", "0.5.22", "0.5.23"])
@@ -67,7 +67,7 @@ def test_every_era_resolves(release_tree, version):
     __post_init__; arg_groups hooks; v0.5.22+ msgspec Struct and resolve_once):
     the healthy control resolves and sizes, and every change names its rule."""
     report = _run(release_tree, version, "healthy-h200-8b")
-    assert report["outcome"] == "ok", report["reason"]
-    changes = report["figures"]["resolution"]
+    assert report.outcome is Outcome.OK, report.reason
+    changes = report.figures["resolution"]
     assert changes and all(c["rule"] for c in changes)
     assert all(c["given"] != c["resolved"] for c in changes)

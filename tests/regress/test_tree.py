@@ -21,6 +21,6 @@ def tree(patched_tree):
 @pytest.mark.parametrize("scenario", scenario_names())
 def test_scenario_on_tree(tree, scenario):
     report = run_scenario(tree, load_scenario(scenario))
-    assert report["passed"] is True, report["judgement"]
-    for remedy in report.get("remedies", []):
-        assert remedy["works"], remedy["why"]
+    assert report.passed is True, report.judgement
+    for remedy in report.remedies:
+        assert remedy.works, remedy.why

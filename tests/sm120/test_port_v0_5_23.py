@@ -30,7 +30,7 @@ import pytest
 
 from sgl_overlay import source
 from sgl_overlay.harness import loader
-from sgl_overlay.harness import load_scenario, run_scenario
+from sgl_overlay.harness import Outcome, load_scenario, run_scenario
 from sgl_overlay.harness.layout import source_root
 from sgl_overlay.harness.resolution import _platform
 
@@ -76,8 +76,8 @@ def resolved(tree, device_key="rtx-pro-6000", tp=1, **flags):
                    post_load_free_gib=sc.gpu["pre_load_free_gib"] - sc.gpu["weights_gib"] / tp)
     sc = dataclasses.replace(sc, gpu=gpu, server=dict(sc.server, tp_size=tp, **flags))
     report = run_scenario(tree, sc, verify_remedy=False)
-    assert report["outcome"] == "ok", (report["outcome"], report.get("reason"))
-    return {c["flag"]: (c["resolved"], c["rule"]) for c in report["figures"]["resolution"]}
+    assert report.outcome is Outcome.OK, (report.outcome, report.reason)
+    return {c["flag"]: (c["resolved"], c["rule"]) for c in report.figures["resolution"]}
 
 
 FUSION = "flashinfer_allreduce_fusion_backend"

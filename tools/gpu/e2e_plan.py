@@ -97,11 +97,11 @@ def real(run):
 
 def planned(report):
     """The same fields from a planner report (sgl_overlay.planner.plan)."""
-    from sgl_overlay.planner import STARTS     # "starts", or "starts, over budget by ..."
+    verdict = report["verdict"]                 # a planner Verdict: starts, or starts over budget
     led = report.get("ledger") or {}
-    return {"starts": str(report.get("verdict", "")).startswith(STARTS),
+    return {"starts": verdict.starts,
             "kv_tokens": led.get("kv_tokens"), "running_requests": led.get("running_requests"),
-            "mamba_slots": led.get("mamba_slots"), "case": report.get("case"), "verdict": report.get("verdict")}
+            "mamba_slots": led.get("mamba_slots"), "case": report.get("case"), "verdict": verdict.text}
 
 
 def compare(plan_fig, real_fig):

@@ -45,10 +45,19 @@ def add_root(parser):
                              "nearest one at or above the current directory)")
 
 
+def to_json(value):
+    """``json.dumps``'s ``default``: a typed value (an enum or frozen dataclass
+    of the library) is written as its own ``to_json()`` gives it."""
+    method = getattr(value, "to_json", None)
+    if method is None:
+        raise TypeError(f"{type(value).__name__} has no JSON form (no to_json method)")
+    return method()
+
+
 def emit(result, as_json, text):
     """Print ``result`` as JSON, or ``text`` (a string) for people."""
     if as_json:
-        print(json.dumps(result, indent=2, sort_keys=True))
+        print(json.dumps(result, indent=2, sort_keys=True, default=to_json))
     elif text:
         print(text)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .. import TOOL_VERSION, gitcmd, monotone
 from ..harness.environment import sglang_settings
+from ..harness.outcome import Outcome
 
 KEPT = ("scenario", "version", "layout", "outcome", "reason", "figures", "error", "notes", "log", "remedy",
         "remedies", "passed", "judgement", "drafter_reading")
@@ -78,7 +79,7 @@ def collect(rec, rng, header, trees, public_repo, report_path, root, progress=No
         tree, _, held = trees.get(point)
         try:
             say(f"report: running {scenario.name} on the {key.replace('_', ' ')} {point.short()}")
-            report = run_scenario(tree, scenario)
+            report = run_scenario(tree, scenario).to_json()
             sides[key] = trimmed(report)
             if key != "first_bad":
                 continue
@@ -113,7 +114,7 @@ def _run(tree, scenario, key, value):
     from ..harness import run_scenario
 
     return run_scenario(tree, dataclasses.replace(scenario, server={**scenario.server, key: value}),
-                        verify_remedy=False)
+                        verify_remedy=False).to_json()
 
 
 STEP = 1000                     # the search's resolution: 0.001, the precision upstream's hint is given in
@@ -127,7 +128,7 @@ def searches(tree, scenario, remedy, last_good, say):
     seen = {}
     out = [smallest_working(tree, scenario, remedy, say, seen=seen)]
     figs = (last_good or {}).get("figures") or {}
-    if out[0]["value"] is not None and (last_good or {}).get("outcome") == "ok":
+    if out[0]["value"] is not None and (last_good or {}).get("outcome") == Outcome.OK:
         goal = {k: figs[k] for k in RESTORED if figs.get(k) is not None}
         out.append(smallest_working(tree, scenario, remedy, say, goal=goal, seen=seen,
                                     floor=round(out[0]["value"] * STEP) - 1))
@@ -154,7 +155,7 @@ def smallest_working(tree, scenario, remedy, say, goal=None, floor=None, seen=No
             seen[v] = trimmed(_run(tree, scenario, remedy["key"], v / STEP))
         r = seen[v]
         figs = r.get("figures") or {}
-        return r, r["outcome"] == "ok" and all((figs.get(k) or 0) >= n for k, n in goal.items())
+        return r, r["outcome"] == Outcome.OK and all((figs.get(k) or 0) >= n for k, n in goal.items())
 
     say(f"report: searching the smallest {remedy['flag']} that starts {scenario.name}"
         + (f" with {', '.join(f'{k} >= {n}' for k, n in goal.items())}" if goal else "")

@@ -28,6 +28,7 @@ import re
 import tomllib
 
 from ..harness.draft_reading import CITATION, overstated
+from ..harness.outcome import Outcome
 from ..harness.environment import assignments
 
 PR = re.compile(r"\(#(\d+)\)")
@@ -138,7 +139,8 @@ def _remedy_failures(ev):
     for r in ev["first_bad"].get("remedies") or []:
         if r.get("works") or not r.get("parsed"):
             continue
-        how = "satisfied" if str(r.get("why", "")).startswith("already satisfied") else "rerun"
+        # looked up but not re-run: the scenario's value already meets it (harness RemedyCheck)
+        how = "satisfied" if "current" in r and "rerun_outcome" not in r else "rerun"
         out.append((r["parsed"].get("source") or f"{r['parsed']['flag']} {r['parsed']['value']}", how, r))
     return out
 
@@ -148,15 +150,15 @@ def symptom(ev):
     good, bad = _sides(ev)
     fb, lg = ev["first_bad"], ev["last_good"]
     service = _service(tomllib.loads(ev["scenario"]["text"]))
-    if lg.get("outcome") == "ok":
+    if lg.get("outcome") == Outcome.OK:
         prior = f"{good.name()} starts it ({_started(lg)})"
-    elif lg.get("outcome") == "refused":
+    elif lg.get("outcome") == Outcome.REFUSED:
         prior = f"{good.name()} refuses it too, " + (
             "stating no value to follow" if not (lg.get("remedy") or {}).get("parsed") else "with a remedy that works")
     else:
         prior = f"{good.name()} passes ({lg.get('judgement')})"
     o = fb.get("outcome")
-    if o == "refused":
+    if o == Outcome.REFUSED:
         line = f"From {bad.name()}, SGLang refuses {service}; {prior}"
         fails = _remedy_failures(ev)
         if fails and fails[0][1] == "satisfied":
@@ -166,7 +168,7 @@ def symptom(ev):
         elif fails:
             line += f"; following the refusal's hint (\"{fails[0][0]}\") is refused again"
         return line
-    if o == "ok":
+    if o == Outcome.OK:
         return f"From {bad.name()}, SGLang starts {service}, but {_shortfall(fb)} and it raises no error; {prior}"
     return f"From {bad.name()}, {service}: {o} ({fb.get('reason')}); {prior}"
 
@@ -176,7 +178,7 @@ def title(ev):
     _, bad = _sides(ev)
     who = _who(tomllib.loads(ev["scenario"]["text"]))
     fb = ev["first_bad"]
-    if fb.get("outcome") == "refused":
+    if fb.get("outcome") == Outcome.REFUSED:
         fails = _remedy_failures(ev)
         if fails and fails[0][1] == "satisfied":
             r = fails[0][2]
@@ -186,7 +188,7 @@ def title(ev):
             what = f"following the refusal's hint (\"{fails[0][0]}\") is refused again"
         else:
             what = "refused at start-up"
-    elif fb.get("outcome") == "ok":
+    elif fb.get("outcome") == Outcome.OK:
         what = _shortfall(fb) + ", without an error"
     else:
         what = f"{fb.get('outcome')} at start-up"
@@ -318,7 +320,7 @@ def render(ev):
 
 def _remedy_section(ev, bad):
     fb = ev["first_bad"]
-    if fb.get("outcome") != "refused":
+    if fb.get("outcome") != Outcome.REFUSED:
         return [f"{bad.short} states no remedy: it does not refuse ({fb.get('outcome')}), so nothing tells the user "
                 "what changed except the log above."]
     stated = fb.get("remedies") or []
@@ -346,6 +348,6 @@ def _remedy_section(ev, bad):
         if w.get("below"):
             b = w["below"]["report"]
             line += f"; with {w['below']['value']:.3f}: {b.get('outcome')}" + (
-                f" ({_started(b)})" if b.get("outcome") == "ok" else "")
+                f" ({_started(b)})" if b.get("outcome") == Outcome.OK else "")
         out += ["", line + ". Found by the harness, a binary search in steps of 0.001 up to 0.99."]
     return out

@@ -22,7 +22,7 @@ import argparse
 from .. import cli
 from ..extras import require
 from ..errors import UsageError
-from ..planner import core, deployment, exit_code, gpus, plan
+from ..planner import REJECTED, core, deployment, gpus, plan
 from ..planner.render import compare_text, text
 
 
@@ -102,11 +102,11 @@ def main(argv):
                 dep = deployment(release=rel, **common)
             except UsageError as e:  # this release rejects the inputs: its column says why
                 errors.append(e)
-                reports.append({"tree": {"release": rel}, "verdict": "rejected", "why": [e.message],
+                reports.append({"tree": {"release": rel}, "verdict": REJECTED, "why": [e.message],
                                 "ledger": {}, "exit": e.code})
                 continue
             report = plan(dep, with_suggestions=False, with_sensitivity=False)
-            report["exit"] = exit_code(report["verdict"])
+            report["exit"] = report["verdict"].exit_code
             reports.append(report)
         if len(errors) == len(releases) and len({e.message.replace(r, "") for e, r in zip(errors, releases)}) == 1:
             raise errors[0]  # the same bad input for every release: one error
@@ -116,7 +116,7 @@ def main(argv):
     dep = deployment(tree=args.tree, release=args.release, checkout=args.root, **common)
     progress(f"sizing on {dep.tree.label} ({dep.tree.era} layout); suggestions and sensitivity re-run it")
     report = plan(dep, with_suggestions=not args.no_suggest, with_sensitivity=not args.no_sensitivity, knobs=knobs)
-    report["exit"] = exit_code(report["verdict"])
+    report["exit"] = report["verdict"].exit_code
     cli.emit(report, args.json, text(report))
     return report["exit"]
 

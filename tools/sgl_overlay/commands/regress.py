@@ -14,8 +14,10 @@ import json
 
 from .. import cli
 from ..extras import require
-from ..errors import FAILED, OK, UNTESTABLE
+from ..errors import OK
 from ..harness import (
+    Outcome,
+    Report,
     load_scenario,
     run_scenario,
     scenario_names,
@@ -39,37 +41,34 @@ def main(argv) -> int:
     require("harness", "tools/regress.py")
     scenario = load_scenario(args.scenario)
     report = run_scenario(args.tree, scenario, verify_remedy=not args.no_remedy)
-    code = {True: OK, False: FAILED, None: UNTESTABLE}[report["passed"]]
-    report["exit"] = code
     if args.json:
-        print(json.dumps(report, indent=2, default=str))
+        print(json.dumps(report.to_json(), indent=2, default=str))
     else:
         print(_summary(report))
-    return code
+    return report.result.exit_code
 
 
-def _summary(r: dict) -> str:
-    f = r.get("figures", {})
-    verdict = {True: "PASS", False: "FAIL", None: "UNTESTABLE"}[r["passed"]]
+def _summary(r: Report) -> str:
+    f = r.figures
     lines = [
-        f"{verdict}  {r['scenario']} on {r.get('version') or r['tree']} ({r['layout']} layout): {r['outcome']}",
-        f"  {r['judgement']}",
+        f"{r.result.label}  {r.scenario} on {r.version or r.tree} ({r.layout} layout): {r.outcome}",
+        f"  {r.judgement}",
     ]
     keys = ("available_bytes", "cell_size_bytes", "max_total_num_tokens", "max_running_requests",
             "max_mamba_cache_size", "mamba_cache_per_req_bytes")
     shown = [f"{k}={f[k]}" for k in keys if f.get(k) is not None]
     if shown:
         lines.append("  " + ", ".join(shown))
-    drafter = (r.get("drafter_reading") or {}).get("note")
+    drafter = (r.drafter_reading or {}).get("note")
     if drafter:
         lines.append(f"  {drafter}")
-    settings = describe(r.get("environment") or {})
+    settings = describe(r.environment or {})
     if settings:
         lines.append(f"  {settings}")
-    if r.get("outcome") == "untestable" and r.get("error"):
-        lines.append(f"  where: {r['error'].get('where') or 'harness'}; next step: provide what is named above "
+    if r.outcome is Outcome.UNTESTABLE and r.error:
+        lines.append(f"  where: {r.error.get('where') or 'harness'}; next step: provide what is named above "
                      f"in tools/sgl_overlay/harness (see docs/regress.md, 'Supporting a new release')")
-    lines.append(f"  wall {r['timing'].get('wall_s')} s (torch import {r['timing'].get('import_torch_s')} s, "
-                 f"sizing {r['timing'].get('sizing_s')} s)")
+    lines.append(f"  wall {r.timing.get('wall_s')} s (torch import {r.timing.get('import_torch_s')} s, "
+                 f"sizing {r.timing.get('sizing_s')} s)")
     return "\n".join(lines)
 

@@ -4,7 +4,8 @@ See docs/regress.md.  Public API:
 
     from sgl_overlay.harness import load_scenario, run_scenario, scenario_names
     report = run_scenario(tree_path, load_scenario("negative-rest-tp8"))
-    report["outcome"], report["passed"]
+    report.outcome, report.result        # Outcome.REFUSED, Result.PASS
+    report.to_json()                     # what tools/regress.py --json prints
 
 The names are bound on first use (PEP 562): the child interpreter
 (``python -m sgl_overlay.harness.child``, one per run) imports this package
@@ -16,8 +17,10 @@ from importlib import import_module
 
 _WHERE = {
     "NoSource": "layout", "detect": "layout", "source_root": "layout", "version_of": "layout",
-    "classify": "outcome",
+    "Classification": "outcome", "Outcome": "outcome", "classify": "outcome",
     "Relation": "remedy", "Remedy": "remedy", "parse_remedies": "remedy", "parse_remedy": "remedy",
+    "Case": "case", "judge": "judgement",
+    "Findings": "report", "RemedyCheck": "report", "Report": "report", "Rerun": "report", "Result": "report",
     "run_child": "run", "run_scenario": "run",
     "Scenario": "scenario", "ScenarioError": "scenario",
 }

@@ -1,7 +1,8 @@
 """Outcome classification: pure functions over plain data (the remedy a refusal
 states is parsed by remedy.py).
 
-Outcomes (the contract bisect depends on):
+Outcomes (``Outcome``, the contract bisect depends on; ``classify`` gives one
+with its reason as a ``Classification``):
   ok          sizing completed with >= 1 running request and a positive KV pool
   broken      sizing completed into a state the server cannot run, or upstream
               code died in an assertion
@@ -17,10 +18,33 @@ run stops with extras.MissingDependency (exit 2) naming it.
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from ..extras import third_party_missing
 from .remedy import Remedy, parse_remedies, parse_remedy  # noqa: F401 - the parser, where its callers name it
+
+
+
+class Outcome(StrEnum):
+    """What one sizing run of a tree came to (the module docstring says when)."""
+
+    OK = "ok"
+    BROKEN = "broken"
+    REFUSED = "refused"
+    UNTESTABLE = "untestable"
+
+
+@dataclass(frozen=True)
+class Classification:
+    """One child run's outcome and why; ``message`` is a refusal's own text
+    (the remedies are parsed from it), None for the other outcomes."""
+
+    outcome: Outcome
+    reason: str
+    message: str | None = None
+
 
 # Exception types upstream raises on purpose to refuse a configuration.
 DELIBERATE = ("ValueError", "RuntimeError", "NotImplementedError")
@@ -81,15 +105,15 @@ def describe_exception(e: BaseException, root: Path) -> dict:
     }
 
 
-def classify(child: dict) -> dict:
-    """Outcome of one child run: {'outcome', 'reason', ...} (no remedy verification)."""
+def classify(child: dict) -> Classification:
+    """Outcome of one child run (no remedy verification)."""
     if child.get("completed"):
         f = child.get("figures", {})
         tokens = f.get("max_total_num_tokens")
         reqs = f.get("max_running_requests")
         slots = f.get("max_mamba_cache_size")
         if tokens is None or reqs is None:
-            return {"outcome": "untestable", "reason": "sizing returned without a token count or request count"}
+            return Classification(Outcome.UNTESTABLE, "sizing returned without a token count or request count")
         problems = []
         if tokens <= 0:
             problems.append(f"max_total_num_tokens={tokens}")
@@ -98,23 +122,24 @@ def classify(child: dict) -> dict:
         if slots is not None and slots <= 0:
             problems.append(f"max_mamba_cache_size={slots}")
         if problems:
-            return {"outcome": "broken", "reason": "sizing completed with " + ", ".join(problems)}
-        return {"outcome": "ok", "reason": f"{tokens} KV tokens, {reqs} running requests"
-                + (f", {slots} Mamba slots" if slots is not None else "")}
+            return Classification(Outcome.BROKEN, "sizing completed with " + ", ".join(problems))
+        return Classification(Outcome.OK, f"{tokens} KV tokens, {reqs} running requests"
+                              + (f", {slots} Mamba slots" if slots is not None else ""))
     err = child.get("error") or {}
     etype, origin = err.get("type"), err.get("origin")
     if etype not in DELIBERATE and any(b in DELIBERATE for b in err.get("mro", ())):
         etype = next(b for b in err["mro"] if b in DELIBERATE)
     if err.get("kind") in ("missing-input", "untestable", "import") or err.get("stub_involved"):
-        return {"outcome": "untestable", "reason": f"{etype}: {err.get('message')}"}
+        return Classification(Outcome.UNTESTABLE, f"{etype}: {err.get('message')}")
     if origin == "tree" and etype == "AssertionError":
-        return {"outcome": "broken", "reason": f"assertion in upstream code at {err.get('where')}: {err.get('message')}"}
+        return Classification(Outcome.BROKEN,
+                              f"assertion in upstream code at {err.get('where')}: {err.get('message')}")
     if origin == "tree" and etype in DELIBERATE and not err.get("raise_statement", True):
-        return {"outcome": "untestable",
-                "reason": f"{etype} inside upstream code at {err.get('where')} but not at a raise statement "
-                f"(most likely a stand-in value): {err.get('message')}"}
+        return Classification(Outcome.UNTESTABLE,
+                              f"{etype} inside upstream code at {err.get('where')} but not at a raise statement "
+                              f"(most likely a stand-in value): {err.get('message')}")
     if origin == "tree" and etype in DELIBERATE:
-        return {"outcome": "refused", "reason": f"{etype} at {err.get('where')}: {err.get('message')}",
-                "message": err.get("message")}
-    return {"outcome": "untestable",
-            "reason": f"{etype} from {origin} at {err.get('where') or 'harness'}: {err.get('message')}"}
+        return Classification(Outcome.REFUSED, f"{etype} at {err.get('where')}: {err.get('message')}",
+                              err.get("message"))
+    return Classification(Outcome.UNTESTABLE,
+                          f"{etype} from {origin} at {err.get('where') or 'harness'}: {err.get('message')}")

@@ -13,6 +13,10 @@ from pathlib import Path
 from . import environment
 from . import layout as layout_mod
 from . import outcome as outcome_mod
+from .case import Case
+from .judgement import judge
+from .outcome import Outcome
+from .report import Findings, RemedyCheck, Report, Rerun
 from .scenario import Scenario
 
 from ..extras import MissingDependency, require, third_party_missing
@@ -89,7 +93,7 @@ def _stop_on_missing_package(root, err, stderr: str) -> None:
 
 
 def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = True,
-                 measure_allocation: bool = False) -> dict:
+                 measure_allocation: bool = False) -> Report:
     """The full report: outcome, figures, remedy (verified by a re-run), pass/fail.
 
     measure_allocation: after a completed sizing, build the pools with the
@@ -101,49 +105,55 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
     if measure_allocation:
         request["measure_allocation"] = True
     child = run_child(root, request)
-    verdict = outcome_mod.classify(child)
-    report = {
-        "scenario": scenario.name,
-        "tree": str(root),
-        "version": layout_mod.version_of(root),
-        "layout": lay.era,
-        "outcome": verdict["outcome"],
-        "reason": verdict["reason"],
-        "figures": child.get("figures", {}),
-        "error": _public_error(child.get("error")),
-        "notes": child.get("notes", []),
-        # from v0.5.14 the sizing's reading holds the drafter's weights (draft_reading.py)
-        "drafter_reading": child.get("drafter_reading"),
-        "timing": child.get("timing", {}),
-        "reads": child.get("reads", []),
-        "ledger": child.get("ledger"),
-        "log": child.get("log", []),
-        # the SGLang settings (SGLANG_*) the child ran under: the caller's, honoured as the server would
-        "environment": child.get("environment", {}),
-    }
-    if verdict["outcome"] == "refused":
-        remedies = outcome_mod.parse_remedies(verdict.get("message", ""))
-        checked = [_verify(root, scenario, r, measure_allocation) if verify_remedy else
-                   {"parsed": r.to_dict(), "works": None, "why": "not verified"} for r in remedies]
-        report["remedy"] = checked[0] if checked else {
-            "parsed": None, "works": False, "why": "the message states no flag value"}
-        report["remedies"] = checked
-    ledger = report["ledger"] or {}
-    report["case"] = (ledger.get("figures") or {}).get("case")
-    if verdict["outcome"] == "ok" and report["case"] == "over_budget":
+    c = outcome_mod.classify(child)
+    ledger = child.get("ledger")
+    case = Case.of(ledger)
+    remedy, remedies, warning = None, (), None
+    if c.outcome is Outcome.REFUSED:
+        remedy, remedies = _check_remedies(
+            root, scenario, outcome_mod.parse_remedies(c.message or ""), verify_remedy, measure_allocation,
+            None, "the message states no flag value")
+    elif c.outcome is Outcome.OK and case is Case.OVER_BUDGET:
         # Started over budget (docs/memory.md, case 2): the warning's remedy
         # must reserve the pools properly, i.e. re-run as case "fits".
-        report["warning"] = ledger.get("reason")
-        remedies = outcome_mod.parse_remedies("\n".join(
+        warning = ledger.get("reason")
+        stated = outcome_mod.parse_remedies("\n".join(
             f"remedy: {r['flag']} = {r['value']}" for r in ledger.get("remedies") or []))
-        checked = [_verify(root, scenario, r, measure_allocation, want_case="fits")
-                   if verify_remedy else {"parsed": r.to_dict(), "works": None, "why": "not verified"}
-                   for r in remedies]
-        report["remedy"] = checked[0] if checked else {
-            "parsed": None, "works": False, "why": "the warning states no flag value"}
-        report["remedies"] = checked
-    report["passed"], report["judgement"] = judge(scenario, report)
-    return report
+        remedy, remedies = _check_remedies(root, scenario, stated, verify_remedy, measure_allocation,
+                                           Case.FITS, "the warning states no flag value")
+    found = Findings(
+        scenario=scenario.name,
+        tree=str(root),
+        version=layout_mod.version_of(root),
+        layout=lay.era,
+        outcome=c.outcome,
+        reason=c.reason,
+        figures=child.get("figures", {}),
+        error=_public_error(child.get("error")),
+        notes=child.get("notes", []),
+        # from v0.5.14 the sizing's reading holds the drafter's weights (draft_reading.py)
+        drafter_reading=child.get("drafter_reading"),
+        timing=child.get("timing", {}),
+        reads=child.get("reads", []),
+        ledger=ledger,
+        log=child.get("log", []),
+        # the SGLang settings (SGLANG_*) the child ran under: the caller's, honoured as the server would
+        environment=child.get("environment", {}),
+        case=case,
+        remedy=remedy,
+        remedies=remedies,
+        warning=warning,
+    )
+    return Report.of(found, *judge(scenario, found))
+
+
+def _check_remedies(root: Path, scenario: Scenario, stated: list[outcome_mod.Remedy], verify: bool,
+                    measure_allocation: bool, want_case: Case | None,
+                    none_stated: str) -> tuple[RemedyCheck, tuple[RemedyCheck, ...]]:
+    """(the first check, or why there is none; every check), each remedy re-run if ``verify``."""
+    checked = tuple(_verify(root, scenario, r, measure_allocation, want_case) if verify
+                    else RemedyCheck.not_verified(r) for r in stated)
+    return (checked[0] if checked else RemedyCheck.none_stated(none_stated)), checked
 
 
 def _public_error(err):
@@ -153,75 +163,25 @@ def _public_error(err):
 
 
 def _verify(root: Path, scenario: Scenario, remedy: outcome_mod.Remedy,
-            measure_allocation: bool = False, want_case: str | None = None) -> dict:
+            measure_allocation: bool = False, want_case: Case | None = None) -> RemedyCheck:
     current = scenario.server.get(remedy.key)
-    out = {"parsed": remedy.to_dict(), "current": current}
     if remedy.relation == "above" and isinstance(current, (int, float)) and current >= remedy.value:
-        out.update(works=False, why=f"already satisfied: {remedy.key} is {current}, "
-                   f"not below the suggested {remedy.value}; applying it cannot help")
-        return out
+        return RemedyCheck(remedy, False, f"already satisfied: {remedy.key} is {current}, "
+                           f"not below the suggested {remedy.value}; applying it cannot help",
+                           looked_up=True, current=current)
     if remedy.relation == "below" and isinstance(current, (int, float)) and current <= remedy.value:
-        out.update(works=False, why=f"already satisfied: {remedy.key} is {current} <= {remedy.value}")
-        return out
+        return RemedyCheck(remedy, False, f"already satisfied: {remedy.key} is {current} <= {remedy.value}",
+                           looked_up=True, current=current)
     request = scenario.to_request({remedy.key: remedy.value})
     if measure_allocation:
         request["measure_allocation"] = True
     rerun = run_child(root, request)
     v = outcome_mod.classify(rerun)
-    out.update(
-        applied={remedy.key: remedy.value},
-        rerun_outcome=v["outcome"],
-        rerun_reason=v["reason"],
-        rerun_figures=rerun.get("figures", {}),
-        rerun_ledger=rerun.get("ledger"),
-        works=v["outcome"] == "ok",
-        why=f"re-run with {remedy.flag} {remedy.value}: {v['outcome']} ({v['reason']})",
-    )
+    again = Rerun({remedy.key: remedy.value}, v.outcome, v.reason, rerun.get("figures", {}), rerun.get("ledger"),
+                  Case.of(rerun.get("ledger")), want_case is not None)
+    works = v.outcome is Outcome.OK
+    why = f"re-run with {remedy.flag} {remedy.value}: {v.outcome} ({v.reason})"
     if want_case is not None:
-        case = ((rerun.get("ledger") or {}).get("figures") or {}).get("case")
-        out["rerun_case"] = case
-        out["works"] = out["works"] and case == want_case
-        out["why"] += f", case {case}"
-    return out
-
-
-def judge(scenario: Scenario, report: dict) -> tuple[bool | None, str]:
-    """(passed, why); passed is None for untestable (exit 125)."""
-    o = report["outcome"]
-    exp = scenario.expect
-    if o == "untestable":
-        return None, f"untestable: {report['reason']}"
-    if o not in exp.passing:
-        return False, f"{o} is not among the passing outcomes {exp.passing}: {report['reason']}"
-    if exp.case is not None and report.get("ledger") is not None and report.get("case") != exp.case:
-        return False, f"{o}, but the ledger's case is {report.get('case')}, not {exp.case}"
-    if o == "ok" and exp.figures:
-        figs = report.get("figures") or {}
-        wrong = [f"{k} is {figs.get(k)}, not {v}" for k, v in exp.figures.items() if figs.get(k) != v]
-        if wrong:
-            return False, "ok, but " + "; ".join(wrong) + f" ({report['reason']})"
-    if o == "ok" and report.get("case") == "over_budget" and exp.remedy == "works":
-        failing = [r for r in report.get("remedies", []) if not r.get("works")]
-        if not report.get("remedies") or failing:
-            return False, ("started over budget; the warning's remedy does not reserve the pools: "
-                           + ((failing or [report.get("remedy") or {}])[0].get("why") or ""))
-        return True, f"ok, over budget ({report.get('warning')}); " + "; ".join(
-            r.get("why", "") for r in report["remedies"])
-    if o == "refused":
-        msg = (report.get("error") or {}).get("message", "")
-        if exp.message and not re.search(exp.message, msg):
-            return False, f"refused, but the message does not match /{exp.message}/: {msg}"
-        if exp.remedy in ("works", "works-if-stated"):
-            rem = report.get("remedy") or {}
-            if not rem.get("parsed"):
-                if exp.remedy == "works-if-stated":
-                    return True, f"refused, stating no remedy value (none to verify): {report['reason']}"
-                return False, "refused without a remedy value in the message"
-            if not rem.get("works"):
-                return False, f"refused; the remedy does not work: {rem.get('why')}"
-            failing = [r for r in report.get("remedies", [rem]) if not r.get("works")]
-            if failing:
-                return False, f"refused; {len(failing)} of the stated remedies do not work: {failing[0].get('why')}"
-            return True, "refused with remedies that work: " + "; ".join(
-                r.get("why", "") for r in report.get("remedies", [rem]))
-    return True, f"{o}: {report['reason']}"
+        works = works and again.case is want_case
+        why += f", case {again.case}"
+    return RemedyCheck(remedy, works, why, looked_up=True, current=current, rerun=again)

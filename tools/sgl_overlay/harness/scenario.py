@@ -5,12 +5,14 @@ from __future__ import annotations
 import copy
 import tomllib
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from ..errors import UsageError
+from .case import Case
+from .outcome import Outcome
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
-OUTCOMES = ("ok", "broken", "refused", "untestable")
 LOGGED_FIGURES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size")
 # how a public log's figures compare with the harness's (docs/regress.md, "Public start-up logs")
 SOURCE_STATUSES = ("exact", "rounding", "explained", "open")
@@ -20,16 +22,30 @@ class ScenarioError(UsageError):
     """A scenario file is missing or malformed (usage error, exit 2)."""
 
 
+class RemedyExpect(StrEnum):
+    """[expect] remedy: what a stated remedy must do for the run to pass."""
+
+    WORKS = "works"  # a refusal (or over-budget start) passes only with a verified remedy
+    WORKS_IF_STATED = "works-if-stated"  # a refusal stating no value passes, one stating a value only if it works
+
+
+def _one_of(enum, value, path: Path, what: str):
+    """``enum(value)``, or a ScenarioError naming the file, the key and the values allowed."""
+    try:
+        return enum(value)
+    except ValueError:
+        allowed = ", ".join(f'"{m}"' for m in enum)
+        raise ScenarioError(f"{path}: {what} is {value!r}, not one of {allowed}") from None
+
+
 @dataclass
 class Expect:
-    passing: list[str]
-    # "works": a refusal passes only with a verified remedy; "works-if-stated":
-    # a refusal stating no value passes, one stating a value only if it works
-    remedy: str | None = None
+    passing: list[Outcome]
+    remedy: RemedyExpect | None = None
     message: str | None = None  # regex a refusal's message must match
     figures: dict = field(default_factory=dict)  # exact figures an ok run must show (judged)
     # the memory ledger's case (fits / over_budget / cannot_run), checked where the tree writes a ledger
-    case: str | None = None
+    case: Case | None = None
     # figures a public start-up log printed (public-*.toml): tests/regress/test_public_logs.py
     logged: dict = field(default_factory=dict)
 
@@ -84,10 +100,13 @@ def load(name_or_path: str) -> Scenario:
             raise ScenarioError(f"{path}: [gpu] needs {key}")
     exp = data["expect"]
     passing = exp.get("pass")
-    if not passing or any(o not in OUTCOMES for o in passing):
-        raise ScenarioError(f"{path}: [expect] pass must list outcomes among {OUTCOMES}")
-    if exp.get("remedy") not in (None, "works", "works-if-stated"):
-        raise ScenarioError(f"{path}: [expect] remedy must be \"works\", \"works-if-stated\" or absent")
+    if not passing or not isinstance(passing, list):
+        raise ScenarioError(f"{path}: [expect] pass must list outcomes among {', '.join(Outcome)}, "
+                            f"e.g. pass = [\"ok\"]")
+    passing = [_one_of(Outcome, o, path, "an [expect] pass outcome") for o in passing]
+    remedy = None if exp.get("remedy") is None else _one_of(RemedyExpect, exp["remedy"], path,
+                                                            "[expect] remedy (or leave it out)")
+    case = None if exp.get("case") is None else _one_of(Case, exp["case"], path, "[expect] case")
     # [draft] weights_gib: the drafter's footprint on one GPU at the sizing's free-memory reading,
     # its weights and what its start allocates after them before that reading (the key keeps its
     # name); releases that start the drafter first take it out of the reading (draft_reading.py)
@@ -107,11 +126,11 @@ def load(name_or_path: str) -> Scenario:
         server=data["server"],
         draft=data.get("draft"),
         expect=Expect(
-            passing=list(passing),
-            remedy=exp.get("remedy"),
+            passing=passing,
+            remedy=remedy,
             message=exp.get("message"),
             figures=exp.get("figures", {}),
-            case=exp.get("case"),
+            case=case,
             logged=logged,
         ),
         path=path,

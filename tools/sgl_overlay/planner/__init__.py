@@ -7,7 +7,8 @@ regression harness (tools/sgl_overlay/harness); see docs/plan.md.
     dep = deployment(model="path/to/model", gpu="H200", argv=["--mem-fraction-static", "0.85"],
                      release="0.5.12.post1")
     report = plan(dep)
-    report["verdict"], report["ledger"]["kv_tokens"]
+    report["verdict"].kind, report["ledger"]["kv_tokens"]      # Kind.STARTS, 11893
+    cli.emit(report, ...)        # the JSON form: the verdict's sentence (Verdict.to_json)
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from __future__ import annotations
 
 from ..errors import UsageError
 from . import gpus
-from .core import (OVER_BUDGET, STARTS, UNKNOWN, WONT, Deployment, Memory, Sizing, Tree, exit_code, memory_for,
+from .core import (REJECTED, STARTS, UNKNOWN, WONT, Deployment, Kind, Memory, Sizing, Tree, Verdict, memory_for,
                    parse_flags, plan, resolve_tree, size)
 from .model import load as load_model
 from .model import load_draft
 
-__all__ = ["OVER_BUDGET", "STARTS", "UNKNOWN", "WONT", "Deployment", "Memory", "Sizing", "Tree", "deployment",
-           "exit_code", "plan", "size"]
+__all__ = ["REJECTED", "STARTS", "UNKNOWN", "WONT", "Deployment", "Kind", "Memory", "Sizing", "Tree", "Verdict",
+           "deployment", "plan", "size"]
 
 
 def deployment(model, gpu: str | None = None, argv=(), draft=None, tree=None, release=None,

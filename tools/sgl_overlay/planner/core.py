@@ -13,11 +13,13 @@ from .inputs import (GIB, Deployment, Memory, Tree, _label, _staleness, memory_f
                      resolve_tree)
 from .sizing import Sizing, sensitivity, size
 from .suggestions import KNOBS, Suggestion, suggest, tree_remedies
-from .verdict import FULL, OVER_BUDGET, STARTED, STARTS, UNKNOWN, WONT, exit_code, judge, ledger, shortfall
+from ..harness.outcome import Outcome
+from .verdict import FULL, REJECTED, STARTED, STARTS, UNKNOWN, WONT, Kind, Verdict, judge, ledger, shortfall
 
-__all__ = ["FULL", "OVER_BUDGET", "STARTED", "GIB", "KNOBS", "shortfall", "STARTS", "UNKNOWN", "WONT", "Deployment", "Memory",
-           "Sizing", "Suggestion", "Tree", "_label", "_staleness", "exit_code", "judge", "ledger", "memory_for",
-           "parse_flags", "plan", "resolve_tree", "sensitivity", "size", "suggest", "tree_remedies"]
+__all__ = ["FULL", "REJECTED", "STARTED", "GIB", "KNOBS", "shortfall", "STARTS", "UNKNOWN", "WONT",
+           "Deployment", "Kind", "Memory", "Sizing", "Suggestion", "Tree", "Verdict", "_label", "_staleness",
+           "judge", "ledger", "memory_for", "parse_flags", "plan", "resolve_tree", "sensitivity", "size", "suggest",
+           "tree_remedies"]
 
 
 def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KNOBS) -> dict:
@@ -48,9 +50,9 @@ def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KN
         # every flag the release's own ServerArgs resolution changed (harness/resolution.py)
         "resolution": base.figures.get("resolution") or [],
     }
-    if with_sensitivity and base.verdict != UNKNOWN:
+    if with_sensitivity and base.verdict.kind is not Kind.UNKNOWN:
         out["sensitivity"] = sensitivity(dep, base)
-    if base.outcome == "refused":
+    if base.outcome is Outcome.REFUSED:
         out["tree_remedies"] = tree_remedies(dep, base)
     if with_suggestions:
         found, tried = suggest(dep, base, knobs)

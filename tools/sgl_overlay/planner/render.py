@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..cli import table
 from ..harness.environment import describe
+from .verdict import Kind
 
 ROWS = (
     ("free_before_weights_gib", "free before weights (GiB)"),
@@ -77,7 +78,7 @@ def text(report: dict) -> str:
         lines.append("")
     lines.append(table(ledger_rows([r["ledger"]]), ["ledger", "value"]))
     lines.append("")
-    lines.append(f"VERDICT: {r['verdict'].upper()}")
+    lines.append(f"VERDICT: {r['verdict'].text.upper()}")
     lines += [f"  {w}" for w in r["why"]]
     sens = r.get("sensitivity")
     if sens:
@@ -92,7 +93,7 @@ def text(report: dict) -> str:
     if r.get("tree_remedies"):
         lines.append("")
         lines.append("the tree's own remedies, each re-run through the same sizing code:")
-        rows = [[" ".join(t["argv"]), "works" if t["works"] else "does not work", t["verdict"],
+        rows = [[" ".join(t["argv"]), "works" if t["works"] else "does not work", t["verdict"].text,
                  _fmt(t["ledger"].get("kv_tokens")), _fmt(t["ledger"].get("running_requests"))]
                 for t in r["tree_remedies"]]
         lines.append(table(rows, ["stated remedy", "re-run", "verdict", "KV tokens", "requests"]))
@@ -100,14 +101,14 @@ def text(report: dict) -> str:
         lines.append("")
         if r["suggestions"]:
             lines.append("verified suggestions (each re-run through the same sizing code):")
-            rows = [[" ".join(s["argv"]), s["verdict"], _fmt(s["ledger"].get("kv_tokens")),
+            rows = [[" ".join(s["argv"]), s["verdict"].text, _fmt(s["ledger"].get("kv_tokens")),
                      _fmt(s["ledger"].get("running_requests")), _fmt(s["ledger"].get("mamba_slots")),
                      _fmt(s["ledger"].get("headroom_gib")), s["note"]] for s in r["suggestions"]]
             lines.append(table(rows, ["change", "verdict", "KV tokens", "requests", "Mamba slots",
                                       "headroom GiB", "note"]))
-        elif r["verdict"] == "will not start":
+        elif r["verdict"].kind is Kind.WONT:
             lines.append("no single-flag change in the searched ranges makes it start")
-        elif r["verdict"] != "cannot tell":
+        elif r["verdict"].kind is not Kind.UNKNOWN:
             lines.append("no single-flag change in the searched ranges makes it start with everything asked")
         missing = [t["flag"] for t in r.get("suggestions_tried", []) if not t["found"]]
         if missing:
@@ -118,11 +119,11 @@ def text(report: dict) -> str:
 def compare_text(reports: list[dict]) -> str:
     heads = ["", *[r["tree"]["release"] for r in reports]]
     rows = ledger_rows([r.get("ledger", {}) for r in reports])
-    rows.append(["verdict"] + [r["verdict"] for r in reports])
+    rows.append(["verdict"] + [r["verdict"].text for r in reports])
     out = [table(rows, heads), ""]
     settings = describe(next((r["environment"] for r in reports if r.get("environment")), {}))
     if settings:
         out[:0] = [settings, ""]
     for r in reports:
-        out.append(f"{r['tree']['release']}: {r['verdict']}: " + "; ".join(r["why"]))
+        out.append(f"{r['tree']['release']}: {r['verdict'].text}: " + "; ".join(r["why"]))
     return "\n".join(out)

@@ -8,10 +8,11 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from ..harness.outcome import classify
+from ..harness.case import Case
+from ..harness.outcome import Outcome, classify
 from ..harness.run import run_child
 from .inputs import Deployment, Memory
-from .verdict import judge, ledger, rank, shortfall
+from .verdict import Verdict, judge, ledger, shortfall
 
 # How many sizing runs may be in flight at once (each is one interpreter).
 _SLOTS = threading.BoundedSemaphore(max(1, int(os.environ.get("SGLO_PLAN_JOBS", os.cpu_count() or 1))))
@@ -20,14 +21,14 @@ _SLOTS = threading.BoundedSemaphore(max(1, int(os.environ.get("SGLO_PLAN_JOBS", 
 @dataclass
 class Sizing:
     overrides: dict
-    outcome: str
+    outcome: Outcome
     reason: str
     figures: dict
     error: dict | None
-    verdict: str
+    verdict: Verdict
     why: list[str]
     ledger: dict
-    case: str | None = None  # the tree's ledger figures.case, where the tree writes one
+    case: Case | None = None  # the tree's ledger figures.case, where the tree writes one
     shortfall: list[str] = field(default_factory=list)
     # the SGLang settings (SGLANG_*) the run was under: the caller's (harness/environment.py)
     environment: dict = field(default_factory=dict)
@@ -36,7 +37,7 @@ class Sizing:
 
     @property
     def rank(self) -> int:
-        return rank(self.verdict, self.shortfall)
+        return self.verdict.rank(self.shortfall)
 
     def to_dict(self) -> dict:
         return {"overrides": self.overrides, "outcome": self.outcome, "reason": self.reason,
@@ -56,11 +57,11 @@ def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None =
     ctx = dep.context_len(overrides)
     explicit = (overrides.get("max_running_requests") or dep.fields.get("max_running_requests")) is not None
     tree_ledger = child.get("ledger") or {}
-    verdict, why = judge(c["outcome"], c["reason"], figures, ctx, child.get("error"), explicit, tree_ledger)
-    short = shortfall(figures, ctx, explicit) if c["outcome"] == "ok" else []
-    return Sizing(overrides, c["outcome"], c["reason"], figures, child.get("error"), verdict, why,
+    verdict, why = judge(c.outcome, c.reason, figures, ctx, child.get("error"), explicit, tree_ledger)
+    short = shortfall(figures, ctx, explicit) if c.outcome is Outcome.OK else []
+    return Sizing(overrides, c.outcome, c.reason, figures, child.get("error"), verdict, why,
                   ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static"))),
-                  (tree_ledger.get("figures") or {}).get("case"), short, child.get("environment", {}),
+                  Case.of(tree_ledger), short, child.get("environment", {}),
                   child.get("drafter_reading"))
 
 

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from .. import monotone
 from ..harness import remedy
+from ..harness.outcome import Outcome
 from .inputs import Deployment
 from .sizing import Sizing, size
-from .verdict import FULL, STARTED, WONT
+from .verdict import FULL, STARTED, Kind, Verdict
 
 
 @dataclass
@@ -138,7 +139,7 @@ def suggest(dep: Deployment, base: Sizing, knobs=KNOBS) -> tuple[list[Suggestion
 def tree_remedies(dep: Deployment, base: Sizing) -> list[dict]:
     """The remedies the tree's own refusal message states ("Raise --mem-fraction-static
     above 0.770", the memory patches' "remedy: --flag = value"), each re-run."""
-    if base.outcome != "refused" or not base.error:
+    if base.outcome is not Outcome.REFUSED or not base.error:
         return []
     remedies = remedy.parse_remedies(base.error.get("message", ""))
     out = []
@@ -150,11 +151,11 @@ def tree_remedies(dep: Deployment, base: Sizing) -> list[dict]:
     return out
 
 
-def _staged(fn, base_verdict: str):
+def _staged(fn, base_verdict: Verdict):
     """Search for "starts" with everything asked; for a plan that will not start,
     then for any start."""
     res, runs = fn(FULL)
-    if res is None and base_verdict == WONT:
+    if res is None and base_verdict.kind is Kind.WONT:
         res, more = fn(STARTED)
         runs += more
     return res, runs

@@ -1,47 +1,122 @@
 """The verdict of one sizing run (pure): will it start, and its figures in
-words."""
+words.  The verdict is a typed value (``Verdict``: its ``Kind`` and the
+figures an over-budget start states), rendered to its sentence in one place
+(``Verdict.text``), which is also its JSON form (docs/plan.md)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ..harness.case import Case
+from ..harness.outcome import Outcome
 from .inputs import GIB, Memory
 
-# The three answers, in the memory topic's words (docs/memory.md, the ledger's
-# figures.case: fits / over_budget / cannot_run), and "cannot tell" (untestable).
-# An over-budget start reads OVER_BUDGET + " by N GiB taken from the headroom (remedy ...)".
-STARTS, OVER_BUDGET, WONT, UNKNOWN = "starts", "starts, over budget", "will not start", "cannot tell"
 # Suggestion targets: 2 starts with everything asked, 1 starts short of it (fewer
 # requests than asked, a pool shorter than the context) or over budget, 0 will not start.
 FULL, STARTED = 2, 1
 
 
-def rank(verdict: str, shortfall: list) -> int:
-    if verdict == UNKNOWN:
-        return -1
-    if verdict == WONT:
-        return 0
-    return FULL if verdict == STARTS and not shortfall else STARTED
+class Kind(StrEnum):
+    """The three answers, in the memory topic's words (docs/memory.md, the
+    ledger's figures.case: fits / over_budget / cannot_run), "cannot tell"
+    (the harness could not drive the tree), and "rejected" (tools/plan.py
+    --releases: a release that rejects the inputs)."""
+
+    STARTS = "starts"
+    OVER_BUDGET = "over_budget"
+    WONT = "will_not_start"
+    UNKNOWN = "cannot_tell"
+    REJECTED = "rejected"
+
+    @property
+    def words(self) -> str:
+        return _WORDS[self]
+
+    @property
+    def starts(self) -> bool:
+        """Starts: within the budget, or over budget with the tree's warning."""
+        return self in (Kind.STARTS, Kind.OVER_BUDGET)
+
+    @property
+    def exit_code(self) -> int:
+        """0 it starts (within the budget, or over budget with the tree's warning),
+        1 it will not start, 125 cannot tell (docs/plan.md).  A rejected
+        release has none of its own: its exit is its error's."""
+        if self is Kind.REJECTED:
+            raise ValueError("a rejected release's exit code is its error's (UsageError.code)")
+        return {Kind.STARTS: 0, Kind.OVER_BUDGET: 0, Kind.WONT: 1, Kind.UNKNOWN: 125}[self]
 
 
-def judge(outcome: str, reason: str, f: dict, context_len: int, error: dict | None,
-          requests_given: bool = True, tree_ledger: dict | None = None) -> tuple[str, list[str]]:
+_WORDS = {Kind.STARTS: "starts", Kind.OVER_BUDGET: "starts, over budget", Kind.WONT: "will not start",
+          Kind.UNKNOWN: "cannot tell", Kind.REJECTED: "rejected"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Will it start.  An over-budget start carries its figures: the bytes taken
+    from the headroom and the remedies the tree's warning states, as (flag, value)."""
+
+    kind: Kind
+    over_budget_bytes: int | None = None
+    remedies: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def starts(self) -> bool:
+        return self.kind.starts
+
+    @property
+    def exit_code(self) -> int:
+        return self.kind.exit_code
+
+    @property
+    def text(self) -> str:
+        """The verdict in words: "starts", "starts, over budget by N GiB taken
+        from the headroom (remedy: --flag = value; ...)", "will not start",
+        "cannot tell", "rejected"."""
+        if self.kind is not Kind.OVER_BUDGET:
+            return self.kind.words
+        rem = "; ".join(f"remedy: {flag} = {value}" for flag, value in self.remedies)
+        return (f"{self.kind.words} by {self.over_budget_bytes / GIB:.2f} GiB taken from the headroom"
+                f" ({rem or 'no remedy stated'})")
+
+    def __str__(self) -> str:
+        return self.text
+
+    def to_json(self) -> str:
+        return self.text
+
+    def rank(self, shortfall: list) -> int:
+        """The suggestion search's scale: FULL, STARTED, 0 will not start, -1 cannot tell."""
+        if self.kind in (Kind.UNKNOWN, Kind.REJECTED):
+            return -1
+        if self.kind is Kind.WONT:
+            return 0
+        return FULL if self.kind is Kind.STARTS and not shortfall else STARTED
+
+
+STARTS, WONT, UNKNOWN, REJECTED = (Verdict(k) for k in (Kind.STARTS, Kind.WONT, Kind.UNKNOWN, Kind.REJECTED))
+
+
+def judge(outcome: Outcome, reason: str, f: dict, context_len: int, error: dict | None,
+          requests_given: bool = True, tree_ledger: dict | None = None) -> tuple[Verdict, list[str]]:
     """The verdict in the memory topic's three answers.  A tree that writes the
     memory ledger (the patched tree) decides it: its ``figures.case`` fits /
-    over_budget / cannot_run is "starts" / "starts, over budget by N GiB taken
-    from the headroom (remedy ...)" / "will not start"; other trees by their
+    over_budget / cannot_run is STARTS / OVER_BUDGET (with the bytes taken from
+    the headroom and the warning's remedies) / WONT; other trees by their
     outcome (ok / refused or broken)."""
     tf = (tree_ledger or {}).get("figures") or {}
-    if outcome == "ok" and tf.get("case") == "over_budget":
-        rem = "; ".join(f"remedy: {r['flag']} = {r['value']}" for r in (tree_ledger or {}).get("remedies") or [])
-        verdict = (f"{OVER_BUDGET} by {tf['over_budget_bytes'] / GIB:.2f} GiB taken from the headroom"
-                   + f" ({rem or 'no remedy stated'})")
+    if outcome is Outcome.OK and Case.of(tree_ledger) is Case.OVER_BUDGET:
+        verdict = Verdict(Kind.OVER_BUDGET, tf["over_budget_bytes"],
+                          tuple((r["flag"], r["value"]) for r in (tree_ledger or {}).get("remedies") or []))
         return verdict, [f"SGLang starts with a warning: {(tree_ledger or {}).get('reason') or reason}"] + shortfall(
             f, context_len, requests_given)
-    if outcome == "untestable":
+    if outcome is Outcome.UNTESTABLE:
         return UNKNOWN, [f"the harness could not drive this tree for these inputs: {reason}"]
-    if outcome == "refused":
+    if outcome is Outcome.REFUSED:
         return WONT, [f"SGLang refuses at start-up: {(error or {}).get('message') or reason}"
                       + (f" ({error.get('where')})" if error and error.get("where") else "")]
-    if outcome == "broken":
+    if outcome is Outcome.BROKEN:
         why = []
         reqs, tokens, slots = f.get("max_running_requests"), f.get("max_total_num_tokens"), f.get("max_mamba_cache_size")
         if reqs is not None and reqs <= 0:
@@ -123,11 +198,3 @@ def ledger(f: dict, m: Memory, context_len: int, mfs) -> dict:
         # managers/tp_worker.py: max_req_len = min(context_len - 1, max_token_pool_size - 1)
         out["max_request_tokens"] = min(context_len - 1, tokens - 1)
     return out
-
-
-def exit_code(verdict: str) -> int:
-    """0 it starts (within the budget, or over budget with the tree's warning),
-    1 it will not start, 125 cannot tell (docs/plan.md)."""
-    if verdict == STARTS or verdict.startswith(OVER_BUDGET):
-        return 0
-    return {WONT: 1, UNKNOWN: 125}[verdict]

@@ -1,0 +1,98 @@
+"""The shape of `tools/regress.py --json` (docs/regress.md, "The JSON report"),
+pinned against real scenario runs on the pin and on the patched tree: the keys
+and their order for each outcome, the remedy checks' keys for each way a
+remedy is checked, and `passed` / `exit` against the exit status."""
+
+import json
+
+import pytest
+
+from sgl_overlay.commands import regress as regress_cmd
+from sgl_overlay.harness import Outcome, RemedyCheck, parse_remedy
+
+# Every report starts with these, in this order (docs/regress.md).
+COMMON = ["scenario", "tree", "version", "layout", "outcome", "reason", "figures", "error", "notes",
+          "drafter_reading", "timing", "reads", "ledger", "log", "environment"]
+END = ["passed", "judgement", "exit"]
+PARSED = ["flag", "key", "value", "relation", "source"]
+RERUN = ["parsed", "current", "applied", "rerun_outcome", "rerun_reason", "rerun_figures", "rerun_ledger",
+         "works", "why"]
+ERROR = ["type", "message", "kind", "origin", "where", "traceback"]
+PASSED = {0: True, 1: False, 125: None}
+
+
+def _regress(capsys, tree, scenario, *more):
+    code = regress_cmd.main(["--tree", str(tree), "--scenario", scenario, "--json", *more])
+    out = capsys.readouterr().out
+    report = json.loads(out)
+    assert report["exit"] == code and report["passed"] is PASSED[code], (code, report["judgement"])
+    return report
+
+
+def test_a_refusal_stating_no_value(capsys, pristine_tree):
+    """The pin refuses negative-rest-tp8 with "Please try to increase --mem-fraction-static": no value."""
+    r = _regress(capsys, pristine_tree, "negative-rest-tp8")
+    assert list(r) == COMMON + ["remedy", "remedies", "case"] + END
+    assert r["outcome"] == "refused" and r["exit"] == 1 and r["case"] is None and r["ledger"] is None
+    assert list(r["error"]) == ERROR and r["error"]["origin"] == "tree"
+    assert r["remedy"] == {"parsed": None, "works": False, "why": "the message states no flag value"}
+    assert r["remedies"] == []
+
+
+def test_a_broken_sizing_has_no_remedy_keys(capsys, pristine_tree):
+    r = _regress(capsys, pristine_tree, "zero-requests-dflash")
+    assert list(r) == COMMON + ["case"] + END
+    assert r["outcome"] == "broken" and r["error"] is None and r["figures"]["max_running_requests"] == 0
+
+
+def test_a_refusal_whose_remedies_are_re_run(capsys, patched_tree):
+    """The patched tree refuses zero-requests-dflash (case cannot_run) with two remedy lines, each re-run."""
+    r = _regress(capsys, patched_tree, "zero-requests-dflash")
+    assert list(r) == COMMON + ["remedy", "remedies", "case"] + END
+    assert r["outcome"] == "refused" and r["case"] == "cannot_run" and r["exit"] == 0
+    assert len(r["remedies"]) >= 1 and r["remedy"] == r["remedies"][0]
+    for check in r["remedies"]:
+        assert list(check) == RERUN and list(check["parsed"]) == PARSED
+        assert check["applied"] == {check["parsed"]["key"]: check["parsed"]["value"]}
+        assert check["works"] is (check["rerun_outcome"] == "ok")
+        assert check["why"].startswith(f"re-run with {check['parsed']['flag']} {check['parsed']['value']}: "
+                                       f"{check['rerun_outcome']} (")
+
+
+def test_remedies_not_verified(capsys, patched_tree):
+    r = _regress(capsys, patched_tree, "zero-requests-dflash", "--no-remedy")
+    assert r["outcome"] == "refused" and r["remedies"]
+    for check in r["remedies"]:
+        assert list(check) == ["parsed", "works", "why"] and list(check["parsed"]) == PARSED
+        assert check["works"] is None and check["why"] == "not verified"
+
+
+def test_an_over_budget_start(capsys, patched_tree):
+    """The patched tree starts dflash-smoke over budget with a warning; its remedy must re-run as case fits."""
+    r = _regress(capsys, patched_tree, "dflash-smoke")
+    assert list(r) == COMMON + ["case", "warning", "remedy", "remedies"] + END
+    assert r["outcome"] == "ok" and r["case"] == "over_budget" and r["exit"] == 0
+    assert r["warning"] == r["ledger"]["reason"] and "over budget by" in r["warning"]
+    assert r["remedies"] and r["remedy"] == r["remedies"][0]
+    for check in r["remedies"]:
+        assert list(check) == RERUN + ["rerun_case"]
+        assert check["rerun_case"] == (check["rerun_ledger"] or {}).get("figures", {}).get("case")
+        assert check["works"] is (check["rerun_outcome"] == "ok" and check["rerun_case"] == "fits")
+        assert check["why"].endswith(f", case {check['rerun_case']}")
+
+
+@pytest.mark.parametrize("current", [0.8, None])
+def test_a_remedy_already_satisfied_is_looked_up_not_re_run(current):
+    """A stated "above X" the scenario already meets is not re-run: `current` without the re-run keys.
+    (No scenario of the CI matrix states one on its releases; the shape is the RemedyCheck's own.)"""
+    remedy = parse_remedy("Raise --mem-fraction-static above 0.770")
+    check = RemedyCheck(remedy, False, "already satisfied", looked_up=True, current=current)
+    assert list(check.to_json()) == ["parsed", "current", "works", "why"]
+    assert check.to_json()["current"] == current and list(check.to_json()["parsed"]) == PARSED
+
+
+def test_a_start_within_the_budget(capsys, pristine_tree):
+    """The pin starts dflash-smoke (no ledger, so no case): no remedy keys; the outcome is the Outcome's word."""
+    r = _regress(capsys, pristine_tree, "dflash-smoke")
+    assert list(r) == COMMON + ["case"] + END
+    assert r["outcome"] == Outcome.OK.value and r["case"] is None and r["exit"] == 0
