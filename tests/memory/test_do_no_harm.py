@@ -10,7 +10,7 @@ import os
 import pytest
 
 from sgl_overlay.harness import Case, Outcome, load_scenario, run_child, run_scenario, source_root
-from sgl_overlay.harness.outcome import parse_remedies
+from sgl_overlay.harness.remedy import parse_remedies
 
 from tests.memory import expected as E
 from tests.memory.reports import report

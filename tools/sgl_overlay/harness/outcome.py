@@ -23,7 +23,6 @@ from enum import StrEnum
 from pathlib import Path
 
 from ..extras import third_party_missing
-from .remedy import Remedy, parse_remedies, parse_remedy  # noqa: F401 - the parser, where its callers name it
 
 
 

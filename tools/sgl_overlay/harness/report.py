@@ -10,7 +10,8 @@ from typing import Any
 
 from ..errors import FAILED, OK, UNTESTABLE
 from .case import Case
-from .outcome import Outcome, Remedy
+from .outcome import Outcome
+from .remedy import Remedy
 
 
 class Result(StrEnum):

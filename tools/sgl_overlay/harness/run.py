@@ -16,6 +16,7 @@ from . import outcome as outcome_mod
 from .case import Case
 from .judgement import judge
 from .outcome import Outcome
+from .remedy import Relation, Remedy, parse_remedies
 from .report import Findings, RemedyCheck, Report, Rerun
 from .scenario import Scenario
 
@@ -111,13 +112,13 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
     remedy, remedies, warning = None, (), None
     if c.outcome is Outcome.REFUSED:
         remedy, remedies = _check_remedies(
-            root, scenario, outcome_mod.parse_remedies(c.message or ""), verify_remedy, measure_allocation,
+            root, scenario, parse_remedies(c.message or ""), verify_remedy, measure_allocation,
             None, "the message states no flag value")
     elif c.outcome is Outcome.OK and case is Case.OVER_BUDGET:
         # Started over budget (docs/memory.md, case 2): the warning's remedy
         # must reserve the pools properly, i.e. re-run as case "fits".
         warning = ledger.get("reason")
-        stated = outcome_mod.parse_remedies("\n".join(
+        stated = parse_remedies("\n".join(
             f"remedy: {r['flag']} = {r['value']}" for r in ledger.get("remedies") or []))
         remedy, remedies = _check_remedies(root, scenario, stated, verify_remedy, measure_allocation,
                                            Case.FITS, "the warning states no flag value")
@@ -147,7 +148,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
     return Report.of(found, *judge(scenario, found))
 
 
-def _check_remedies(root: Path, scenario: Scenario, stated: list[outcome_mod.Remedy], verify: bool,
+def _check_remedies(root: Path, scenario: Scenario, stated: list[Remedy], verify: bool,
                     measure_allocation: bool, want_case: Case | None,
                     none_stated: str) -> tuple[RemedyCheck, tuple[RemedyCheck, ...]]:
     """(the first check, or why there is none; every check), each remedy re-run if ``verify``."""
@@ -162,14 +163,14 @@ def _public_error(err):
     return {k: err.get(k) for k in ("type", "message", "kind", "origin", "where", "traceback") if k in err}
 
 
-def _verify(root: Path, scenario: Scenario, remedy: outcome_mod.Remedy,
+def _verify(root: Path, scenario: Scenario, remedy: Remedy,
             measure_allocation: bool = False, want_case: Case | None = None) -> RemedyCheck:
     current = scenario.server.get(remedy.key)
-    if remedy.relation == "above" and isinstance(current, (int, float)) and current >= remedy.value:
+    if remedy.relation is Relation.ABOVE and isinstance(current, (int, float)) and current >= remedy.value:
         return RemedyCheck(remedy, False, f"already satisfied: {remedy.key} is {current}, "
                            f"not below the suggested {remedy.value}; applying it cannot help",
                            looked_up=True, current=current)
-    if remedy.relation == "below" and isinstance(current, (int, float)) and current <= remedy.value:
+    if remedy.relation is Relation.BELOW and isinstance(current, (int, float)) and current <= remedy.value:
         return RemedyCheck(remedy, False, f"already satisfied: {remedy.key} is {current} <= {remedy.value}",
                            looked_up=True, current=current)
     request = scenario.to_request({remedy.key: remedy.value})
