@@ -23,7 +23,7 @@ readings and at the witness:
   read (the readings' rounding widened by the measured gaps) brackets every logged figure;
   ``"open"``: the witness lies outside the rounding (asserted, so the status cannot be
   wrong) and, for a one-GPU log, the measured gaps do not bracket the logged figures
-  (asserted too); then an xfail with the scenario's reason.  docs/regress.md has the table."""
+  (asserted too); then an xfail with the scenario's reason.  docs/results/regress.md has the table."""
 
 import dataclasses
 import json

@@ -2,7 +2,7 @@
 construction, run on the scenario's flags, with only the hardware probes
 answered from the scenario.
 
-The expected changes are read by hand from the releases' code (docs/regress.md,
+The expected changes are read by hand from the releases' code (docs/harness.md,
 "The release's own flag resolution"), never taken from the harness's output.
 """
 

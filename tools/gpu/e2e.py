@@ -262,7 +262,7 @@ def install(bundle, work):
 # IPython and its dependencies are 7.5 MiB); the OpenAI streaming-ASR and realtime routes import soundfile
 # (audio inputs; the pin and every release since), which a bundle at its budget may leave out (bundle.STUBBABLE:
 # v0.5.16's), and from v0.5.16 the function-call parser imports xgrammar (below).  What a release's start
-# imports that neither the machine nor a bundle has: tools/imports.py (docs/gpu.md)
+# imports that neither the machine nor a bundle has: tools/imports.py (docs/bundle.md)
 STUBS = {
     "IPython": {"IPython/__init__.py": "", "IPython/display.py": "class HTML(str):\n    pass\n\n\ndef display(*a, **k):\n    pass\n"},
     "soundfile": {"soundfile.py": "# stand-in (tools/gpu/e2e.py STUBS): audio inputs are not available\n"},
@@ -391,13 +391,13 @@ CASES = {
                      "expect": {"pristine": "ok", "patched": ["ok", "refused"]}},
     # the same flags on a release from v0.5.14 (a pristine bundle: tools/bundle.py --release 0.5.16 --slim-release):
     # from sgl-project/sglang#23862 (v0.5.14) the drafter starts before the KV sizing, so its weights are in the
-    # sizing's reading and the release refuses these flags (harness/draft_reading.py, docs/regress.md)
+    # sizing's reading and the release refuses these flags (harness/draft_reading.py, docs/results/regress.md)
     "dflash-smoke-release": {"model": "big", "free_gib": 94.24, "flags": SMOKE + ["--mem-fraction-static", "0.6856901"],
                              "expect": {"pristine_error": "Loaded weights leave no GPU memory"}},
     # ... and starts them with the fraction raised by the drafter's share of the pre-load reading, chosen before
     # the first run from an estimate of its weights (3.32 GiB: 1,782,641,920 bfloat16 parameters of
     # tests/plan/data/qwen3.6-27b-dflash plus make_models' fields; 3.32 / 94.24 rounded up: 0.6857 + 0.0352 ->
-    # 0.725); measured there: 3.584 GiB (docs/regress.md), which 0.725 still covers
+    # 0.725); measured there: 3.584 GiB (docs/results/regress.md), which 0.725 still covers
     "dflash-smoke-raised": {"model": "big", "free_gib": 94.24, "flags": SMOKE + ["--mem-fraction-static", "0.725"],
                             "expect": {"pristine": "ok"}},
     # the H200's own figures: all its free memory (no blocker), SGLang's own --mem-fraction-static
@@ -406,7 +406,7 @@ CASES = {
                 "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
                                 "--max-running-requests", "16"],
                 "expect": {"pristine": "ok", "patched": ["ok"]}},
-    # the RoPE pre-expansion after "Load weight end" (tools/sgl_overlay/harness/rope_reserve.py, docs/regress.md
+    # the RoPE pre-expansion after "Load weight end" (tools/sgl_overlay/harness/rope_reserve.py, docs/results/regress.md
     # "Where the logs' readings and the sizing's differ"): at the model's own 262,144-token context the release
     # grows the vision tower's RoPE cache to 262,400 rows and the text one's by 256: predicted 41,943,040 B
     # (40 MiB) between load_model's end reading and the sizing's; at 2,048 tokens nothing grows (0 B)
@@ -605,7 +605,7 @@ def lossless_env(dtype):
     kernels do not compile for float32 activations on bfloat16 states); every Triton tl.dot is
     IEEE float32 (TRITON_F32_DEFAULT=ieee, TF32 otherwise: on the H200, triton 3.6, a 64x64 dot's max
     error against float64 is 7.6e-6 with it, 0.024 without; the GDN chunk path's merge dots follow
-    it with float32-gdn-chunk.patch). docs/gpu.md, "What float32 needed"."""
+    it with float32-gdn-chunk.patch). docs/results/gpu.md, "What float32 needed"."""
     if dtype != "float32":
         return {}
     return {"SGLO_E2E_NATIVE_OPS": "1", "SGLANG_MAMBA_CONV_DTYPE": "float32", "TRITON_F32_DEFAULT": "ieee"}
@@ -847,7 +847,7 @@ def main(argv=None):
                     help="wall-clock budget from the start; lossless runs that would not fit are skipped and reported")
     ap.add_argument("--dtype", default="float32",
                     help="the lossless runs' --dtype (float32, the default: token-for-token comparable; it needs "
-                         "the stack's float32 patches and sets lossless_env: docs/gpu.md, 'What float32 needed'; "
+                         "the stack's float32 patches and sets lossless_env: docs/results/gpu.md, 'What float32 needed'; "
                          "bfloat16 flips near-ties, judged against the reference's own noise)")
     ap.add_argument("--no-dtype-fallback", action="store_true",
                     help="a reference that exits at start-up in float32 fails instead of being retried in bfloat16")

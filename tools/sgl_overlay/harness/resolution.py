@@ -54,7 +54,7 @@ PROBES = (
 # Pure helpers of the same file the rules call on the server args themselves:
 # as stand-ins they answered falsy, so the default attention backend missed
 # trtllm_mha on SM100 (and fa3 on Hopper), and trtllm_mha's page size 64 with it
-# (docs/regress.md, "Public start-up logs").
+# (docs/results/regress.md, "A second harness fault these logs found").
 RULE_HELPERS = ("is_no_spec_infer_or_topk_one",)
 
 

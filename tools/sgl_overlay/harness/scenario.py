@@ -12,7 +12,7 @@ from ..errors import UsageError
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 OUTCOMES = ("ok", "broken", "refused", "untestable")
 LOGGED_FIGURES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size")
-# how a public log's figures compare with the harness's (docs/regress.md, "Public start-up logs")
+# how a public log's figures compare with the harness's (docs/scenarios.md, "Public start-up logs")
 SOURCE_STATUSES = ("exact", "rounding", "explained", "open")
 
 

@@ -169,7 +169,7 @@ def install_transformers_standin() -> bool:
     or not transformers is installed (the ``[plan]`` extra brings it, and
     ``[test]`` includes that): the figures must not depend on the environment,
     and importing the real package costs about 1.5 s of each run's sizing step
-    (0.15 s -> 1.7 s for healthy-h200-8b at v0.5.12.post1, docs/regress.md), for
+    (0.15 s -> 1.7 s for healthy-h200-8b at v0.5.12.post1, docs/harness.md), for
     the same figures.  Returns True when it was installed by this call.
     """
     if getattr(sys.modules.get("transformers"), "__sgl_overlay_standin__", False):
