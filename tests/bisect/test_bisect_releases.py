@@ -1,5 +1,5 @@
 """Release level, on real published releases and the incident scenarios.
-Expected answers are what upstream did (docs/regress.md, the research
+Expected answers are what upstream did (docs/results/regress.md, the research
 notes): DFlash's zero-requests sizing was reworked in 0.5.13 (dea85c30f4);
 the clear error for a non-positive budget came in 0.5.14 (0c065671c9), as did
 the drafter starting before the sizing (sgl-project/sglang#23862, v0.5.14; the message naming the drafter is #28855), which refuses

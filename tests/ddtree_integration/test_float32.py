@@ -1,4 +1,4 @@
-"""``--dtype float32`` for DFLASH/DDTREE and the Qwen3.5 hybrid (docs/gpu.md,
+"""``--dtype float32`` for DFLASH/DDTREE and the Qwen3.5 hybrid (docs/results/gpu.md,
 "What float32 needed"): the two failures of the H200 run reproduced on the
 pin, and fixed by float32-draft-embeddings.patch, float32-gdn-chunk.patch
 and the e2e check's float32 environment (e2e_lossless_runs.lossless_env).

@@ -1,4 +1,4 @@
-"""A pristine bundle of another release (tools/bundle.py --release; docs/gpu.md, "Another release"):
+"""A pristine bundle of another release (tools/bundle.py --release; docs/bundle.md, "Another release"):
 the releases' own METADATA (cached wheels) decides whether it can run on the GPU machine and at
 which versions its runtime wheels are fetched; e2e installs such a bundle as the pristine tree."""
 import json

@@ -1,5 +1,5 @@
 """tools/gpu/e2e.py's own logic (log and ledger parsing, outcome, case checks, table) on CPU,
-against start-up logs recorded on the H200 (tests/gpu/data, docs/gpu.md)."""
+against start-up logs recorded on the H200 (tests/gpu/data, docs/results/gpu.md)."""
 import json
 from pathlib import Path
 

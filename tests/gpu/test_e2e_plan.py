@@ -1,5 +1,5 @@
 """The planner against reality (tools/gpu/e2e_plan.py), on CPU: the dflash-smoke
-start-ups recorded on the H200 on 2026-12-01 (docs/gpu_results/2026-12-01/e2e.json:
+start-ups recorded on the H200 on 2026-12-01 (tests/data/gpu_results/2026-12-01/e2e.json:
 the command; tests/gpu/data/h200-2026-12-01: the patched tree's ledger and the logs)
 go through sgl_overlay.planner with the same model, drafter, flags, GPU and exact free
 bytes; its verdict and figures must be the GPU's."""
@@ -14,6 +14,7 @@ from tests.gpu.e2e_script import ROOT, e2e_log, e2e_lossless_runs, models
 plan_mod = load(ROOT / "tools/gpu/e2e_plan.py", "e2e_plan")
 
 DATA = Path(__file__).parent / "data" / "h200-2026-12-01"
+GPU_RESULTS = Path(__file__).resolve().parents[1] / "data" / "gpu_results"
 CMD = ("-m sglang.launch_server --model-path $WORK/models/qwen3.6-27b --port 30128 --host 127.0.0.1 --load-format dummy "
        "--skip-tokenizer-init --attention-backend triton --disable-cuda-graph --disable-piecewise-cuda-graph --log-level info "
        "--random-seed 0 --mm-attention-backend triton_attn --context-length 32768 --tp 1 --page-size 1 "
@@ -84,13 +85,13 @@ def test_planner_equals_the_h200_start_ups(tmp_path, patched_tree, pristine_tree
 
 
 def test_planner_equals_the_h200_lossless_hybrid_start_ups(tmp_path, patched_tree):
-    """Call A2 of 2026-12-01 (docs/gpu_results/2026-12-01/e2e-lossless-a2.json): the small
+    """Call A2 of 2026-12-01 (tests/data/gpu_results/2026-12-01/e2e-lossless-a2.json): the small
     Qwen3.5-shaped hybrid, saved in float32, served with --dtype bfloat16: the KV cells are
     bfloat16 (the flag overrides the checkpoint's dtype), so the planner must give the GPU's
     36,147,328 tokens (18,073,664 when it read the dtype from config.json), and 17,872,448
     with a drafter."""
     e2e_models = models
-    report = json.loads((ROOT / "docs/gpu_results/2026-12-01/e2e-lossless-a2.json").read_text())
+    report = json.loads((GPU_RESULTS / "2026-12-01/e2e-lossless-a2.json").read_text())
     report["lossless"]["runs"] = [r for r in report["lossless"]["runs"] if not r.get("skipped")]
     # config.json as the GPU machine wrote it: transformers' save_pretrained of a float32 model
     # (the files themselves did not come back; the fields the sizing reads are these)
@@ -114,7 +115,7 @@ def test_float32_runs_are_planned_with_their_conv_state_dtype(tmp_path, patched_
     run = {"env": e2e_lossless_runs.lossless_env("float32")}
     assert plan_mod.sizing_env(run) == {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
     assert plan_mod.sizing_env({}) == {}
-    report = json.loads((ROOT / "docs/gpu_results/2026-12-01/e2e-lossless-a2.json").read_text())
+    report = json.loads((GPU_RESULTS / "2026-12-01/e2e-lossless-a2.json").read_text())
     (base,) = [r for r in report["lossless"]["runs"] if r["id"] == "hybrid.patched.base.eager"]
     base = dict(base, command=base["command"].replace("--dtype bfloat16", "--dtype float32"))
     assert "--dtype float32" in base["command"]

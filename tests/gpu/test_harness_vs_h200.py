@@ -1,5 +1,5 @@
 """The harness against reality: the start-ups recorded on the H200 on
-2026-12-01 (tests/gpu/data/h200-2026-12-01, docs/gpu.md) re-run through
+2026-12-01 (tests/gpu/data/h200-2026-12-01, docs/results/gpu.md) re-run through
 SGLang's real sizing code on a CPU, with the exact free bytes the patched
 tree's ledger recorded there (scenarios h200-*.toml).  Every figure the
 GPU's logs state must come out exactly: KV tokens, running requests and

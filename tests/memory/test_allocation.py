@@ -31,7 +31,7 @@ def test_reserved_equals_allocated(patched, name):
     """Per case (figures.case), for the run and every remedy re-run:
     fits: reserved = allocated, byte for byte (the KV pools' padding page included;
     until 2026-12-01 the ledger said tokens x cell, one page less than the pools
-    allocate, seen on the H200 as one KV cell per pool, docs/gpu.md);
+    allocate, seen on the H200 as one KV cell per pool, docs/results/gpu.md);
     over_budget: the reservations are the pin's pools as allocated (bytes equal),
     static_pool_bytes = those pools + the request table, over_budget_bytes =
     static pools (the table excluded) - budget; cannot_run: nothing allocated."""

@@ -1,6 +1,6 @@
 """No logged figures: free memory from the GPU table, weights from the index file.
 The plan states its assumptions and its sensitivity; how far it lands from the
-logged figures is measured here (and reported in docs/plan.md)."""
+logged figures is measured here (and reported in docs/results/plan.md)."""
 
 from sgl_overlay.planner import core, deployment, gpus, plan
 

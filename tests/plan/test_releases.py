@@ -27,7 +27,7 @@ def _dense_expected():
     heads x 128 x 2 (K, V) x 2 B = 131,072 B/token, so 112.1245 x 2^30 / 131,072 =
     918,523.9 -> 918,523 tokens; requests min(max(int(tokens / 131,072 x 512), 2048),
     4096) = int(3,587.98) = 3,587 (the pool-size rule of every release's
-    resolve_max_num_reqs / ModelRunner).  docs/regress.md's reference table has the
+    resolve_max_num_reqs / ModelRunner).  docs/results/regress.md's reference table has the
     same 918,523 / 3,587."""
     pre, post, mfs, cell, ctx = 139.5, 124.54, 0.911, 131072, 131072
     tokens = int((post - pre * (1 - mfs)) * (1 << 30) / cell)

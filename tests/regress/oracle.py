@@ -1,15 +1,15 @@
 """An independent re-derivation of every cell of the regression matrix.
 
 Pure arithmetic on the numbers of the scenario files, following the formulas
-of each release's sizing code as read by hand (docs/regress.md, "The oracle:
+of each release's sizing code as read by hand (docs/results/regress.md, "The oracle:
 each cell re-derived").  It deliberately imports neither the harness
 (``sgl_overlay``) nor SGLang: ``test_matrix.py`` compares what it computes with
 what the harness reports from running the release's real code, so the two can
 only agree when both are right (or wrong the same way, which the hand
-derivation in docs/regress.md guards against).
+derivation in docs/results/regress.md guards against).
 
 What varies between releases, each fact read in the release's own code
-(the file and function are named in docs/regress.md):
+(the file and function are named in docs/results/regress.md):
 
 * ``QWEN35_SINCE``: ``configs/qwen3_5.py`` (the Qwen3.5/3.6 config class) exists;
 * ``DFLASH_SINCE``: ``SpeculativeAlgorithm`` has ``DFLASH``;

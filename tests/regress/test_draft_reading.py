@@ -63,7 +63,7 @@ def test_the_reading_is_lower_by_the_drafters_weights_from_v0514(release_tree):
 def test_the_known_good_service_is_refused_from_v0514_with_its_drafter(release_tree):
     """With the drafter's footprint the shipped scenario gives (3.584 GiB, measured on the H200)
     the incident's known-good flags leave no KV budget on v0.5.16, as a real v0.5.16 server
-    refused them there (docs/gpu_results/2026-12-02/r16); the release says why in its own words.
+    refused them there (tests/data/gpu_results/2026-12-02/r16); the release says why in its own words.
     A copy without the figure starts and says that its figures overstate the budget."""
     tree = release_tree("0.5.16")
     r = run_scenario(tree, load_scenario("dflash-smoke"), verify_remedy=False)

@@ -1,6 +1,6 @@
 """The harness against real SGLang servers of other releases, started on the H200
-(docs/gpu_results/2026-12-02, tools/gpu/e2e.py on pristine bundles of v0.5.13.post1,
-v0.5.14 and v0.5.16: docs/gpu.md, "fourth session").  Each run is the 27B-shaped Qwen3.5
+(tests/data/gpu_results/2026-12-02, tools/gpu/e2e.py on pristine bundles of v0.5.13.post1,
+v0.5.14 and v0.5.16: docs/results/gpu.md, "fourth session").  Each run is the 27B-shaped Qwen3.5
 target with a DFlash drafter and the incident's known-good flags at two
 --mem-fraction-static values; the probe recorded every free-memory reading in bytes.
 (tests/gpu/test_harness_vs_h200.py does the same for the pin's runs of 2026-12-01.)
@@ -22,7 +22,7 @@ import pytest
 from sgl_overlay.harness import Outcome, load_scenario, run_scenario
 from sgl_overlay.harness.reading_gaps import GIB, sizing_readings
 
-RESULTS = Path(__file__).resolve().parents[2] / "docs/gpu_results/2026-12-02"
+RESULTS = Path(__file__).resolve().parents[1] / "data/gpu_results/2026-12-02"
 SCENARIO = "h200-dflash-smoke"
 RUNS = [(release, folder, case) for release, folder in (("0.5.13.post1", "r13"), ("0.5.14", "r14"), ("0.5.16", "r16"))
         for case in ("dflash-smoke", "dflash-smoke-release", "dflash-smoke-raised")
@@ -102,7 +102,7 @@ def test_the_drafter_share_is_the_drafters_start():
 
 
 def test_the_pre_load_gap_is_the_stream_pool_on_every_release():
-    """docs/regress.md, "What the releases' code runs between the readings": the one CUDA call
+    """docs/results/regress.md, "What the releases' code runs between the readings": the one CUDA call
     between the sizing's pre-load reading and "Load weight begin" is the first torch.cuda.Stream(),
     which makes PyTorch create its stream pool outside the caching allocator.  Measured alone
     (tools/gpu/pre_gap_check.py on the H200, either order against the first matmul) it takes

@@ -2,7 +2,7 @@
 
 Every expectation comes from ``oracle.py``: an independent re-derivation of
 each cell from the scenario's numbers and the formulas of the release's code
-read by hand (docs/regress.md, "The oracle: each cell re-derived"; the
+read by hand (docs/results/regress.md, "The oracle: each cell re-derived"; the
 release boundaries it uses are checked against the releases' source by
 ``test_oracle.py``), never from this harness's output.  It gives the outcome,
 the figures (Mamba slots, KV tokens, running requests), the reason, the value a

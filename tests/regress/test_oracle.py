@@ -120,7 +120,7 @@ def test_oracle_reproduces_the_incident():
     ("0.5.16", 0.725, "ok", {"max_mamba_cache_size": 24, "max_total_num_tokens": 4288, "max_running_requests": 4}, None),
 ])
 def test_oracle_reproduces_the_h200_servers(release, mfs, outcome, figures, remedy):
-    """Real SGLang servers on the H200 (docs/gpu_results/2026-12-02: r13, r14, r16; dflash-smoke's
+    """Real SGLang servers on the H200 (tests/data/gpu_results/2026-12-02: r13, r14, r16; dflash-smoke's
     flags on the readings of h200-dflash-smoke, whose drafter's footprint was measured there):
     v0.5.13.post1 logged 3,079 KV tokens, 4 requests, 24 Mamba slots; v0.5.14 and v0.5.16 refused
     0.6856901 ("Raise --mem-fraction-static above 0.587") and at 0.725 logged 4,288 / 4 / 24."""

@@ -18,12 +18,12 @@ readings and at the witness:
   ``"rounding"``: the witness lies within the rounding of the readings (the post-load
   reading's half-hundredth plus the pre-load one's times 1 - mem_fraction_static);
   ``"explained"``: the sizing's own readings differ from the logged ones by gaps measured on a
-  GPU (``reading_gaps``, from docs/gpu_results/2026-12-01/free_readings.json: one GPU, so
+  GPU (``reading_gaps``, from tests/data/gpu_results/2026-12-01/free_readings.json: one GPU, so
   one-GPU logs only), and the harness run at the two ends of what the sizing can then have
   read (the readings' rounding widened by the measured gaps) brackets every logged figure;
   ``"open"``: the witness lies outside the rounding (asserted, so the status cannot be
   wrong) and, for a one-GPU log, the measured gaps do not bracket the logged figures
-  (asserted too); then an xfail with the scenario's reason.  docs/regress.md has the table."""
+  (asserted too); then an xfail with the scenario's reason.  docs/results/regress.md has the table."""
 
 import dataclasses
 import json
@@ -39,7 +39,7 @@ from sgl_overlay.harness.scenario import SCENARIO_DIR, ScenarioError, load
 
 PUBLIC = sorted(p.stem for p in SCENARIO_DIR.glob("public-*.toml"))
 ROUNDING_GIB = 0.005   # a "%.2f GB" reading is within half a hundredth of a GiB
-FREE_READINGS = Path(__file__).resolve().parents[2] / "docs/gpu_results/2026-12-01/free_readings.json"
+FREE_READINGS = Path(__file__).resolve().parents[1] / "data/gpu_results/2026-12-01/free_readings.json"
 
 
 def _run(root, sc, post, pre=None):

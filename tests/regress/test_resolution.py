@@ -2,7 +2,7 @@
 construction, run on the scenario's flags, with only the hardware probes
 answered from the scenario.
 
-The expected changes are read by hand from the releases' code (docs/regress.md,
+The expected changes are read by hand from the releases' code (docs/harness.md,
 "The release's own flag resolution"), never taken from the harness's output.
 """
 
@@ -71,3 +71,28 @@ def test_every_era_resolves(release_tree, version):
     changes = report.figures["resolution"]
     assert changes and all(c["rule"] for c in changes)
     assert all(c["given"] != c["resolved"] for c in changes)
+
+
+@pytest.mark.parametrize("drop", [("capability", "total_mib"), ("device_name", "capability", "total_mib")])
+def test_a_scenario_without_the_device_keys_names_them(release_tree, tmp_path, drop):
+    """The release's flag rules probe the device; a scenario whose [gpu] table lacks
+    device_name, capability or total_mib is untestable, and the reason names exactly
+    the keys the file lacks, with [gpu] lines that give them (valid TOML)."""
+    import tomllib
+    from sgl_overlay.harness.scenario import SCENARIO_DIR
+
+    text = (SCENARIO_DIR / "healthy-h200-8b.toml").read_text()
+    kept = [line for line in text.splitlines() if not line.startswith(tuple(f"{k} =" for k in drop))]
+    path = tmp_path / "no-device.toml"
+    path.write_text("\n".join(kept) + "\n")
+    assert all(k not in tomllib.loads(path.read_text())["gpu"] for k in drop)
+
+    report = run_scenario(release_tree("0.5.12.post1"), load_scenario(str(path)), verify_remedy=False)
+    assert report["outcome"] == "untestable", report["reason"]
+    reason = report["reason"]
+    assert f"[gpu] table lacks {', '.join(drop)} (" in reason, reason
+    assert "tools/sgl_overlay" not in reason and ".py" not in reason, reason
+    snippet = tomllib.loads(reason.split("e.g.\n", 1)[1])
+    assert set(snippet) == {"gpu"} and set(snippet["gpu"]) == set(drop), reason
+    if "capability" in drop:
+        assert snippet["gpu"]["capability"] == [9, 0]

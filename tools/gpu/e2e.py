@@ -68,7 +68,7 @@ def main(argv=None):
                     help="wall-clock budget from the start; lossless runs that would not fit are skipped and reported")
     ap.add_argument("--dtype", default="float32",
                     help="the lossless runs' --dtype (float32, the default: token-for-token comparable; it needs "
-                         "the stack's float32 patches and sets lossless_env: docs/gpu.md, 'What float32 needed'; "
+                         "the stack's float32 patches and sets lossless_env: docs/results/gpu.md, 'What float32 needed'; "
                          "bfloat16 flips near-ties, judged against the reference's own noise)")
     ap.add_argument("--no-dtype-fallback", action="store_true",
                     help="a reference that exits at start-up in float32 fails instead of being retried in bfloat16")

@@ -37,13 +37,13 @@ CASES = {
                      "expect": {"pristine": "ok", "patched": ["ok", "refused"]}},
     # the same flags on a release from v0.5.14 (a pristine bundle: tools/bundle.py --release 0.5.16 --slim-release):
     # from sgl-project/sglang#23862 (v0.5.14) the drafter starts before the KV sizing, so its weights are in the
-    # sizing's reading and the release refuses these flags (harness/draft_reading.py, docs/regress.md)
+    # sizing's reading and the release refuses these flags (harness/draft_reading.py, docs/results/regress.md)
     "dflash-smoke-release": {"model": "big", "free_gib": 94.24, "flags": SMOKE + ["--mem-fraction-static", "0.6856901"],
                              "expect": {"pristine_error": "Loaded weights leave no GPU memory"}},
     # ... and starts them with the fraction raised by the drafter's share of the pre-load reading, chosen before
     # the first run from an estimate of its weights (3.32 GiB: 1,782,641,920 bfloat16 parameters of
     # tests/plan/data/qwen3.6-27b-dflash plus make_models' fields; 3.32 / 94.24 rounded up: 0.6857 + 0.0352 ->
-    # 0.725); measured there: 3.584 GiB (docs/regress.md), which 0.725 still covers
+    # 0.725); measured there: 3.584 GiB (docs/results/regress.md), which 0.725 still covers
     "dflash-smoke-raised": {"model": "big", "free_gib": 94.24, "flags": SMOKE + ["--mem-fraction-static", "0.725"],
                             "expect": {"pristine": "ok"}},
     # the H200's own figures: all its free memory (no blocker), SGLang's own --mem-fraction-static
@@ -52,7 +52,7 @@ CASES = {
                 "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
                                 "--max-running-requests", "16"],
                 "expect": {"pristine": "ok", "patched": ["ok"]}},
-    # the RoPE pre-expansion after "Load weight end" (tools/sgl_overlay/harness/rope_reserve.py, docs/regress.md
+    # the RoPE pre-expansion after "Load weight end" (tools/sgl_overlay/harness/rope_reserve.py, docs/results/regress.md
     # "Where the logs' readings and the sizing's differ"): at the model's own 262,144-token context the release
     # grows the vision tower's RoPE cache to 262,400 rows and the text one's by 256: predicted 41,943,040 B
     # (40 MiB) between load_model's end reading and the sizing's; at 2,048 tokens nothing grows (0 B)

@@ -61,7 +61,7 @@ def install(bundle, work):
 # IPython and its dependencies are 7.5 MiB); the OpenAI streaming-ASR and realtime routes import soundfile
 # (audio inputs; the pin and every release since), which a bundle at its budget may leave out (bundle.STUBBABLE:
 # v0.5.16's), and from v0.5.16 the function-call parser imports xgrammar (below).  What a release's start
-# imports that neither the machine nor a bundle has: tools/imports.py (docs/gpu.md)
+# imports that neither the machine nor a bundle has: tools/imports.py (docs/bundle.md)
 STUBS = {
     "IPython": {"IPython/__init__.py": "", "IPython/display.py": "class HTML(str):\n    pass\n\n\ndef display(*a, **k):\n    pass\n"},
     "soundfile": {"soundfile.py": "# stand-in (tools/gpu/e2e_install.py STUBS): audio inputs are not available\n"},

@@ -77,7 +77,7 @@ def lossless_env(dtype):
     kernels do not compile for float32 activations on bfloat16 states); every Triton tl.dot is
     IEEE float32 (TRITON_F32_DEFAULT=ieee, TF32 otherwise: on the H200, triton 3.6, a 64x64 dot's max
     error against float64 is 7.6e-6 with it, 0.024 without; the GDN chunk path's merge dots follow
-    it with float32-gdn-chunk.patch). docs/gpu.md, "What float32 needed"."""
+    it with float32-gdn-chunk.patch). docs/results/gpu.md, "What float32 needed"."""
     if dtype != "float32":
         return {}
     return {"SGLO_E2E_NATIVE_OPS": "1", "SGLANG_MAMBA_CONV_DTYPE": "float32", "TRITON_F32_DEFAULT": "ieee"}

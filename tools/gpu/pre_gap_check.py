@@ -10,7 +10,7 @@ runtime call for a one-GPU start whose flags leave the optional parts off:
 is the process's first ``torch.cuda.Stream()``, which makes PyTorch create its stream pool
 (``c10/cuda/CUDAStream.cpp``, ``initDeviceStreamState``: 32 streams for each of min(4, the
 device's priority levels) priorities).  A drafter in the same process takes a stream from the
-existing pool, and the H200 measured no pre-load gap for drafters (docs/regress.md).  No
+existing pool, and the H200 measured no pre-load gap for drafters (docs/results/regress.md).  No
 matmul runs there, so no cuBLAS workspace is allocated; this check measures both anyway.
 
 Each order of steps runs in a fresh child process (the stream pool and the cuBLAS handle are

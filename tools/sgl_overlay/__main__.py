@@ -5,8 +5,8 @@
   regress  SGLang's real KV-cache sizing code against a scenario (docs/regress.md)
   plan     will this model start on this GPU with these flags (docs/plan.md)
   stack    rebase, refresh, export and lint the patch stack (docs/stack.md)
-  bundle   the patched wheel + runtime wheels for a GPU machine without a network (docs/gpu.md)
-  imports  what a server's start imports that the GPU machine and a bundle lack (docs/gpu.md)
+  bundle   the patched wheel + runtime wheels for a GPU machine without a network (docs/bundle.md)
+  imports  what a server's start imports that the GPU machine and a bundle lack (docs/bundle.md)
 
 `python tools/NAME.py ARGS...` is the same as `sgl-overlay NAME ARGS...`.
 Each works on the checkout given with --root DIR, else the script's own

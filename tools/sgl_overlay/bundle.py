@@ -1,6 +1,6 @@
 """An offline bundle for a GPU machine without a network: the patched wheel
 for that machine's Python plus the runtime wheels SGLang imports for one
-configuration, within a size budget (docs/gpu.md).
+configuration, within a size budget (docs/bundle.md).
 
 ``choose`` is the decision, a pure function of the candidates, their sizes,
 the budget and the configuration; ``build`` downloads the candidates with
@@ -89,7 +89,7 @@ def choose(candidates, budget, config):
 # --------------------------------------------------------------------------
 # what a GPU machine with torch 2.11, triton, numpy and safetensors lacks to
 # start SGLang 0.5.12.post1 with --skip-tokenizer-init: the set that started
-# servers on an H200 with Python 3.12 (docs/gpu.md).  Versions: the release's
+# servers on an H200 with Python 3.12 (docs/results/gpu.md).  Versions: the release's
 # own pins where it pins (upstream.lock [dependencies]), else ones known to work
 # with those pins.
 
@@ -367,7 +367,7 @@ def build_pristine(release_wheel, out, python, platform, config, budget, dl_dir,
                 f"{b['name']} {b['machine']}" for b in blockers),
             hint="the machine's " + ", ".join(b["name"] for b in blockers) + " cannot come in a bundle; on a "
                  "machine image that has the release's versions, pass them with --machine NAME==VERSION "
-                 "(docs/gpu.md, 'Another release')",
+                 "(docs/bundle.md, 'Another release')",
             details={"blockers": blockers})
     cands, files = _candidates(versions.pins(meta, tags), dl_dir, python, platform, say)
     out.mkdir(parents=True, exist_ok=True)

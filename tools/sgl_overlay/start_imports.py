@@ -1,5 +1,5 @@
 """What a server's start imports that a GPU machine and a bundle lack
-(tools/imports.py; docs/gpu.md, "What a release's start imports").
+(tools/imports.py; docs/bundle.md, "What a release's start imports").
 
 ``walk`` follows the module-level imports of a source tree (a directory or
 a wheel) from root modules (``sglang.launch_server``, ...) through the tree's

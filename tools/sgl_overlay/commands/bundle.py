@@ -1,4 +1,4 @@
-"""An offline bundle for a GPU machine without a network (docs/gpu.md).
+"""An offline bundle for a GPU machine without a network (docs/bundle.md).
 
   python tools/bundle.py --python 3.12 --attention-backend triton --max-mib 60 --out build/bundle
 

@@ -1,4 +1,4 @@
-"""What a server's start imports that the GPU machine and a bundle lack (docs/gpu.md).
+"""What a server's start imports that the GPU machine and a bundle lack (docs/bundle.md).
 
   python tools/imports.py --bundle build/bundle-0.5.16 --machine-packages machine.txt
 

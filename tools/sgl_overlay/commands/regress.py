@@ -66,8 +66,9 @@ def _summary(r: Report) -> str:
     if settings:
         lines.append(f"  {settings}")
     if r.outcome is Outcome.UNTESTABLE and r.error:
-        lines.append(f"  where: {r.error.get('where') or 'harness'}; next step: provide what is named above "
-                     f"in tools/sgl_overlay/harness (see docs/regress.md, 'Supporting a new release')")
+        lines.append(f"  where: {r.error.get('where') or 'harness'}; next step: the reason above names what is "
+                     f"missing: a key to add to the scenario file (docs/scenarios.md), or an input of this release "
+                     f"the harness does not model yet (docs/harness.md, 'Supporting a new release')")
     lines.append(f"  wall {r.timing.get('wall_s')} s (torch import {r.timing.get('import_torch_s')} s, "
                  f"sizing {r.timing.get('sizing_s')} s)")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ A scenario's post-load reading is the target's ("Load weight end").  On a tree
 that starts the drafter first, the reading its sizing sees is that one less the
 drafter's footprint (``[draft] weights_gib``: its weights and what its start
 allocates after them before the sizing reads free memory; 3.4863 + 0.0977 GiB for
-the z-lab-shaped drafter measured on the H200, docs/gpu_results/2026-12-02).  Where the scenario does not give
+the z-lab-shaped drafter measured on the H200, tests/data/gpu_results/2026-12-02).  Where the scenario does not give
 them, the run goes on with the target's reading and says that its figures
 overstate the budget.
 

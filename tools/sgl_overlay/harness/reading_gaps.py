@@ -5,8 +5,8 @@ The sizing takes two readings of free GPU memory: ``pre_model_load_memory``, ret
 inside the profiling step (``_profile_available_bytes``; the patched tree's
 ``free_memory_per_rank``).  A log prints two others: "Load weight begin. avail mem" and
 "Load weight end. avail mem" (``load_model``).  The gaps between them are measured on a GPU
-(the probe of tools/gpu records every reading, in order: docs/gpu_results/*/free_readings.json)
-and bound where the sizing's readings lie around the logged ones (docs/regress.md, "Public
+(the probe of tools/gpu records every reading, in order: tests/data/gpu_results/*/free_readings.json)
+and bound where the sizing's readings lie around the logged ones (docs/results/regress.md, "Public
 start-up logs").  The post-load gap has a part the release's code fixes for each model and
 context, the RoPE pre-expansion after "Load weight end" (``rope_reserve``): it is taken out
 of each measured start (``gaps_of_start``'s ``rope_bytes``) and put back for each log

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from . import loader
-from .standins import MissingInput
+from .standins import MissingInput, missing_scenario_keys
 
 MIB = 1 << 20
 
@@ -54,8 +54,12 @@ PROBES = (
 # Pure helpers of the same file the rules call on the server args themselves:
 # as stand-ins they answered falsy, so the default attention backend missed
 # trtllm_mha on SM100 (and fa3 on Hopper), and trtllm_mha's page size 64 with it
-# (docs/regress.md, "Public start-up logs").
+# (docs/results/regress.md, "A second harness fault these logs found").
 RULE_HELPERS = ("is_no_spec_infer_or_topk_one",)
+
+
+# the [gpu] keys the probes answer from, with an H200's values as the example a message shows
+DEVICE_EXAMPLE = {"device_name": "NVIDIA H200", "capability": [9, 0], "total_mib": 143771}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,9 +78,11 @@ class Hardware:
         total_mib must be present; an explicit null (the planner without --gpu)
         is a device the probes cannot name: name "", capability (0, 0), no
         memory figure (the release's own "gpu_mem is None" branches)."""
-        missing = [k for k in ("device_name", "capability", "total_mib") if k not in gpu]
+        missing = [k for k in DEVICE_EXAMPLE if k not in gpu]
         if missing:
-            raise MissingInput("gpu", ", ".join(missing))
+            raise missing_scenario_keys("gpu", missing, DEVICE_EXAMPLE,
+                                        "the release's flag rules probe the device's name, compute "
+                                        "capability and memory")
         cap = gpu["capability"]
         return cls(str(gpu["device_name"] or ""), tuple(int(x) for x in cap) if cap else (0, 0),
                    int(gpu["total_mib"]) if gpu["total_mib"] is not None else None,

@@ -26,7 +26,7 @@ tensor's segment when the old tensor had one of its own (10 MiB or more: release
 an old tensor below 10 MiB shared its segment, which stays.  The expansion's temporaries are
 freed before the reading.  This assumes no free cached block fits the new tensor (the
 reading at "Load weight end" has just emptied the cache); the H200 measurement agrees
-(docs/regress.md, "Where the logs' readings and the sizing's differ")."""
+(docs/results/regress.md, "Where the logs' readings and the sizing's differ")."""
 
 from __future__ import annotations
 

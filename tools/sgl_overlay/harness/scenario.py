@@ -14,7 +14,7 @@ from .outcome import Outcome
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 LOGGED_FIGURES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size")
-# how a public log's figures compare with the harness's (docs/regress.md, "Public start-up logs")
+# how a public log's figures compare with the harness's (docs/scenarios.md, "Public start-up logs")
 SOURCE_STATUSES = ("exact", "rounding", "explained", "open")
 
 
@@ -94,10 +94,10 @@ def load(name_or_path: str) -> Scenario:
         raise ScenarioError(f"{path}: not valid TOML ({e}); fix the file") from e
     for section in ("gpu", "model", "server", "expect"):
         if section not in data:
-            raise ScenarioError(f"{path}: missing [{section}] table; see docs/regress.md")
+            raise ScenarioError(f"{path}: missing [{section}] table; see docs/scenarios.md")
     for key in ("pre_load_free_gib", "post_load_free_gib"):
         if key not in data["gpu"]:
-            raise ScenarioError(f"{path}: [gpu] needs {key}")
+            raise ScenarioError(f"{path}: [gpu] needs {key} (GiB free; see docs/scenarios.md)")
     exp = data["expect"]
     passing = exp.get("pass")
     if not passing or not isinstance(passing, list):
@@ -151,7 +151,7 @@ def _check_source(path: Path, source: dict | None, logged: dict) -> None:
         return
     for key in ("url", "release", "status"):
         if not isinstance(source.get(key), str) or not source[key]:
-            raise ScenarioError(f"{path}: [source] needs {key} (a string); see docs/regress.md")
+            raise ScenarioError(f"{path}: [source] needs {key} (a string); see docs/scenarios.md")
     if not source["url"].startswith("https://"):
         raise ScenarioError(f"{path}: [source] url must be an https address, not {source['url']!r}")
     if source["status"] not in SOURCE_STATUSES:
@@ -162,4 +162,4 @@ def _check_source(path: Path, source: dict | None, logged: dict) -> None:
         raise ScenarioError(f"{path}: a [source] scenario needs [expect.logged] figures")
     if not isinstance(source.get("witness_post_load_free_gib"), (int, float)):
         raise ScenarioError(f"{path}: [source] needs witness_post_load_free_gib (the post-load reading "
-                            "at which the release gives every logged figure); see docs/regress.md")
+                            "at which the release gives every logged figure); see docs/scenarios.md")

@@ -15,16 +15,38 @@ from typing import Any
 GIB = 1 << 30
 
 
-class MissingInput(AttributeError):
-    """Upstream read something the harness does not provide (-> untestable)."""
+# what a user can do when the tree reads an input no scenario key gives
+NOT_MODELLED = ("the harness does not model this input yet, so it cannot drive this tree for this "
+                "scenario; run a release it drives, or see docs/harness.md, 'Supporting a new release'")
 
-    def __init__(self, owner: str, name: str):
+
+class MissingInput(AttributeError):
+    """Upstream read something the harness does not provide (-> untestable).
+
+    ``message`` replaces the default text where the user can supply the input
+    (a scenario key: ``missing_scenario_keys``)."""
+
+    def __init__(self, owner: str, name: str, message: str | None = None):
         self.owner = owner
         self.attr = name
-        super().__init__(
-            f"upstream read {owner}.{name}, which the harness does not provide; "
-            f"add it to the {owner} view in tools/sgl_overlay/harness/standins.py"
-        )
+        super().__init__(message or f"upstream read {owner}.{name}, which the harness does not provide; {NOT_MODELLED}")
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return str(v)
+
+
+def missing_scenario_keys(table: str, keys: list[str], example: dict, why: str) -> MissingInput:
+    """The error for keys a scenario's ``[table]`` lacks: names them, says why the
+    tree needs them and shows the lines to add (``example``: key -> value)."""
+    lines = "\n".join(f"{k} = {_toml_value(example[k])}" for k in keys)
+    return MissingInput(table, ", ".join(keys),
+                        f"the scenario's [{table}] table lacks {', '.join(keys)} ({why}); add "
+                        f"{'it' if len(keys) == 1 else 'them'} to the scenario file, e.g.\n[{table}]\n{lines}")
 
 
 class View:
@@ -147,7 +169,7 @@ def install_transformers_standin() -> bool:
     or not transformers is installed (the ``[plan]`` extra brings it, and
     ``[test]`` includes that): the figures must not depend on the environment,
     and importing the real package costs about 1.5 s of each run's sizing step
-    (0.15 s -> 1.7 s for healthy-h200-8b at v0.5.12.post1, docs/regress.md), for
+    (0.15 s -> 1.7 s for healthy-h200-8b at v0.5.12.post1, docs/harness.md), for
     the same figures.  Returns True when it was installed by this call.
     """
     if getattr(sys.modules.get("transformers"), "__sgl_overlay_standin__", False):

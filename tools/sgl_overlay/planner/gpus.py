@@ -26,7 +26,7 @@ GIB = 1 << 30
 
 # Assumed start-up overhead per GPU before the weights load (GiB).  A round
 # figure, deliberately not fitted to the incident (which measured 1.35 GiB):
-# docs/plan.md reports how far the estimate lands from the logged figures.
+# docs/results/plan.md reports how far the estimate lands from the logged figures.
 DEFAULT_STARTUP_OVERHEAD_GIB = 1.0
 
 

@@ -128,7 +128,7 @@ def judge(outcome: Outcome, reason: str, f: dict, context_len: int, error: dict 
             why.append(f"the Mamba state pool gets {slots} slots")
         if not why:
             why.append(reason + " (the tree's own assertion: the server dies at start-up; if the assertion "
-                       "is about an input, the harness may not supply it yet: docs/regress.md, 'Open points')")
+                       "is about an input, the harness may not supply it yet: docs/results/regress.md, 'Open points')")
         return WONT, why
     why = shortfall(f, context_len, requests_given)
     return STARTS, why or [reason]

@@ -16,7 +16,7 @@ Three sources, first found wins (the plan says which):
 
 What the estimate cannot see is named in the plan: tensors a checkpoint carries
 that the transformers class does not define (an MTP / next-token-prediction
-layer, docs/plan.md's error table).
+layer, docs/results/plan.md's error table).
 """
 
 from __future__ import annotations

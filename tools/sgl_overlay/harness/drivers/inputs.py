@@ -192,7 +192,7 @@ def _install_runtime_context(ctx: Context, sa) -> dict:
 
 # v0.5.18-v0.5.19: predicates runtime_context defines over the published bags and the
 # configurator calls (its Mamba ratio, the pools' extra buffer); as stand-ins they were
-# falsy (extra_buffer counted 3 slots per request instead of 5: docs/regress.md, public logs)
+# falsy (extra_buffer counted 3 slots per request instead of 5: docs/results/regress.md, public logs)
 _RUNTIME_CONTEXT_PREDICATES = ("mamba_extra_buffer_enabled", "mamba_extra_buffer_lazy_enabled")
 
 
