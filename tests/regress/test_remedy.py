@@ -1,5 +1,5 @@
 """The one remedy parser (sgl_overlay.harness.remedy), on the refusals recorded on an H200
-(tests/gpu/data, docs/gpu_results) and the forms its two readers need: the harness (every
+(tests/gpu/data, tests/data/gpu_results) and the forms its two readers need: the harness (every
 shape, typed values) and the GPU check's log parser (tools/gpu/e2e_log.py: the machine lines,
 their values as written)."""
 import dataclasses
@@ -13,7 +13,7 @@ from tests.by_path import ROOT
 from tests.gpu.e2e_script import e2e_log
 
 H200 = ROOT / "tests" / "gpu" / "data" / "h200-2026-12-01"
-RESULTS = ROOT / "docs" / "gpu_results"
+RESULTS = ROOT / "tests" / "data" / "gpu_results"
 
 
 def test_the_patched_refusals_lines_recorded_on_the_h200():
@@ -28,7 +28,7 @@ def test_the_patched_refusals_lines_recorded_on_the_h200():
 
 
 def test_upstreams_refusal_recorded_on_the_h200_names_the_bound_not_the_current_value():
-    # v0.5.14's refusal of dflash-smoke (docs/gpu_results/2026-12-02/r14): the message names the
+    # v0.5.14's refusal of dflash-smoke (tests/data/gpu_results/2026-12-02/r14): the message names the
     # current --mem-fraction-static=0.6856901 first, then the bound
     line = next(l for l in (RESULTS / "2026-12-02" / "r14" / "dflash-smoke-release.pristine.log").read_text().splitlines()
                 if l.startswith("ValueError: Loaded weights leave no GPU memory"))
@@ -39,7 +39,7 @@ def test_upstreams_refusal_recorded_on_the_h200_names_the_bound_not_the_current_
 
 
 def test_the_gpu_checks_log_reading_gives_the_reports_form():
-    # the figures the check recorded for the same start-ups (docs/gpu_results/2026-12-01/e2e.json)
+    # the figures the check recorded for the same start-ups (tests/data/gpu_results/2026-12-01/e2e.json)
     report = json.loads((RESULTS / "2026-12-01" / "e2e.json").read_text())
     recorded = {(c["name"], t): r["log_figures"]["remedies"] for c in report["cases"] for t, r in c["runs"].items()}
     assert recorded[("zero-requests-dflash", "patched")] == [{"flag": "max-running-requests", "value": "1"},
