@@ -22,6 +22,11 @@ differs from what the scenario gave (its value right after ``__init__``).
 The rule is the innermost release method or hook (``ServerArgs._handle_x``,
 ``arg_groups.speculative_hook._handle_dflash``) during which the field changed,
 or the ``source`` a v0.5.19+ rule names through ``declare_resolution``.
+
+Each answer is a named step that holds only while the release's constructor
+and rules run (``model_directory``, ``standins_answered``, ``hooks_traced``,
+``loader.registered_fakes``, ``torch_cuda_answers``: ``resolve`` composes them
+with a ``contextlib.ExitStack``), undone also when the release refuses.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import contextlib
 import copy
 import dataclasses
 import functools
-import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -190,9 +195,7 @@ def _probe_closure(root: Path, hw: Hardware) -> dict:
     answered = dict(get_device_memory_capacity=memory, get_nvgpu_memory_capacity=memory,
                     # the release's pinned flashinfer is installed on a GPU machine
                     is_flashinfer_available=lambda *a, **k: True)
-    import importlib
     import logging
-    import os
     import platform
 
     ns = {"torch": torch, "lru_cache": functools.lru_cache, "functools": functools, "sys": sys,
@@ -276,7 +279,6 @@ PATH_HELPERS = ("check_gguf_file", "resolve_hf_gguf_reference", "is_remote_url")
 
 def _path_helpers(root: Path) -> dict:
     import glob
-    import os
 
     out = {}
     for rel in ("utils/hf_transformers/common.py", "utils/hf_transformers_utils.py", "utils/common.py"):
