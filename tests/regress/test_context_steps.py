@@ -4,13 +4,16 @@ isolation boundary between runs; these show that the steps themselves leave
 nothing behind either, on a real release tree (v0.5.14)."""
 
 import importlib.util
+import os
 import sys
 
 import pytest
 
 from sgl_overlay.harness import layout, load_scenario, loader, standins
 from sgl_overlay.harness.drivers import context as context_mod
+from sgl_overlay.harness.environment import sglang_settings
 from sgl_overlay.harness.drivers import Context
+from tests.regress import in_process
 
 TRANSFORMERS = ("transformers", "transformers.configuration_utils", "transformers.utils",
                 "transformers.utils.logging")
@@ -82,12 +85,10 @@ def test_scenario_fakes_answer_the_drafter_config_only_when_given():
 
 
 def test_context_installs_the_tree_and_close_undoes_it(tree):
-    req = load_scenario("dflash-smoke").to_request()
     meta_path, fakes = list(sys.meta_path), dict(loader.StubRegistry.fakes)
     transformers = {name: sys.modules.get(name) for name in TRANSFORMERS}
     assert not _sglang_modules()
-    ctx = Context(tree, layout.detect(tree), req)
-    try:
+    with in_process.context(tree, "dflash-smoke") as ctx:
         assert sys.meta_path[0] is ctx.finder
         server_args = ctx.load("sglang.srt.server_args")
         assert server_args.__file__ == str(tree / "sglang" / "srt" / "server_args.py")  # the tree's own code
@@ -95,12 +96,13 @@ def test_context_installs_the_tree_and_close_undoes_it(tree):
         # the scenario's memory readings, wherever a module asks a stand-in for them
         assert loader.StubRegistry.fakes["get_available_gpu_memory"] == ctx.gpu.get_available_gpu_memory
         assert sys.modules["transformers"].__sgl_overlay_standin__
-    finally:
-        ctx.close()
     assert sys.meta_path == meta_path
     assert not _sglang_modules()
     assert loader.StubRegistry.fakes == fakes
     assert {name: sys.modules.get(name) for name in TRANSFORMERS} == transformers
+    # v0.5.14's environ.py copied SGL_OVERLAY_* to SGLANG_OVERLAY_* at import: not the
+    # harness's to undo (the child's end does), but no other test may see them
+    assert sglang_settings(os.environ) == {}
 
 
 def test_context_gives_back_what_it_took_when_a_step_fails(tree, monkeypatch):

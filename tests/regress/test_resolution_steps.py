@@ -13,9 +13,10 @@ import types
 import pytest
 import torch
 
-from sgl_overlay.harness import layout, load_scenario, loader, resolution
-from sgl_overlay.harness.drivers import Context, inputs
+from sgl_overlay.harness import layout, loader, resolution
+from sgl_overlay.harness.drivers import inputs
 from sgl_overlay.harness.standins import MissingInput
+from tests.regress import in_process
 
 H200 = resolution.Hardware("NVIDIA H200", (9, 0), 143_771, 8, "12.8")
 
@@ -23,12 +24,8 @@ H200 = resolution.Hardware("NVIDIA H200", (9, 0), 143_771, 8, "12.8")
 @pytest.fixture(scope="module")
 def ctx(release_tree):
     """v0.5.14 installed for dflash-smoke, in this interpreter (as the child does)."""
-    root = layout.source_root(release_tree("0.5.14"))
-    c = Context(root, layout.detect(root), load_scenario("dflash-smoke").to_request())
-    try:
+    with in_process.context(layout.source_root(release_tree("0.5.14")), "dflash-smoke") as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")
