@@ -100,7 +100,7 @@ def test_context_installs_the_tree_and_close_undoes_it(tree):
     assert not _sglang_modules()
     assert loader.StubRegistry.fakes == fakes
     assert {name: sys.modules.get(name) for name in TRANSFORMERS} == transformers
-    # v0.5.14's environ.py copied SGL_OVERLAY_* to SGLANG_OVERLAY_* at import: not the
+    # the release's environ.py copied SGL_OVERLAY_* to SGLANG_OVERLAY_* at import: not the
     # harness's to undo (the child's end does), but no other test may see them
     assert sglang_settings(os.environ) == {}
 

@@ -9,8 +9,8 @@ The constructor installs the run's import environment, one named step each
 them.  The child interpreter, which runs one scenario and exits, is the
 isolation boundary between runs; it closes its context when the result is
 complete, so that nothing is left to the interpreter's exit.  What the tree's
-own code changes when it is imported is the release's, not undone here (from
-v0.5.14 ``sglang/srt/environ.py`` copies each ``SGL_*`` environment variable
+own code changes when it is imported is the release's, not undone here (every
+release's ``sglang/srt/environ.py`` copies each ``SGL_*`` environment variable
 to ``SGLANG_*``): only the child's end undoes that."""
 
 from __future__ import annotations
