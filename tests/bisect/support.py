@@ -9,10 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sgl_overlay.release_history import commit_release, release_history
 from sgl_overlay import gitcmd
+from tests.by_path import load
 
 ROOT = Path(__file__).resolve().parents[2]
+# the history repository of real releases: tools/bench's, loaded by its path (a benchmark's module, no package)
+_history = load(ROOT / "tools" / "bench" / "release_history.py", "release_history")
+commit_release, release_history = _history.commit_release, _history.release_history
 BISECT = ROOT / "tools" / "bisect.py"
 
 # consecutive published releases, 0.5.9 .. 0.5.16 (python -m pip index versions sglang)

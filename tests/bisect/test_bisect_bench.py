@@ -5,8 +5,7 @@ issue's ceiling of ceil(log2 N) + 2 executions."""
 import math
 
 from sgl_overlay.bisect.versus_git import CASES, run_git, run_ours, sweep
-from sgl_overlay.release_history import release_history
-from tests.bisect.support import HISTORY
+from tests.bisect.support import HISTORY, release_history
 
 
 def test_no_more_runs_than_git_bisect_run_wherever_the_change_is(tmp_path, trees):

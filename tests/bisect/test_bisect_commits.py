@@ -1,5 +1,5 @@
 """Commit level, on a local git repository whose commits are consecutive
-real release trees (sgl_overlay.release_history.release_history): the release
+real release trees (tools/bench/release_history.py): the release
 answers at commit granularity, the patch stack at every step (a patch
 already upstream is dropped, a stack that does not apply is a skip),
 --jobs 2, and a good ref off the first-parent line (merge base)."""

@@ -15,8 +15,7 @@ import types
 from sgl_overlay import gitcmd, source
 from sgl_overlay.bisect import issue
 from sgl_overlay.harness import load_scenario
-from sgl_overlay.release_history import release_history
-from tests.bisect.support import ROOT, bisect, without_drafter_weights
+from tests.bisect.support import ROOT, bisect, release_history, without_drafter_weights
 from tests.regress import oracle
 
 

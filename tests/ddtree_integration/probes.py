@@ -22,16 +22,11 @@ ARGPARSE_CONSTANTS = {
 
 
 def _install(root: str, real: list[str]):
-    import importlib.util
-    import sys
-
     from sgl_overlay.harness import loader
-    from sgl_overlay.harness.standins import install_transformers_standin
+    from sgl_overlay.harness.standins import install_transformers_standin, install_triton_standin
 
     install_transformers_standin()
-    if "triton" not in sys.modules and importlib.util.find_spec("triton") is None:
-        for name in ("triton", "triton.language"):
-            sys.modules.setdefault(name, loader.StubModule(name))
+    install_triton_standin()
     base = Path(root)
     present = [m for m in real if (base / Path(*m.split("."))).with_suffix(".py").is_file()]
     return loader.install(base, present), loader

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from sgl_overlay.bisect.versus_git import CASES, run_git, run_ours, sweep
-from sgl_overlay.release_history import release_history, releases_between
+from release_history import release_history, releases_between  # its sibling: this folder is sys.path[0]
 
 
 def main(argv):

@@ -90,6 +90,8 @@ def run(req: dict) -> dict:
         result["drafter_reading"] = ctx.drafter_reading
         result["reads"] = sorted(ctx.reads)
     result["standins_touched"] = len(loader.StubRegistry.touched)
+    if ctx is not None:
+        ctx.close()  # the result is complete: the finder and the stand-ins go, not left to the exit
     return result
 
 

@@ -389,3 +389,20 @@ def set_fakes(fakes: dict) -> None:
         for name, fake in fakes.items():
             if name in d and is_stub(d[name]):
                 setattr(mod, name, fake)
+
+
+@contextlib.contextmanager
+def registered_fakes(fakes: dict):
+    """``fakes`` in ``StubRegistry.fakes`` for the block of a ``with`` statement
+    (what any stand-in module hands out for a name, so that a name imported
+    lazily inside upstream code gets the fake too); at the end the registry
+    holds exactly what it held before.  Unlike ``set_fakes``, modules that
+    already took a stand-in are not rebound (``scoped.attributes`` does that
+    where wanted)."""
+    saved = dict(StubRegistry.fakes)
+    StubRegistry.fakes.update(fakes)
+    try:
+        yield
+    finally:
+        StubRegistry.fakes.clear()
+        StubRegistry.fakes.update(saved)

@@ -10,7 +10,10 @@ and bound where the sizing's readings lie around the logged ones (docs/results/r
 start-up logs").  The post-load gap has a part the release's code fixes for each model and
 context, the RoPE pre-expansion after "Load weight end" (``rope_reserve``): it is taken out
 of each measured start (``gaps_of_start``'s ``rope_bytes``) and put back for each log
-(``sizing_reading_ends``'s ``rope_gib``), so only the rest is carried from the GPU to the logs."""
+(``sizing_reading_ends``'s ``rope_gib``), so only the rest is carried from the GPU to the logs.
+
+Used today by tools/gpu/e2e_plan.py and the tests (tests/regress); it stays in the library
+because the harness and the planner are to model a log's readings with it (issue #27)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,11 @@ differs from what the scenario gave (its value right after ``__init__``).
 The rule is the innermost release method or hook (``ServerArgs._handle_x``,
 ``arg_groups.speculative_hook._handle_dflash``) during which the field changed,
 or the ``source`` a v0.5.19+ rule names through ``declare_resolution``.
+
+Each answer is a named step that holds only while the release's constructor
+and rules run (``model_directory``, ``standins_answered``, ``hooks_traced``,
+``loader.registered_fakes``, ``torch_cuda_answers``: ``resolve`` composes them
+with a ``contextlib.ExitStack``), undone also when the release refuses.
 """
 
 from __future__ import annotations
@@ -31,13 +36,19 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import importlib.util
+import json
+import os
+import shutil
 import sys
+import tempfile
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
-from . import loader
+from . import loader, scoped
 from .standins import MissingInput, missing_scenario_keys
 
 MIB = 1 << 20
@@ -89,9 +100,9 @@ class Hardware:
                    int(gpu.get("gpu_count", world_size)), str(gpu.get("cuda", "12.9")))
 
 
-@contextlib.contextmanager
 def torch_cuda_answers(hw: Hardware, free_bytes: int):
-    """torch.cuda's probes answer the scenario's device, for the block only."""
+    """torch.cuda's probes (and ``torch.version.cuda``) answer the scenario's
+    device, for the block of a ``with`` statement only."""
     total = (hw.total_mib or 0) * MIB
     props = types.SimpleNamespace(name=hw.name, major=hw.capability[0], minor=hw.capability[1],
                                   total_memory=total, multi_processor_count=0)
@@ -104,17 +115,7 @@ def torch_cuda_answers(hw: Hardware, free_bytes: int):
         mem_get_info=lambda *a, **k: (free_bytes, total),
         current_device=lambda: 0,
     )
-    saved = {k: getattr(torch.cuda, k) for k in fakes}
-    saved_version = torch.version.cuda
-    try:
-        for k, v in fakes.items():
-            setattr(torch.cuda, k, v)
-        torch.version.cuda = hw.cuda
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(torch.cuda, k, v)
-        torch.version.cuda = saved_version
+    return scoped.attributes([(torch.cuda, k, v) for k, v in fakes.items()] + [(torch.version, "cuda", hw.cuda)])
 
 
 def _code_cache(path: Path, key: tuple, build):
@@ -200,9 +201,7 @@ def _probe_closure(root: Path, hw: Hardware) -> dict:
     answered = dict(get_device_memory_capacity=memory, get_nvgpu_memory_capacity=memory,
                     # the release's pinned flashinfer is installed on a GPU machine
                     is_flashinfer_available=lambda *a, **k: True)
-    import importlib
     import logging
-    import os
     import platform
 
     ns = {"torch": torch, "lru_cache": functools.lru_cache, "functools": functools, "sys": sys,
@@ -286,7 +285,6 @@ PATH_HELPERS = ("check_gguf_file", "resolve_hf_gguf_reference", "is_remote_url")
 
 def _path_helpers(root: Path) -> dict:
     import glob
-    import os
 
     out = {}
     for rel in ("utils/hf_transformers/common.py", "utils/hf_transformers_utils.py", "utils/common.py"):
@@ -299,23 +297,24 @@ def _path_helpers(root: Path) -> dict:
     return out
 
 
-def model_directory(hf) -> str:
-    """A local model directory holding the scenario's config.json (what
-    the server is started with: a path on disk)."""
-    import json
-    import os
-    import tempfile
-
-    d = tempfile.mkdtemp(prefix="sglo-model-")
+@contextlib.contextmanager
+def model_directory(hf) -> Iterator[str]:
+    """A local model directory holding the HF config ``hf`` as its
+    config.json (what the server is started with: a path on disk), for the
+    block of a ``with`` statement; removed at its end."""
     cfg = {}
     for k, v in (vars(hf).items() if hf is not None else ()):
         if k.startswith("_"):
             continue
         if isinstance(v, (int, float, str, bool, type(None), list, dict)):
             cfg[k] = v
-    with open(os.path.join(d, "config.json"), "w") as fh:
-        json.dump(cfg, fh)
-    return d
+    d = tempfile.mkdtemp(prefix="sglo-model-")
+    try:
+        with open(os.path.join(d, "config.json"), "w") as fh:
+            json.dump(cfg, fh)
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 class Platform:
@@ -468,26 +467,29 @@ def force_set(obj, name, value) -> None:
             obj.__dict__[name] = value
 
 
-def _hook_modules():
-    return [m for name, m in sorted(sys.modules.items())
-            if name.startswith("sglang.srt.arg_groups.") and not isinstance(m, loader.StubModule)]
+@dataclasses.dataclass(frozen=True)
+class ScenarioFlags:
+    """The scenario's ``[server]`` flags, split by this release's ServerArgs fields."""
+
+    given: dict      # fields of this release's ServerArgs: its constructor gets them
+    unknown: dict    # not fields: set on the resolved instance as given (a note says so)
 
 
-def resolve(ctx, cls, model_config, hf_configs: dict):
-    """Build the tree's ServerArgs from the scenario's flags; returns
-    (instance, changes, notes).  ``cls`` is the tree's ServerArgs."""
-    server = dict(ctx.req["server"])
-    names = _fields(cls)
+def scenario_flags(server: dict, names) -> ScenarioFlags:
+    """Split ``server`` by the field ``names``; ``mamba_scheduler_strategy``
+    is ``mamba_radix_cache_strategy`` in a release that has only the latter."""
+    server = dict(server)
     if "mamba_scheduler_strategy" in server and "mamba_scheduler_strategy" not in names \
             and "mamba_radix_cache_strategy" in names:
         server["mamba_radix_cache_strategy"] = server.pop("mamba_scheduler_strategy")
-    given = {k: v for k, v in server.items() if k in names}
-    unknown = {k: v for k, v in server.items() if k not in names}
-    model_dir = None
-    if "model_path" not in given:
-        model_dir = given["model_path"] = model_directory(hf_configs.get("target"))
-    hw = Hardware.of(ctx.req["gpu"], ctx.gpu.world.world_size)
-    reads = ctx.reads
+    return ScenarioFlags({k: v for k, v in server.items() if k in names},
+                         {k: v for k, v in server.items() if k not in names})
+
+
+def scenario_class(cls, reads: set) -> type:
+    """A subclass of the tree's ServerArgs ``cls`` whose instances add every
+    public attribute read to ``reads`` (as ``server_args.NAME``) and raise
+    ``MissingInput`` for a read of an attribute they lack."""
 
     def __getattr__(self, name):
         if name.startswith("__") or name.startswith("_"):
@@ -499,8 +501,103 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
             reads.add(f"server_args.{name}")
         return object.__getattribute__(self, name)
 
-    sub = type("ScenarioServerArgs", (cls,), {"__getattr__": __getattr__, "__getattribute__": __getattribute__,
-                                              "__module__": cls.__module__})
+    return type("ScenarioServerArgs", (cls,), {"__getattr__": __getattr__, "__getattribute__": __getattribute__,
+                                               "__module__": cls.__module__})
+
+
+def trace_rule_methods(sub: type, cls: type, rec: Recorder) -> None:
+    """The release's rules: every method of its ServerArgs ``cls`` (and of its
+    bases in the tree) is set on ``sub`` (``scenario_class``) traced by
+    ``rec``; dunder methods are left as they are."""
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("sglang."):
+            continue
+        for attr, fn in list(vars(klass).items()):
+            if isinstance(fn, types.FunctionType) and not attr.startswith("__") and attr not in vars(sub):
+                setattr(sub, attr, rec.wrap(fn, f"{klass.__name__}.{attr}"))
+
+
+def config_of(target_hf, draft_hf, draft_paths: tuple):
+    """The rules' ``get_config(path)``: the drafter's HF config for one of
+    ``draft_paths`` (as given, or its local directory), else the target's."""
+
+    def get_config(path=None, *a, **k):
+        if draft_hf is not None and path in draft_paths:
+            return draft_hf
+        if target_hf is None:
+            raise MissingInput("hf_config", f"get_config({path!r})")
+        return target_hf
+
+    return get_config
+
+
+def rule_answers(root: Path, hw: Hardware, model_config, get_config, declare) -> dict:
+    """What the harness answers by name to the release's rules: the tree's own
+    probe helpers on the scenario's device (with v0.5.19+'s ``get_platform``),
+    its model-path helpers, ``get_config``, ``get_model_config`` and
+    ``declare_resolution`` (``declare``)."""
+    probes = _probe_closure(root, hw)
+    platform = _platform(root, probes)
+    if platform is not None:
+        probes = dict(probes, get_platform=lambda: platform)
+    return dict(probes, **_path_helpers(root), get_config=get_config, declare_resolution=declare,
+                get_model_config=lambda *a, **k: model_config)
+
+
+def import_rule_modules(real) -> None:
+    """Import every module of the release's flag-resolution package
+    (``sglang.srt.arg_groups``) among the finder's ``real`` modules, so that
+    its names are loaded before they are answered or traced."""
+    for name in sorted(real):
+        if name.startswith("sglang.srt.arg_groups") and name not in sys.modules:
+            importlib.import_module(name)
+
+
+def _sglang_modules():
+    return [(name, mod) for name, mod in list(sys.modules.items()) if name.startswith("sglang")]
+
+
+def standins_answered(fakes: dict):
+    """For the block of a ``with`` statement: in every loaded ``sglang``
+    module, each name of ``fakes`` that the module took from a stand-in is
+    bound to the fake (the names the rules imported before they were
+    answered); put back at the end."""
+    return scoped.attributes([
+        (mod, name, fake)
+        for _, mod in _sglang_modules()
+        for name, fake in fakes.items()
+        if name in getattr(mod, "__dict__", {}) and loader.is_stub(mod.__dict__[name])])
+
+
+# The functions of an arg_groups module that are the release's rules (hooks).
+HOOK_PREFIXES = ("_handle", "handle_", "_resolve", "resolve_")
+
+
+def hooks_traced(rec: Recorder):
+    """For the block of a ``with`` statement: every rule function
+    (``HOOK_PREFIXES``) that a real ``sglang.srt.arg_groups.*`` module defines
+    is replaced by itself traced by ``rec`` (its label ``MODULE.FUNCTION``);
+    put back at the end."""
+    return scoped.attributes([
+        (mod, attr, rec.wrap(fn, f"{modname.rsplit('.', 1)[-1]}.{attr}"))
+        for modname, mod in _sglang_modules()
+        if modname.startswith("sglang.srt.arg_groups.") and not isinstance(mod, loader.StubModule)
+        for attr, fn in list(getattr(mod, "__dict__", {}).items())
+        if isinstance(fn, types.FunctionType) and fn.__module__ == mod.__name__ and attr.startswith(HOOK_PREFIXES)])
+
+
+def resolve(ctx, cls, model_config, hf_configs: dict):
+    """Build the tree's ServerArgs from the scenario's flags; returns
+    (instance, changes, notes).  ``cls`` is the tree's ServerArgs.
+
+    The harness's answers are in place only while the release's constructor
+    and rules run (each step below undoes itself at the end of the block,
+    also when the release refuses)."""
+    names = _fields(cls)
+    flags = scenario_flags(ctx.req["server"], names)
+    given = dict(flags.given)
+    hw = Hardware.of(ctx.req["gpu"], ctx.gpu.world.world_size)
+    sub = scenario_class(cls, ctx.reads)
     is_struct = not dataclasses.is_dataclass(cls)
     obj = None if is_struct else object.__new__(sub)
 
@@ -512,68 +609,30 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
     if obj is not None:
         attach_model(obj)
     rec = Recorder(obj, names)  # obj is set below for a Struct (built by its own constructor)
-    # The release's rules: every method of its ServerArgs (and of its bases in the
-    # tree), and every function of its arg_groups hooks, traced.
-    for klass in cls.__mro__:
-        if not klass.__module__.startswith("sglang."):
-            continue
-        for attr, fn in list(vars(klass).items()):
-            if isinstance(fn, types.FunctionType) and not attr.startswith("__") and attr not in vars(sub):
-                setattr(sub, attr, rec.wrap(fn, f"{klass.__name__}.{attr}"))
-    target_hf = hf_configs.get("target")
-    draft_hf = hf_configs.get("draft")
+    trace_rule_methods(sub, cls, rec)
     draft_path = given.get("speculative_draft_model_path")
     draft_dir = None
-    if draft_path is not None and hf_configs.get("draft") is not None:
-        # A hub name would send the rules to the hub (GGUF / ModelScope checks):
-        # the drafter is a local directory holding its config.json, as downloaded.
-        draft_dir = given["speculative_draft_model_path"] = model_directory(hf_configs["draft"])
-
-    def get_config(path=None, *a, **k):
-        if draft_hf is not None and path in (draft_path, draft_dir):
-            return draft_hf
-        if target_hf is None:
-            raise MissingInput("hf_config", f"get_config({path!r})")
-        return target_hf
-
-    _complete_model_config(ctx.root, model_config)
-    probes = _probe_closure(ctx.root, hw)
-    platform = _platform(ctx.root, probes)
-    if platform is not None:
-        probes = dict(probes, get_platform=lambda: platform)
-    fakes = dict(probes, **_path_helpers(ctx.root), get_config=get_config, declare_resolution=rec.declare,
-                 get_model_config=lambda *a, **k: model_config)
-    hooks_patched = []
-    import importlib
-
-    for name in sorted(ctx.finder.real):  # every rule module imported before its names are answered
-        if name.startswith("sglang.srt.arg_groups") and name not in sys.modules:
-            importlib.import_module(name)
-    for modname, mod in list(sys.modules.items()):
-        if not modname.startswith("sglang"):
-            continue
-        d = getattr(mod, "__dict__", {})
-        for name, fake in fakes.items():
-            if name in d and loader.is_stub(d[name]):
-                hooks_patched.append((mod, name, d[name]))
-                setattr(mod, name, fake)
-        if modname.startswith("sglang.srt.arg_groups.") and not isinstance(mod, loader.StubModule):
-            for attr, fn in list(d.items()):
-                if isinstance(fn, types.FunctionType) and fn.__module__ == mod.__name__ \
-                        and (attr.startswith("_handle") or attr.startswith("handle_")
-                             or attr.startswith("_resolve") or attr.startswith("resolve_")):
-                    hooks_patched.append((mod, attr, fn))
-                    setattr(mod, attr, rec.wrap(fn, f"{modname.rsplit('.', 1)[-1]}.{attr}"))
-    saved_fakes = dict(loader.StubRegistry.fakes)
-    loader.StubRegistry.fakes.update(fakes)  # names imported lazily inside the rules
-    init_values = {}
-    try:
-        with torch_cuda_answers(hw, int(float(ctx.req["gpu"]["pre_load_free_gib"]) * (1 << 30))):
+    init_values: dict = {}
+    with contextlib.ExitStack() as scope:
+        if "model_path" not in given:
+            given["model_path"] = scope.enter_context(model_directory(hf_configs.get("target")))
+        if draft_path is not None and hf_configs.get("draft") is not None:
+            # A hub name would send the rules to the hub (GGUF / ModelScope checks):
+            # the drafter is a local directory holding its config.json, as downloaded.
+            draft_dir = given["speculative_draft_model_path"] = scope.enter_context(
+                model_directory(hf_configs["draft"]))
+        get_config = config_of(hf_configs.get("target"), hf_configs.get("draft"), (draft_path, draft_dir))
+        _complete_model_config(ctx.root, model_config)
+        fakes = rule_answers(ctx.root, hw, model_config, get_config, rec.declare)
+        import_rule_modules(ctx.finder.real)  # every rule module imported before its names are answered
+        scope.enter_context(standins_answered(fakes))
+        scope.enter_context(hooks_traced(rec))
+        scope.enter_context(loader.registered_fakes(fakes))  # names imported lazily inside the rules
+        scope.enter_context(torch_cuda_answers(hw, int(float(ctx.req["gpu"]["pre_load_free_gib"]) * (1 << 30))))
+        try:
             post_init = getattr(cls, "__post_init__", None)
-            # __init__ assigns the fields, then calls __post_init__: snapshot in between
-            orig = vars(sub).get("__post_init__")
 
-            def post(self):
+            def post(self):  # __init__ assigns the fields, then calls __post_init__: snapshot in between
                 if rec.obj is None:
                     rec.obj = self
                     attach_model(self)
@@ -590,32 +649,21 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
                     init_values.update(_snap(obj, names))
             else:
                 cls.__init__(obj, **given)
-            if orig is None and not is_struct:
                 del sub.__post_init__
             if hasattr(cls, "resolve_once"):
                 cls.resolve_once(obj)
             rec.publish(obj)
-    except BaseException:
-        # the release refused (or failed) mid-resolution: what it changed so far
-        ctx.figures["resolution"] = _changes(obj, names, init_values, rec, cls, given, draft_dir, draft_path)
-        raise
-    finally:
-        loader.StubRegistry.fakes.clear()
-        loader.StubRegistry.fakes.update(saved_fakes)
-        for mod, name, value in reversed(hooks_patched):
-            setattr(mod, name, value)
-    for k, v in unknown.items():
+        except BaseException:
+            # the release refused (or failed) mid-resolution: what it changed so far
+            ctx.figures["resolution"] = _changes(obj, names, init_values, rec, cls, given, draft_dir, draft_path)
+            raise
+    for k, v in flags.unknown.items():
         force_set(obj, k, v)
-    import shutil
-
-    for d in (model_dir, draft_dir):
-        if d is not None:
-            shutil.rmtree(d, ignore_errors=True)
     if draft_dir is not None and getattr(obj, "speculative_draft_model_path", None) == draft_dir:
         force_set(obj, "speculative_draft_model_path", draft_path)
     changes = _changes(obj, names, init_values, rec, cls, given, draft_dir, draft_path)
     notes = [f"--{k.replace('_', '-')} is not a field of this release's ServerArgs; set as given"
-             for k in unknown]
+             for k in flags.unknown]
     return obj, changes, notes
 
 

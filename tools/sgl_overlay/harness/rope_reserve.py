@@ -26,7 +26,12 @@ tensor's segment when the old tensor had one of its own (10 MiB or more: release
 an old tensor below 10 MiB shared its segment, which stays.  The expansion's temporaries are
 freed before the reading.  This assumes no free cached block fits the new tensor (the
 reading at "Load weight end" has just emptied the cache); the H200 measurement agrees
-(docs/results/regress.md, "Where the logs' readings and the sizing's differ")."""
+(docs/results/regress.md, "Where the logs' readings and the sizing's differ").
+
+Used today by the tests that check the harness against start-up logs (tests/regress) and,
+through ``reading_gaps``, by tools/gpu/e2e_plan.py; it stays in the library because the
+harness and the planner are to derive the sizing's post-load reading from a log's with it
+(issue #27)."""
 
 from __future__ import annotations
 

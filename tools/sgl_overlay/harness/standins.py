@@ -8,9 +8,14 @@ Nothing here restates upstream's sizing arithmetic.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import sys
 import types
+from collections.abc import Iterator
 from typing import Any
+
+from . import loader, scoped
 
 GIB = 1 << 30
 
@@ -162,7 +167,33 @@ def declare_resolution(args, source, **fields) -> None:
 
 
 def install_transformers_standin() -> bool:
-    """Give upstream config classes a minimal ``transformers.PretrainedConfig``.
+    """Give upstream config classes a minimal ``transformers.PretrainedConfig``
+    (``transformers_standin_modules``), for the rest of the process.  Returns
+    True when it was installed by this call."""
+    if _transformers_standin_present():
+        return False
+    sys.modules.update(transformers_standin_modules())
+    return True
+
+
+@contextlib.contextmanager
+def transformers_standin() -> Iterator[bool]:
+    """``install_transformers_standin`` for the block of a ``with`` statement:
+    yields whether it was installed by this call; at the end ``sys.modules``
+    holds the ``transformers`` modules it held before (or none)."""
+    if _transformers_standin_present():
+        yield False
+        return
+    with scoped.modules(transformers_standin_modules()):
+        yield True
+
+
+def _transformers_standin_present() -> bool:
+    return bool(getattr(sys.modules.get("transformers"), "__sgl_overlay_standin__", False))
+
+
+def transformers_standin_modules() -> dict[str, types.ModuleType]:
+    """A minimal ``transformers`` package: its ``PretrainedConfig``, by module name.
 
     SGLang's own config classes (e.g. ``Qwen3NextConfig``) subclass it and only
     need keyword storage.  Installed in the harness's child interpreters whether
@@ -170,10 +201,8 @@ def install_transformers_standin() -> bool:
     ``[test]`` includes that): the figures must not depend on the environment,
     and importing the real package costs about 1.5 s of each run's sizing step
     (0.15 s -> 1.7 s for healthy-h200-8b at v0.5.12.post1, docs/harness.md), for
-    the same figures.  Returns True when it was installed by this call.
+    the same figures.
     """
-    if getattr(sys.modules.get("transformers"), "__sgl_overlay_standin__", False):
-        return False
 
     class PretrainedConfig:
         model_type = ""
@@ -201,12 +230,39 @@ def install_transformers_standin() -> bool:
     tf.PretrainedConfig = PretrainedConfig
     tf.configuration_utils = cu
     tf.utils = ut
-    sys.modules.update(
-        {
-            "transformers": tf,
-            "transformers.configuration_utils": cu,
-            "transformers.utils": ut,
-            "transformers.utils.logging": lg,
-        }
-    )
-    return True
+    return {
+        "transformers": tf,
+        "transformers.configuration_utils": cu,
+        "transformers.utils": ut,
+        "transformers.utils.logging": lg,
+    }
+
+
+# Triton, the GPU compiler: imported at module level by the releases from v0.5.18.
+TRITON_MODULES = ("triton", "triton.language")
+
+
+def triton_standin_modules() -> dict[str, types.ModuleType]:
+    """Inert stand-ins (``loader.StubModule``) for Triton's modules where Triton
+    is not installed, by module name; none where it is, or where a module of
+    that name is already loaded (a stand-in put there before, or the real one)."""
+    if "triton" in sys.modules or importlib.util.find_spec("triton") is not None:
+        return {}
+    return {name: loader.StubModule(name) for name in TRITON_MODULES if name not in sys.modules}
+
+
+def install_triton_standin() -> list[str]:
+    """``triton_standin_modules`` in ``sys.modules`` for the rest of the
+    process; returns the names it put there."""
+    found = triton_standin_modules()
+    sys.modules.update(found)
+    return list(found)
+
+
+@contextlib.contextmanager
+def triton_standin() -> Iterator[list[str]]:
+    """``install_triton_standin`` for the block of a ``with`` statement: yields
+    the names it put in ``sys.modules``, which are gone at the end."""
+    found = triton_standin_modules()
+    with scoped.modules(found):
+        yield list(found)

@@ -82,17 +82,14 @@ def parse_in_child(root_s: str, argv: list[str]) -> dict:
     """Runs in the child interpreter."""
     import argparse
     import difflib
-    import importlib.util
     from pathlib import Path
 
     from ..harness import loader
-    from ..harness.standins import install_transformers_standin
+    from ..harness.standins import install_transformers_standin, install_triton_standin
 
     root = Path(root_s)
     install_transformers_standin()
-    if importlib.util.find_spec("triton") is None:
-        for name in ("triton", "triton.language"):
-            sys.modules.setdefault(name, loader.StubModule(name))
+    install_triton_standin()
     loader.install(root, _modules(root))
     try:
         sa = loader.load("sglang.srt.server_args")

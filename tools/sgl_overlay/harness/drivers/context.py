@@ -1,19 +1,81 @@
 """The context of one run: the tree, the finder that loads its real modules,
 the GPU stand-ins, and the records (figures, notes, upstream's reads).  Built
 completely by the constructor; the run's inputs are computed from it by
-``inputs.runner_inputs``."""
+``inputs.runner_inputs``.
+
+The constructor installs the run's import environment, one named step each
+(``standins.transformers_standin``, ``standins.triton_standin``,
+``loader.installed`` with the scenario's GPU answers), and ``close`` undoes
+them.  The child interpreter, which runs one scenario and exits, is the
+isolation boundary between runs; it closes its context when the result is
+complete, so that nothing is left to the interpreter's exit.  What the tree's
+own code changes when it is imported is the release's, not undone here (every
+release's ``sglang/srt/environ.py`` copies each ``SGL_*`` environment variable
+to ``SGLANG_*``): only the child's end undoes that."""
 
 from __future__ import annotations
 
+import contextlib
+import types
 from pathlib import Path
 
 from .. import draft_reading, loader
 from ..layout import Layout
-from ..standins import GPU, install_transformers_standin
+from ..standins import GPU, transformers_standin, triton_standin
 
 
 class Untestable(Exception):
     """The harness cannot drive this tree for this scenario (exit 125)."""
+
+
+# Real modules of every tree that has them, besides the layout's own.
+EXTRA_REAL = (
+    "sglang.srt.server_args",  # first: the release's own flag resolution (resolution.py)
+    "sglang.srt.model_executor.cuda_graph_config",  # the CudaGraphConfig records its rules fill (v0.5.16+)
+    "sglang.srt.configs.linear_attn_model_registry",  # which hybrid models support the Mamba radix cache
+    "sglang.srt.environ",
+    "sglang.srt.speculative.spec_info",
+    "sglang.srt.speculative.spec_registry",
+    "sglang.srt.speculative.dflash_utils",
+    "sglang.srt.configs.mamba_utils",
+    "sglang.srt.configs.qwen3_next",
+    "sglang.srt.configs.qwen3_5",
+    "sglang.srt.distributed.utils",
+    "sglang.srt.arg_groups.speculative_hook",
+    "sglang.srt.speculative.ddtree_algo",  # DDTREE's registration and rules (patched trees)
+    "sglang.srt.model_executor.memory_budget",  # the memory patches' module (patched trees)
+)
+
+
+def module_exists(root: Path, module: str) -> bool:
+    """Whether the tree at ``root`` has the module's file (or package)."""
+    base = root.joinpath(*module.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def real_modules(root: Path, layout: Layout) -> list[str]:
+    """The modules the finder runs from the tree: the layout's, ``EXTRA_REAL``
+    and every module of the release's flag-resolution package (v0.5.13+),
+    those the tree has."""
+    extra = list(EXTRA_REAL)
+    groups = root / "sglang" / "srt" / "arg_groups"
+    if groups.is_dir():
+        extra += sorted(".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+                        for p in groups.rglob("*.py"))
+    return [m for m in list(layout.real) + extra if module_exists(root, m)]
+
+
+def scenario_fakes(gpu: GPU, request: dict) -> dict:
+    """The names every stand-in module (and every real module that took a
+    stand-in) answers for the run: the GPU stand-ins' queries, and where the
+    planner passes the drafter's own config.json, ``get_config`` (the release's
+    ServerArgs rules read it through get_config(--speculative-draft-model-path),
+    e.g. DFLASH's block size when --speculative-dflash-block-size is unset)."""
+    fakes = dict(gpu.module_fakes())
+    draft_hf = (request.get("draft") or {}).get("hf_config")
+    if draft_hf is not None:
+        fakes["get_config"] = lambda *a, **k: types.SimpleNamespace(**draft_hf)
+    return fakes
 
 
 class Context:
@@ -43,50 +105,20 @@ class Context:
         if self.drafter_reading["note"]:
             self.notes.append(self.drafter_reading["note"])
         self.pre_load = float(gpu["pre_load_free_gib"])
-        self.transformers_standin = install_transformers_standin()
-        import importlib.util as _ilu
+        with contextlib.ExitStack() as installing:  # unwound only when a step fails: nothing is left half done
+            self.transformers_standin = installing.enter_context(transformers_standin())
+            installing.enter_context(triton_standin())  # GPU compiler: imported at module level from v0.5.18
+            self.finder = installing.enter_context(
+                loader.installed(root, real_modules(root, layout), scenario_fakes(self.gpu, request)))
+            self._installed = installing.pop_all()
 
-        if _ilu.find_spec("triton") is None:  # GPU compiler: imported at module level from v0.5.18
-            import sys as _sys
-
-            for name in ("triton", "triton.language"):
-                _sys.modules.setdefault(name, loader.StubModule(name))
-        extra = [
-            "sglang.srt.server_args",  # first: the release's own flag resolution (resolution.py)
-            "sglang.srt.model_executor.cuda_graph_config",  # the CudaGraphConfig records its rules fill (v0.5.16+)
-            "sglang.srt.configs.linear_attn_model_registry",  # which hybrid models support the Mamba radix cache
-            "sglang.srt.environ",
-            "sglang.srt.speculative.spec_info",
-            "sglang.srt.speculative.spec_registry",
-            "sglang.srt.speculative.dflash_utils",
-            "sglang.srt.configs.mamba_utils",
-            "sglang.srt.configs.qwen3_next",
-            "sglang.srt.configs.qwen3_5",
-            "sglang.srt.distributed.utils",
-            "sglang.srt.arg_groups.speculative_hook",
-            "sglang.srt.speculative.ddtree_algo",  # DDTREE's registration and rules (patched trees)
-            "sglang.srt.model_executor.memory_budget",  # the memory patches' module (patched trees)
-        ]
-        # The release's flag-resolution package (v0.5.13+): every module of it real.
-        groups = root / "sglang" / "srt" / "arg_groups"
-        if groups.is_dir():
-            extra += sorted(".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-                            for p in groups.rglob("*.py"))
-        real = [m for m in list(layout.real) + extra if self.exists(m)]
-        self.finder = loader.install(root, real)
-        loader.set_fakes(self.gpu.module_fakes())
-        draft_hf = (request.get("draft") or {}).get("hf_config")
-        if draft_hf is not None:
-            # The drafter's own config.json (the planner passes it): the release's
-            # ServerArgs rules read it through get_config(--speculative-draft-model-path),
-            # e.g. DFLASH's block size when --speculative-dflash-block-size is unset.
-            import types as _types
-
-            loader.set_fakes({"get_config": lambda *a, **k: _types.SimpleNamespace(**draft_hf)})
+    def close(self) -> None:
+        """Undo the constructor's installs: the finder and every ``sglang``
+        module, the named fakes, the Triton and transformers stand-ins."""
+        self._installed.close()
 
     def exists(self, module: str) -> bool:
-        base = self.root.joinpath(*module.split("."))
-        return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+        return module_exists(self.root, module)
 
     def load(self, module: str):
         mod = loader.load(module)

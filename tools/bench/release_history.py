@@ -1,14 +1,18 @@
 """A git history of published releases: one commit per release, the
 release's sglang/ as python/sglang, tagged v<version>, built once from the
 cached release trees.  Bisect's commit mode and its comparison with
-`git bisect run` run on it where upstream's own history is not at hand."""
+`git bisect run` run on it where upstream's own history is not at hand.
+
+Used by tools/bench/bisect_vs_git.py (its sibling: this folder is that
+script's sys.path[0]) and by tests/bisect (loaded by its path,
+tests/bisect/support.py); no part of the sgl_overlay library."""
 import hashlib
 import os
 import shutil
 import tempfile
 
-from . import gitcmd, source
-from .versions import release as release_number
+from sgl_overlay import gitcmd, source
+from sgl_overlay.versions import release as release_number
 
 EXCLUDE = "__pycache__/\n*.pyc\n.sgl-overlay-release\n*.so\n"
 
