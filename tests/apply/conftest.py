@@ -2,7 +2,7 @@
 import pytest
 
 from tests.apply.support import ROOT, PatchMaker, Project
-from sgl_overlay import lock as lockmod, source
+from sgl_overlay import base_tree, lock as lockmod
 
 
 @pytest.fixture(scope="session")
@@ -13,7 +13,7 @@ def lock():
 @pytest.fixture(scope="session")
 def base_tree(lock, tmp_path_factory):
     d = tmp_path_factory.mktemp("base") / "tree"
-    source.base_from_artifact(lock, d)
+    base_tree.base_from_artifact(lock, d)
     return d
 
 
