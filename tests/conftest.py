@@ -32,7 +32,7 @@ _removed: dict = {}
 
 
 def pytest_configure(config):
-    from sgl_overlay import source
+    from sgl_overlay import project
     from sgl_overlay.harness.environment import sglang_settings
 
     # hermetic: the host's SGLang settings reach no test, nor any tool or harness child it starts
@@ -41,7 +41,7 @@ def pytest_configure(config):
 
     cache = Path(os.environ.get(TEST_CACHE_ENV) or ROOT / "build" / "test-cache").resolve()
     cache.mkdir(parents=True, exist_ok=True)
-    os.environ[source.CACHE_ENV] = str(cache)
+    os.environ[project.CACHE_ENV] = str(cache)
 
 
 def pytest_report_header(config):
@@ -69,9 +69,9 @@ def pinned_lock():
 
 @pytest.fixture(scope="session")
 def pristine_tree(pinned_lock):
-    from sgl_overlay import source
+    from sgl_overlay import release_trees
 
-    return source.release_tree(pinned_lock.version)
+    return release_trees.release_tree(pinned_lock.version)
 
 
 @pytest.fixture(scope="session")

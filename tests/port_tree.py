@@ -2,7 +2,7 @@
 (tests/memory and tests/sm120).
 
 ``build(series_dir, dest, upto)`` lays the v0.5.23 release tree
-(``source.release_tree``, cached and verified) out as upstream has it
+(``release_trees.release_tree``, cached and verified) out as upstream has it
 (``dest/python/sglang``) and applies the first ``upto`` patches of
 ``series_dir``'s series (all of them: ``None``) with ``git apply``, in order, strictly (no fuzz,
 whitespace errors refused).  The files are hard links into the cache except
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import unidiff
 
-from sgl_overlay import gitcmd, series, source
+from sgl_overlay import gitcmd, release_trees, series
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def _link_or_copy(src, dst):
 def build(series_dir: Path, dest: Path, upto: int | None = None) -> Path:
     """v0.5.23 + the first ``upto`` patches of ``series_dir`` under ``dest``
     (which must not exist); returns ``dest``."""
-    release = source.release_tree(RELEASE)
+    release = release_trees.release_tree(RELEASE)
     shutil.copytree(release / "sglang", dest / "python" / "sglang", copy_function=_link_or_copy)
     for rel in touched(series_dir, upto):
         path = dest / rel

@@ -2,7 +2,8 @@
 import pytest
 
 from tests.apply.support import ROOT, PatchMaker, Project
-from sgl_overlay import lock as lockmod, source
+from sgl_overlay import lock as lockmod
+from sgl_overlay.base_tree import base_from_artifact
 
 
 @pytest.fixture(scope="session")
@@ -13,7 +14,7 @@ def lock():
 @pytest.fixture(scope="session")
 def base_tree(lock, tmp_path_factory):
     d = tmp_path_factory.mktemp("base") / "tree"
-    source.base_from_artifact(lock, d)
+    base_from_artifact(lock, d)
     return d
 
 

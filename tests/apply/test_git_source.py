@@ -72,7 +72,7 @@ def test_a_moved_tag_is_followed_in_the_cached_clone(tmp_path):
     the cache saw first.  (Pytest reuses its numbered folders once they are
     removed, so a test's upstream repository can reappear at a cached path
     with other commits: this made the stack's lock test flaky.)"""
-    from sgl_overlay import source
+    from sgl_overlay import clones
 
     repo, cache = tmp_path / "upstream", tmp_path / "cache"
     gitcmd.run(None, "init", "-q", str(repo))
@@ -83,8 +83,8 @@ def test_a_moved_tag_is_followed_in_the_cached_clone(tmp_path):
         gitcmd.run(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", n)
         gitcmd.run(repo, "tag", "-f", "v1")
         commits.append(gitcmd.out(repo, "rev-parse", "HEAD"))
-        bare, _ = source.bare_clone(str(repo), cache, None)
+        bare, _ = clones.bare_clone(str(repo), cache, None)
         cached = gitcmd.out(bare, "rev-parse", "v1^{commit}")
-        fresh, _ = source.fresh_clone(str(repo), cache, None)
+        fresh, _ = clones.fresh_clone(str(repo), cache, None)
         assert fresh == bare and gitcmd.out(fresh, "rev-parse", "v1^{commit}") == commits[-1]
     assert cached == commits[0]        # the plain cached clone was stale: the check above could fail

@@ -6,7 +6,7 @@ import zipfile
 import pytest
 
 from tests.apply.support import MIXIN
-from sgl_overlay import errors, gitcmd, source
+from sgl_overlay import archive, errors, gitcmd
 
 
 def drop_line(text, pattern):
@@ -112,7 +112,7 @@ def test_archive_member_paths_are_checked(tmp_path):
             z.writestr("sglang/__init__.py", "")
             z.writestr(name, "boom")
         with pytest.raises(errors.IntegrityError) as e:
-            source.extract_package(whl, "sglang", tmp_path / "out")
+            archive.extract_package(whl, "sglang", tmp_path / "out")
         assert e.value.code == 3 and repr(name) in e.value.message
         assert not (tmp_path / "evil.py").exists() and not (tmp_path.parent / "evil.py").exists()
     link = tmp_path / "link.whl"
@@ -121,7 +121,7 @@ def test_archive_member_paths_are_checked(tmp_path):
         info.external_attr = (0o120777 << 16)
         z.writestr(info, "/etc/passwd")
     with pytest.raises(errors.IntegrityError, match="not a regular file"):
-        source.extract_package(link, "sglang", tmp_path / "out2")
+        archive.extract_package(link, "sglang", tmp_path / "out2")
 
 
 def test_usage_errors_are_exit_2(project):

@@ -77,5 +77,5 @@ def test_patched_wheel_installs_with_the_patched_files(project, patches, lock, t
 
 
 def _pinned(lock):
-    from sgl_overlay import source
-    return source.fetch_pinned_artifact(lock)
+    from sgl_overlay import artifacts
+    return artifacts.pinned(lock).path

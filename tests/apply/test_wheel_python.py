@@ -11,7 +11,8 @@ import zipfile
 
 import tomlkit
 
-from sgl_overlay import lock as lockmod, source
+from sgl_overlay import artifacts, lock as lockmod
+from sgl_overlay.project import CACHE_ENV
 from tests.apply.support import POOL
 
 CP312 = "sglang-0.5.12.post1-cp312-cp312-manylinux_2_34_x86_64.whl"
@@ -43,7 +44,7 @@ def _lock_without_cp312(text):
 def _private_cache(tmp_path, lock):
     """A cache holding only a hard link to the shared cache's cp312 wheel (fetched through pip once):
     a test that makes the tool discard it discards the link, never the shared copy."""
-    shared, _, _ = source.fetch_tagged_artifact(lock, CP312)
+    shared = artifacts.lock_wheel(lock, CP312).path
     cache = tmp_path / "cache"
     (cache / "artifacts").mkdir(parents=True)
     os.link(shared, cache / "artifacts" / CP312)
@@ -79,7 +80,7 @@ def test_first_use_records_the_sha256_in_the_lock(project, lock, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.data["wheel"]["sha256_status"] == "recorded"
     recorded = lockmod.load(lock_path).wheels
-    assert recorded == {CP312: source.sha256_file(source.fetch_tagged_artifact(lock, CP312)[0])}
+    assert recorded == {CP312: artifacts.sha256_file(artifacts.lock_wheel(lock, CP312).path)}
     assert recorded[CP312] == lock.wheels[CP312]          # the same file the project's own lock records
 
 
@@ -90,7 +91,7 @@ def test_a_wheel_that_differs_from_the_record_is_refused_and_discarded(project, 
     lock_path.write_text(tomlkit.dumps(doc))
     before = lock_path.read_text()
     cache = _private_cache(tmp_path, lock)
-    monkeypatch.setenv(source.CACHE_ENV, str(cache))
+    monkeypatch.setenv(CACHE_ENV, str(cache))
     out = tmp_path / "dist"
     r = project.apply("--wheel", str(out), "--python", "3.12", check_json=False)
     assert r.returncode == 3, r.stderr

@@ -15,8 +15,8 @@ def trees():
     """Step trees, kept in the cache like the release downloads (each is
     verified against its record on every use; test_bisect_cache.py
     checks a damaged one is rebuilt)."""
-    from sgl_overlay import source
-    return source.cache_dir() / "bisect-trees-tests"
+    from sgl_overlay import project
+    return project.cache_dir() / "bisect-trees-tests"
 
 
 @pytest.fixture(scope="session")

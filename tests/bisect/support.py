@@ -67,8 +67,8 @@ def _cached_history(cache, name, build):
     """A bare repo of real release trees, built once into the cache by
     ``build(repo)`` (which returns the commit for main) and shared by the
     xdist workers: built aside, marked READY, then renamed into place."""
-    from sgl_overlay import source
-    root = source.cache_dir(cache) / "release-history"
+    from sgl_overlay import project
+    root = project.cache_dir(cache) / "release-history"
     target = root / name
     if (target / "READY").exists():
         return target / "repo"

@@ -12,7 +12,7 @@ import platform
 import tomllib
 import types
 
-from sgl_overlay import gitcmd, source
+from sgl_overlay import gitcmd, release_trees
 from sgl_overlay.bisect import issue
 from sgl_overlay.harness import load_scenario
 from tests.bisect.support import ROOT, bisect, release_history, without_drafter_weights
@@ -23,7 +23,7 @@ def refusal_text(version, relpath, mfs, pre, post):
     """The ValueError message of ``_profile_available_bytes`` in the
     release's own source, evaluated for the scenario's readings (the
     f-string taken from the tree, the arithmetic done here)."""
-    tree = ast.parse((source.release_tree(version) / "sglang" / relpath).read_text())
+    tree = ast.parse((release_trees.release_tree(version) / "sglang" / relpath).read_text())
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_profile_available_bytes")
     raise_ = next(n for n in ast.walk(fn) if isinstance(n, ast.Raise) and n.exc.func.id == "ValueError")
     minimum = 1 - post / pre
@@ -175,7 +175,7 @@ def test_release_report_request_count_lowered(tmp_path):
     assert f"| running requests (`max_running_requests`) | 4 | {got} |" in figs
     assert "--max-running-requests given (`max_running_requests_flag`) | 4 | 4 |" in figs
     # the only trace: v0.5.13's INFO line, worded as its source words it
-    src = (source.release_tree("0.5.13") / "sglang/srt/model_executor/model_runner_kv_cache_mixin.py").read_text()
+    src = (release_trees.release_tree("0.5.13") / "sglang/srt/model_executor/model_runner_kv_cache_mixin.py").read_text()
     assert 'f"Max concurrent requests (per dp worker) from the finalized token capacity: "' in src
     err = section(text, "Error message")
     assert "None: v0.5.13 does not raise." in err

@@ -13,8 +13,8 @@ def list_in_child(cache, offline):
     env = dict(os.environ, SGL_OVERLAY_CACHE=str(cache))
     if offline:  # no configuration, no index: pip cannot list anything
         env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1")
-    code = ("import json, sys; from sgl_overlay import source; "
-            "print(json.dumps(source.list_releases(progress=lambda m: print(m, file=sys.stderr))))")
+    code = ("import json, sys; from sgl_overlay import release_list; "
+            "print(json.dumps(release_list.list_releases(progress=lambda m: print(m, file=sys.stderr))))")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
 
 

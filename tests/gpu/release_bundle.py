@@ -3,13 +3,13 @@ release's own (cached) wheel and any other wheels, linked, with the bundle.json 
 import json
 import os
 
-from sgl_overlay import source
+from sgl_overlay import artifacts
 
 TAGS = "cp311-cp311-manylinux_2_34_x86_64"      # the cached release wheels' tags
 
 
 def pristine_bundle(tmp_path, version, *extra_wheels):
-    wheel = source.fetch_release(version, tags=TAGS)
+    wheel = artifacts.release(version, tags=TAGS).path
     b = tmp_path / "bundle"
     b.mkdir()
     for w in (wheel, *extra_wheels):

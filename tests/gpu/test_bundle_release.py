@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sgl_overlay import bundle, source
+from sgl_overlay import archive, artifacts, bundle
 from sgl_overlay.bundle import MIB
 from sgl_overlay.errors import OverlayError
 from tests.gpu.e2e_script import e2e, e2e_install
@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def metadata(version):
-    return source.release_metadata(source.fetch_release(version, tags=TAGS))
+    return archive.release_metadata(artifacts.release(version, tags=TAGS).path)
 
 
 def test_v0_5_18_requires_another_torch_than_the_h200s():
@@ -53,7 +53,7 @@ def test_runtime_wheels_at_the_releases_own_pins(pinned_lock):
 def test_metadata_is_the_wheels_own_and_its_absence_names_the_file(tmp_path):
     import zipfile
     from sgl_overlay.errors import UsageError
-    wheel = source.fetch_release("0.5.12.post1", tags=TAGS)
+    wheel = artifacts.release("0.5.12.post1", tags=TAGS).path
     assert "\nName: sglang\nVersion: 0.5.12.post1\n" in metadata("0.5.12.post1")
     broken = tmp_path / wheel.name
     with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(broken, "w") as dst:
@@ -61,7 +61,7 @@ def test_metadata_is_the_wheels_own_and_its_absence_names_the_file(tmp_path):
             if not info.filename.endswith(".dist-info/METADATA"):
                 dst.writestr(info, src.read(info))
     with pytest.raises(UsageError, match=f"{wheel.name} has no .dist-info/METADATA") as e:
-        source.release_metadata(broken)
+        archive.release_metadata(broken)
     assert str(broken) in e.value.hint
 
 
@@ -122,7 +122,7 @@ def test_slim_release_wheel_lacks_exactly_the_dropped_members(tmp_path, version)
     import io
     import zipfile
 
-    wheel = source.fetch_release(version, tags=TAGS)
+    wheel = artifacts.release(version, tags=TAGS).path
     slim = bundle.slim_wheel(wheel, tmp_path, bundle.RELEASE_SLIM_DROP)
     assert slim.name == f"sglang-{version}+slim-{TAGS}.whl"
     old_info, new_info = f"sglang-{version}.dist-info/", f"sglang-{version}+slim.dist-info/"

@@ -12,7 +12,7 @@ import zipfile
 import pydantic
 import pytest
 
-from sgl_overlay import source
+from sgl_overlay import artifacts
 from tests.by_path import load
 from tests.gpu.e2e_script import e2e_install
 
@@ -59,7 +59,7 @@ def test_no_stand_in_and_no_stubs_folder_when_everything_is_there(tmp_path, mach
 def _protocol_0_5_16(structural_tag):
     """The response-format models of v0.5.16's protocol.py and the `response_format` field of its
     ChatCompletionRequest, executed with ``structural_tag`` as xgrammar.StructuralTag."""
-    wheel = source.fetch_release("0.5.16", tags="cp311-cp311-manylinux_2_34_x86_64")
+    wheel = artifacts.release("0.5.16", tags="cp311-cp311-manylinux_2_34_x86_64").path
     with zipfile.ZipFile(wheel) as z:
         text = z.read("sglang/srt/entrypoints/openai/protocol.py").decode()
     tree = ast.parse(text)

@@ -11,7 +11,7 @@ import sys
 import pytest
 from wheel.wheelfile import WheelFile
 
-from sgl_overlay import bundle, source, start_imports
+from sgl_overlay import artifacts, bundle, start_imports
 from tests.gpu.e2e_script import e2e_install
 from tests.gpu.release_bundle import TAGS, pristine_bundle
 
@@ -101,7 +101,7 @@ def test_a_bundled_wheel_provides_its_top_level_modules(tmp_path):
 def test_the_slim_release_drops_nothing_the_start_imports(tmp_path, version="0.5.16"):
     """--slim-release drops sglang/multimodal_gen and sglang/srt/grpc: no module the start imports at
     module level, conditionally or not, is among them; the walk reaches the same modules."""
-    wheel = source.fetch_release(version, tags=TAGS)
+    wheel = artifacts.release(version, tags=TAGS).path
     slim = bundle.slim_wheel(wheel, tmp_path, bundle.RELEASE_SLIM_DROP)
     full, thin = (start_imports.walk(start_imports.Tree(w), ROOTS) for w in (wheel, slim))
     assert thin.internal_missing == {} and thin.unparsed == {}
@@ -167,7 +167,7 @@ def test_usage_errors(tmp_path):
     assert rc == 2 and f"--tree {tmp_path / 'nothing'} does not exist" in err
     rc, _, err = _cli("--bundle", str(tmp_path))
     assert rc == 2 and f"{tmp_path} has no bundle.json" in err
-    rc, _, err = _cli("--tree", str(source.fetch_release("0.5.16", tags=TAGS)), "--root", "sglang.nope")
+    rc, _, err = _cli("--tree", str(artifacts.release("0.5.16", tags=TAGS).path), "--root", "sglang.nope")
     assert rc == 2 and "has no module sglang.nope" in err
     (tmp_path / "bad.txt").write_text("torch==2.11.0\nnumpy==\n")
     rc, _, err = _cli("--tree", str(tmp_path), "--machine-packages", str(tmp_path / "bad.txt"))
@@ -179,7 +179,7 @@ def test_usage_errors(tmp_path):
 def test_an_unpacked_wheel_walks_as_the_wheel(tmp_path):
     """--tree takes a folder holding sglang/ (an unpacked wheel, a pip --target) as well as the wheel."""
     import zipfile
-    wheel = source.fetch_release("0.5.12.post1", tags=TAGS)
+    wheel = artifacts.release("0.5.12.post1", tags=TAGS).path
     with zipfile.ZipFile(wheel) as z:
         z.extractall(tmp_path / "tree")
     (tmp_path / "tree" / "sglang" / "__pycache__").mkdir(exist_ok=True)

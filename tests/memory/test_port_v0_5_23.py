@@ -211,9 +211,9 @@ def test_strict_budget_refuses_dflash_smoke(port, monkeypatch):
 
 def test_dense_sizing_unchanged(port):
     """A dense model sizes exactly as on v0.5.23: same KV tokens and requests."""
-    from sgl_overlay import source
+    from sgl_overlay import release_trees
 
-    pristine = source_root(source.release_tree(port_tree.RELEASE))
+    pristine = source_root(release_trees.release_tree(port_tree.RELEASE))
     ours, theirs = report(port, "healthy-h200-8b"), report(pristine, "healthy-h200-8b")
     assert ours["outcome"] == theirs["outcome"] == Outcome.OK
     for key in ("max_total_num_tokens", "max_running_requests"):

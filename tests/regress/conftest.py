@@ -23,7 +23,7 @@ _trees: dict = {}
 @pytest.fixture(scope="session")
 def release_tree():
     """Callable: version -> cached, verified directory holding sglang/ (downloaded once)."""
-    from sgl_overlay.source import release_tree as fetch
+    from sgl_overlay.release_trees import release_tree as fetch
 
     def get(version: str):
         if version not in _trees:

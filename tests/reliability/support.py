@@ -26,11 +26,11 @@ def local_index_env(cache):
     tools caching into ``cache``, and their temporary folders beside it: a
     process these tests kill cannot remove its own, and they must not pile
     up in the system's temporary directory run after run."""
-    from sgl_overlay import source
-    artifacts = Path(os.environ[source.CACHE_ENV]) / "artifacts"
+    from sgl_overlay import project
+    artifacts = Path(os.environ[project.CACHE_ENV]) / "artifacts"
     scratch = Path(cache).with_name(Path(cache).name + "-tmp")
     scratch.mkdir(parents=True, exist_ok=True)
-    return {**os.environ, source.CACHE_ENV: str(cache), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1",
+    return {**os.environ, project.CACHE_ENV: str(cache), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1",
             "PIP_FIND_LINKS": str(artifacts), "TMPDIR": str(scratch)}
 
 

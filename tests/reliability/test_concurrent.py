@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from sgl_overlay import builder, gitcmd, source
+from sgl_overlay import archive, artifacts, builder, gitcmd
 from tests.apply.support import ROOT, Project
 from tests.bisect.scripts import version_test
 from tests.reliability.support import local_index_env, record, start_together, tool, tree_digest
@@ -55,9 +55,9 @@ def test_four_applies_on_one_destination_20_rounds(tmp_path):
 
 
 RELEASES = ["0.5.8", "0.5.9"]
-GET = "import sys; from sgl_overlay import source\n" \
+GET = "import sys; from sgl_overlay import release_trees\n" \
       "for v in sys.argv[1:]:\n" \
-      "    print(source.release_tree(v, progress=lambda m: print(m, file=sys.stderr, flush=True)))\n"
+      "    print(release_trees.release_tree(v, progress=lambda m: print(m, file=sys.stderr, flush=True)))\n"
 
 
 def test_release_tree_from_four_processes_downloads_each_release_once(tmp_path):
@@ -75,10 +75,10 @@ def test_release_tree_from_four_processes_downloads_each_release_once(tmp_path):
     for v in RELEASES:
         tree = cache / "releases" / v
         art = next((cache / "artifacts").glob(f"sglang-{v}-*.whl"))
-        want = {rel: __import__("hashlib").sha256(read()).hexdigest() for rel, read in source.iter_members(art, "sglang")}
+        want = {rel: __import__("hashlib").sha256(read()).hexdigest() for rel, read in archive.iter_members(art, "sglang")}
         got = tree_digest(tree / "sglang")
         assert got == want
-        assert source.sha256_file(art) == (art.parent / (art.name + ".sha256")).read_text().split()[0]
+        assert artifacts.sha256_file(art) == (art.parent / (art.name + ".sha256")).read_text().split()[0]
     assert not [p for p in (cache / "artifacts").iterdir() if p.name.startswith(".download-")]
     assert not [p for p in (cache / "releases").iterdir() if p.is_dir() and p.name.startswith(".")]
     record("release_tree from 4 processes (2 releases, same and different)", 4, 0, downloads=2)

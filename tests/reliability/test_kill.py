@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from sgl_overlay import builder, gitcmd, source
+from sgl_overlay import artifacts, builder, gitcmd
 from tests.apply.support import MIXIN, ROOT, Project
 from tests.bisect.scripts import version_test
 from tests.reliability.support import (kill_after, local_index_env, moments, record, timed, tool,
@@ -59,7 +59,7 @@ def test_apply_killed_at_random_moments(tmp_path):
            moments=samples, undisturbed_s=round(took, 2))
 
 
-GET = "import sys; from sgl_overlay import source; print(source.release_tree(sys.argv[1]))"
+GET = "import sys; from sgl_overlay import release_trees; print(release_trees.release_tree(sys.argv[1]))"
 
 
 def test_cache_download_killed_at_random_moments(tmp_path):
@@ -77,7 +77,7 @@ def test_cache_download_killed_at_random_moments(tmp_path):
         # nothing half-written under a final name: an artifact is whole (its sha256 beside it), a tree is whole
         art = list((cache / "artifacts").glob("sglang-*.whl")) if (cache / "artifacts").exists() else []
         for a in art:
-            assert source.sha256_file(a) == (a.parent / (a.name + ".sha256")).read_text().split()[0]
+            assert artifacts.sha256_file(a) == (a.parent / (a.name + ".sha256")).read_text().split()[0]
         tree = cache / "releases" / version
         if tree.exists():
             assert tree_digest(tree) == want

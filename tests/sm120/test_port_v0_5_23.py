@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from sgl_overlay import source
+from sgl_overlay import release_trees
 from sgl_overlay.harness import loader
 from sgl_overlay.harness import Outcome, load_scenario, run_scenario
 from sgl_overlay.harness.layout import source_root
@@ -45,7 +45,7 @@ SCENARIO = Path(__file__).resolve().parent / "scenarios" / "olmo2-rtx-pro-6000.t
 
 @pytest.fixture(scope="module")
 def v0523_tree():
-    return source.release_tree(LABEL)
+    return release_trees.release_tree(LABEL)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.apply.support import POOL, ROOT, PatchMaker
-from sgl_overlay import gitcmd, source, stack
+from sgl_overlay import base_tree, gitcmd, stack
 from sgl_overlay.stack import evidence, ports
 
 STACK = ROOT / "tools" / "stack.py"
@@ -64,7 +64,7 @@ def port_patches(tmp_path_factory):
     """The two port patches, git format-patch mails made against the real
     v0.5.23 release tree."""
     d = tmp_path_factory.mktemp("v0.5.23")
-    source.base_from_release("0.5.23", d / "base")
+    base_tree.base_from_release("0.5.23", d / "base")
     maker = PatchMaker(d / "base", d / "scratch")
     one, c1 = maker.make([(FLATTEN, *OUTER)], subject="flatten_ragged: refuse a position-count mismatch with ValueError",
                          body="The check is an assert, compiled away under python -O: the mismatch then passes\n"

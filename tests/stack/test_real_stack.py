@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.apply.support import ROOT
-from sgl_overlay import lock as lockmod, series, source, stack
+from sgl_overlay import lock as lockmod, release_trees, series, stack
 from sgl_overlay.versions import release
 
 LATER = ["0.5.13", "0.5.14", "0.5.16", "0.5.23"]
@@ -69,7 +69,7 @@ def test_export_onto_0_5_23_refuses_what_git_apply_refuses(repo_stack, topic, tm
     symmetric-memory table in 0.5.14): the export says so, names it, and
     writes nothing."""
     lock, _ = repo_stack
-    name, applies = first_patch_applies(source.release_tree("0.5.23"), topic)
+    name, applies = first_patch_applies(release_trees.release_tree("0.5.23"), topic)
     assert applies is False, f"{name} applies to 0.5.23 with plain git apply"
     out = stack.export(ROOT, lock, topic, stack.Onto(version="0.5.23"), tmp_path / "pr", run_tests=False,
                        use_port=False)        # the pinned patches, even where patches/ports/v0.5.23/ has the topic

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from tests.apply.support import MIXIN, POOL, ROOT
-from sgl_overlay import gitcmd, source, stack
+from sgl_overlay import base_tree, gitcmd, release_trees, stack
 
 STACK = ROOT / "tools" / "stack.py"
 LORA = "python/sglang/srt/lora/backend/torch_backend.py"
@@ -35,7 +35,7 @@ def test_classify_is_a_pure_function_of_what_git_reported(tried, status):
 
 def upstream_change(version, path):
     """The real upstream change of ``path`` from the pin to ``version``."""
-    tree = source.release_tree(version)
+    tree = release_trees.release_tree(version)
     return (tree / "sglang" / path.split("/", 2)[2]).read_text()
 
 
@@ -140,7 +140,7 @@ def test_write_updates_the_lock_verified_against_the_tag(project, patches, tmp_p
     repo = tmp_path / "upstream"
     for version in ("0.5.12.post1", "0.5.13"):
         d = tmp_path / f"base-{version}"
-        source.base_from_release(version, d, symlinks={"srt/mem_cache/cpp_radix_tree/.clang-format":
+        base_tree.base_from_release(version, d, symlinks={"srt/mem_cache/cpp_radix_tree/.clang-format":
                                                        "../../../../../sgl-kernel/.clang-format"})
         if not repo.exists():
             gitcmd.run(None, "clone", "-q", str(d), str(repo))

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sgl_overlay import gitcmd, lock as lockmod, series, source
+from sgl_overlay import artifacts, gitcmd, lock as lockmod, series
 
 ROOT = Path(__file__).resolve().parents[2]     # this script's own checkout
 
@@ -56,7 +56,7 @@ def main():
     ap.add_argument("--out", help="write the figures as JSON here")
     args = ap.parse_args()
     lock = lockmod.load(ROOT / "upstream.lock")
-    wheel = source.fetch_pinned_artifact(lock)           # cached: the benchmark measures building
+    wheel = artifacts.pinned(lock).path           # cached: the benchmark measures building
     base, cold, warm = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-apply-") as tmp:
         tmp = Path(tmp)

@@ -75,7 +75,7 @@ def main():
     ap.add_argument("--runs", type=int, default=7)
     a = ap.parse_args()
     from sgl_overlay.harness import load_scenario
-    from sgl_overlay.source import release_tree
+    from sgl_overlay.release_trees import release_tree
 
     tree = a.tree or release_tree(a.release)
     request = json.dumps(dict(load_scenario(a.scenario).to_request(), root=str(tree)))

@@ -11,20 +11,22 @@ import os
 import shutil
 import tempfile
 
-from sgl_overlay import gitcmd, source
+from sgl_overlay import gitcmd, locking, release_list, release_trees
+from sgl_overlay.artifacts import PACKAGE
+from sgl_overlay.project import cache_dir
 from sgl_overlay.versions import release as release_number
 
 EXCLUDE = "__pycache__/\n*.pyc\n.sgl-overlay-release\n*.so\n"
 
 
 def commit_release(repo, version, parent, n):
-    tree_dir = source.release_tree(version)
+    tree_dir = release_trees.release_tree(version)
     with tempfile.TemporaryDirectory(prefix="sgl-overlay-history-") as tmp:
         env = {"GIT_INDEX_FILE": os.path.join(tmp, "a")}
-        gitcmd.run(repo, f"--work-tree={tree_dir}", "add", "-A", "--", source.PACKAGE, env=env)
-        pkg = gitcmd.out(repo, "write-tree", f"--prefix={source.PACKAGE}/", env=env)
+        gitcmd.run(repo, f"--work-tree={tree_dir}", "add", "-A", "--", PACKAGE, env=env)
+        pkg = gitcmd.out(repo, "write-tree", f"--prefix={PACKAGE}/", env=env)
         env = {"GIT_INDEX_FILE": os.path.join(tmp, "b")}
-        gitcmd.run(repo, f"--work-tree={tmp}", "read-tree", f"--prefix=python/{source.PACKAGE}/", pkg, env=env)
+        gitcmd.run(repo, f"--work-tree={tmp}", "read-tree", f"--prefix=python/{PACKAGE}/", pkg, env=env)
         root = gitcmd.out(repo, "write-tree", env=env)
     date = f"2026-01-01T00:{n // 60:02d}:{n % 60:02d}+00:00"
     args = ["commit-tree", root, "-m", f"sglang {version}\n\nThe published release {version}, unpacked.\n"]
@@ -40,10 +42,10 @@ def release_history(versions, cache=None):
     python/sglang (compiled modules left out, as in upstream's git),
     tagged v<version>.  Git hashes the cached release trees in place."""
     key = hashlib.sha256(" ".join(versions).encode()).hexdigest()[:12]
-    root = source.cache_dir(cache) / "release-history"
+    root = cache_dir(cache) / "release-history"
     root.mkdir(parents=True, exist_ok=True)
     target = root / key
-    with source.cache_lock(root / f".{key}.lock", f"the release history {key}"):
+    with locking.cache_entry(root / f".{key}.lock", f"the release history {key}"):
         if (target / "READY").exists():
             return target / "repo"
         shutil.rmtree(target, ignore_errors=True)
@@ -62,6 +64,6 @@ def release_history(versions, cache=None):
 
 def releases_between(old, new):
     lo, hi = release_number(old), release_number(new)
-    return [v for v in source.list_releases() if lo <= release_number(v) <= hi]
+    return [v for v in release_list.list_releases() if lo <= release_number(v) <= hi]
 
 

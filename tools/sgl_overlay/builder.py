@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import TOOL_VERSION, gitcmd, locking, source
+from . import TOOL_VERSION, base_tree, gitcmd, locking
 from .errors import ApplyError, UsageError
 from .paths import inside
 
@@ -272,9 +272,9 @@ def prepare_base(lock, repo_dir, repo, cache, progress):
     """The verified upstream base on branch ``upstream``, HEAD on a new
     branch ``patched`` that the series then advances."""
     if repo:
-        base = source.base_from_git(lock, repo_dir, repo, cache, progress)
+        base = base_tree.base_from_git(lock, repo_dir, repo, cache, progress)
     else:
-        base = source.base_from_artifact(lock, repo_dir, cache, progress)
+        base = base_tree.base_from_artifact(lock, repo_dir, cache, progress)
     gitcmd.run(repo_dir, "checkout", "--quiet", "-b", "patched")
     return base
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from wheel.wheelfile import WheelFile
 
-from . import source, versions
+from . import archive, versions
 from .errors import OverlayError, UsageError
 
 MIB = 1 << 20
@@ -357,7 +357,7 @@ def build_pristine(release_wheel, out, python, platform, config, budget, dl_dir,
     bundle.json lists what was dropped)."""
     say = progress or (lambda m: None)
     out, dl_dir, release_wheel = Path(out), Path(dl_dir), Path(release_wheel)
-    meta = source.release_metadata(release_wheel)
+    meta = archive.release_metadata(release_wheel)
     name, version, tags = versions.wheel(release_wheel.name)
     blockers = release_blockers(meta, tags, machine)
     if blockers:

@@ -124,7 +124,7 @@ def crash_report(e, module):
     name = f"{tool}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
     places = []
     try:
-        from .source import cache_dir
+        from .project import cache_dir
         places.append(cache_dir() / "crash-reports")
     except Exception:  # noqa: BLE001
         pass

@@ -158,6 +158,12 @@ def hold(path, what, wait=0, progress=None, shared=False, hint=None, poll=0.05):
         raise
 
 
+def cache_entry(path, what, progress=None):
+    """One process at a time fills a cache entry; the others wait (as long
+    as it takes, saying so) and then find it filled."""
+    return hold(path, what, wait=None, progress=progress)
+
+
 def is_free(path):
     """True when no living process holds the lock at ``path`` (it exists)."""
     try:

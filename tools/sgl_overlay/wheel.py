@@ -18,7 +18,7 @@ from pathlib import Path
 
 from wheel.wheelfile import WheelFile
 
-from . import gitcmd, source
+from . import artifacts, gitcmd, versions
 from .builder import MANIFEST
 from .errors import UsageError
 
@@ -67,13 +67,13 @@ def _changes(tree, lock):
 
 def build_wheel(lock, tree, out_dir, cache=None, progress=None, artifact=None):
     """``artifact``: another of the release's wheels (another Python's),
-    already proven by ``source.prove_artifact``; default the pinned one."""
+    already proven by ``base_tree.prove_artifact``; default the pinned one."""
     say = progress or (lambda m: None)
     tree = Path(tree)
     manifest = json.loads((tree / MANIFEST).read_text())
     version = f"{lock.version}+overlay.{manifest['stack_digest'][:LABEL_LEN]}"
-    artifact = Path(artifact) if artifact else source.fetch_pinned_artifact(lock, cache, progress)
-    tags = source.versions.wheel(artifact.name)[2]
+    artifact = Path(artifact) if artifact else artifacts.pinned(lock, cache, progress).path
+    tags = versions.wheel(artifact.name)[2]
     say(f"building the patched wheel {version}")
     changed, deleted, ignored = _changes(tree, lock)
     touched = sorted(changed)

@@ -2,7 +2,7 @@
 first, from the old endpoint to the new one."""
 import dataclasses
 
-from .. import gitcmd, source
+from .. import clones, gitcmd, release_list
 from ..errors import UsageError
 from ..versions import release as release_number
 
@@ -50,7 +50,7 @@ def release_range(spec, progress=None):
     if release_number(lo) >= release_number(hi):
         raise UsageError(f"--releases {spec!r} is empty: {lo} is not older than {hi}",
                          hint="give the older release first (with --fixed too: OLD..NEW)")
-    versions = source.list_releases(progress)
+    versions = release_list.list_releases(progress)
     for v in (lo, hi):
         if v not in versions:
             near = [x for x in versions if x.rsplit(".", 1)[0] == v.rsplit(".", 1)[0]] or versions[-5:]
@@ -80,7 +80,7 @@ def commit_range(repo, old_ref, new_ref, all_parents=False, old_opt="--good", ne
     along the ancestry path.  When ``old_ref`` is not an ancestor of
     ``new_ref`` (release tags sit on release branches), the range starts at
     their merge base, and ``old_ref`` itself is verified too."""
-    bare, _ = source.fresh_clone(repo, cache, progress)
+    bare, _ = clones.fresh_clone(repo, cache, progress)
     old = _resolve(bare, old_ref, old_opt, repo)
     new = _resolve(bare, new_ref, new_opt, repo)
     if old == new:

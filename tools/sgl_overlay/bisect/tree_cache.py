@@ -6,7 +6,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from .. import builder, gitcmd, locking, source
+from .. import base_tree, builder, clones, gitcmd, locking, release_trees
 from ..errors import ApplyError, OverlayError
 
 
@@ -171,7 +171,7 @@ def _du(path):
 
 class Trees:
     """Point -> tree directory.  Releases: the unpacked artifact
-    (``source.release_tree``); commits: a checkout sharing the cached bare
+    (``release_trees.release_tree``); commits: a checkout sharing the cached bare
     clone's objects.  ``stack`` given: the patch stack applied on top with
     git am; a patch that applies in reverse (already upstream there) is
     dropped for that step, any other failure makes the step a skip."""
@@ -185,12 +185,12 @@ class Trees:
         self.say = progress or (lambda m: None)
         self.bare = None
         if rng.kind == "commits":
-            self.bare, _ = source.bare_clone(rng.repo, cache, None)
+            self.bare, _ = clones.bare_clone(rng.repo, cache, None)
 
     def get(self, point):
         """(tree path, notes) or raise StepSkip; the caller releases the key."""
         if self.rng.kind == "releases" and self.stack is None:
-            return source.release_tree(point.id, self.cache, self.say), {}, None
+            return release_trees.release_tree(point.id, self.cache, self.say), {}, None
         key = TreeCache.key(point.id, self.stack.digest if self.stack else None)
         meta = self.trees.lookup(key, self.say)
         if meta is not None:
@@ -232,7 +232,7 @@ class Trees:
         gitcmd.run(repo, "reset", "--quiet", "--hard", point.id)
 
     def _base_from_release(self, point, repo):
-        source.base_from_release(point.id, repo, self.lock.subdir, self.lock.symlinks, self.cache, self.say)
+        base_tree.base_from_release(point.id, repo, self.lock.subdir, self.lock.symlinks, self.cache, self.say)
 
     def _apply_stack(self, repo):
         """(dropped patch names, None) or ([...], why the step is skipped)."""

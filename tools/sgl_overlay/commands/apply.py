@@ -11,7 +11,7 @@ Exit codes: 0 ok or up to date, 1 a patch or the overlay failed,
 import argparse
 import dataclasses
 
-from .. import builder, cli, lock as lockmod, project, series, source, wheel
+from .. import artifacts, base_tree, builder, cli, lock as lockmod, project, series, wheel
 from ..errors import FAILED, OK, UsageError
 
 
@@ -60,9 +60,10 @@ def build_for_python(lock, python, tree, args, progress):
     proven equal to the pin's, then the stack laid on it."""
     if python is None:
         return wheel.build_wheel(lock, tree, args.wheel, cache=args.cache, progress=progress), None
-    name = source.wheel_filename(lock, python)
-    artifact, digest, known = source.fetch_tagged_artifact(lock, name, cache=args.cache, progress=progress)
-    normalized = source.prove_artifact(lock, artifact, progress)
+    name = artifacts.wheel_filename(lock, python)
+    fetched = artifacts.lock_wheel(lock, name, cache=args.cache, progress=progress)
+    artifact, digest, known = fetched.path, fetched.sha256, fetched.trust is artifacts.Trust.PINNED
+    normalized = base_tree.prove_artifact(lock, artifact, progress)
     note = None
     if not known:
         lockmod.write(dataclasses.replace(lock, wheels={**lock.wheels, name: digest}), lock.path)
@@ -109,7 +110,7 @@ def main(argv):
     pythons = [p for arg in args.python for p in arg.split(",") if p] or [None]
     for py in pythons:
         if py is not None:
-            source.wheel_filename(lock, py)   # a bad --python is refused before any work
+            artifacts.wheel_filename(lock, py)   # a bad --python is refused before any work
     if args.check:
         r = builder.check(lock, stack, repo=args.repo, cache=args.cache, three_way=args.three_way, progress=progress)
         cli.emit(r.to_json(), args.json, check_text(r, lock))

@@ -29,7 +29,7 @@ import signal
 import time
 from pathlib import Path
 
-from .. import bisect as B, cli, lock as lockmod, project, series, source
+from .. import bisect as B, cli, lock as lockmod, project, series
 from ..errors import UsageError
 
 EXIT = {"first-bad": 0, "first-fixed": 0, "not-in-range": 4, "cannot-reproduce": 5, "inconclusive": 6, "flaky": 7}
@@ -161,7 +161,7 @@ def setup(args, progress):
         old, new = (args.bad, args.good) if args.fixed else (args.good, args.bad)
         opts = ("--bad", "--good") if args.fixed else ("--good", "--bad")
         rng = B.commit_range(args.repo, old, new, args.all_parents, *opts, cache=args.cache, progress=progress)
-    cache = str(source.cache_dir(args.cache))
+    cache = str(project.cache_dir(args.cache))
     path = Path(args.log) if args.log else \
         Path(cache) / "bisect-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.jsonl"
     header = {"range": rng.as_dict(), "test": test.spec(), "fixed": args.fixed, "runs": args.runs, "jobs": args.jobs,
@@ -202,7 +202,7 @@ def commit_command(rec, header, root):
 
 def make_trees(rng, header, args, stack, progress):
     cache = header.get("cache") or args.cache
-    tree_root = header.get("tree_cache") or args.tree_cache or str(source.cache_dir(cache) / "bisect-trees")
+    tree_root = header.get("tree_cache") or args.tree_cache or str(project.cache_dir(cache) / "bisect-trees")
     return B.Trees(rng, lockmod.load(args.root / "upstream.lock"), stack, cache,
                    B.TreeCache(tree_root, (header.get("tree_cache_mb") or args.tree_cache_mb) << 20), progress)
 

@@ -26,7 +26,7 @@ import argparse
 import os
 import types
 
-from .. import builder, bundle, cli, lock as lockmod, project, series, source
+from .. import artifacts, builder, bundle, cli, lock as lockmod, project, series
 from ..errors import FAILED, OK, UsageError
 from .apply import build_for_python
 
@@ -84,7 +84,7 @@ def machine(given):
 def pristine(args, progress):
     """--release: the release's own wheel for --python/--platform and its runtime wheels."""
     tag = "cp3%d" % cli.python_version(args.python)[1]
-    wheel = source.fetch_release(args.release, args.cache, progress, tags=f"{tag}-{tag}-{args.platform}")
+    wheel = artifacts.release(args.release, args.cache, progress, tags=f"{tag}-{tag}-{args.platform}").path
     return bundle.build_pristine(wheel, args.out, args.python, args.platform,
                                  {"attention-backend": args.attention_backend}, int(args.max_mib * bundle.MIB),
                                  os.path.join(args.downloads, f"release-{args.release}"), machine(args.machine),
@@ -113,7 +113,7 @@ def main(argv):
     w, note = build_for_python(lock, args.python, r.dest, wargs, progress)
     if note:
         progress(note)
-    release = source.cache_dir(args.cache) / "artifacts" / w["artifact"]
+    release = artifacts.location(w["artifact"], args.cache)
     d = bundle.build(lockmod.load(lock.path), w["path"], release, args.out, args.python, args.platform,
                      {"attention-backend": args.attention_backend}, int(args.max_mib * bundle.MIB),
                      args.downloads, progress)

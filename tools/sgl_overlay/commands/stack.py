@@ -37,7 +37,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .. import builder, cli, lock as lockmod, locking, project, series, source, stack, versions
+from .. import builder, cli, lock as lockmod, locking, project, release_list, series, stack, versions
 from ..errors import FAILED, OK, UsageError
 
 
@@ -180,7 +180,7 @@ def _main(args, progress, root):
         if not spec:
             if args.repo:
                 raise UsageError("export with --repo needs --onto COMMIT", hint="e.g. --onto main")
-            spec = source.list_releases(progress)[-1]       # the newest release
+            spec = release_list.list_releases(progress)[-1]       # the newest release
         r = stack.export(root, lock, args.topic, onto_of(spec, args.repo), args.out, args.cache, progress,
                          run_tests=not args.no_tests, test_python=test_python, use_port=not args.pinned)
         cli.emit(strip_texts(r), args.json, export_text(r))

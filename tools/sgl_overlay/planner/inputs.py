@@ -94,9 +94,9 @@ def resolve_tree(tree: str | None, release: str | None, checkout: Path | None = 
         raise UsageError("give --tree or --release, not both", hint="--tree PATH plans a source tree; "
                          "--release X plans a published release")
     if release:
-        from .. import source
+        from .. import release_trees
 
-        root = layout_mod.source_root(source.release_tree(release))
+        root = layout_mod.source_root(release_trees.release_tree(release))
         return Tree(root, release, layout_mod.detect(root).era)
     if not tree:
         checkout = project.find_root(checkout)

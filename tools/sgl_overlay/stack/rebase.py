@@ -7,7 +7,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .. import builder, gitcmd, lock as lockmod, series, source, versions
+from .. import archive, artifacts, base_tree, builder, clones, gitcmd, lock as lockmod, series, versions
 from ..errors import ApplyError, UsageError
 from .classify import APPLIES, LEAVES_SERIES, RESOLVED, UNRESOLVED, classify
 from .refresh import write_patches
@@ -30,11 +30,11 @@ def new_base(lock, onto, repo_dir, cache, progress, bare=None):
     """The upstream tree ``onto`` names, in ``repo_dir``; ``bare``: the --repo's clone,
     already refreshed by the caller (else refreshed here)."""
     if onto.version:
-        return source.base_from_release(onto.version, repo_dir, lock.subdir, lock.symlinks, cache, progress)
+        return base_tree.base_from_release(onto.version, repo_dir, lock.subdir, lock.symlinks, cache, progress)
     if not onto.repo:
         raise UsageError("--onto COMMIT needs --repo URL_OR_PATH", hint="or give a release version")
     if bare is None:
-        bare, _ = source.fresh_clone(onto.repo, cache, progress)
+        bare, _ = clones.fresh_clone(onto.repo, cache, progress)
     r = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{onto.commit}^{{commit}}", check=False)
     if r.returncode:
         raise UsageError(f"{onto.repo} has no commit {onto.commit!r}", hint="give a commit, tag or branch of it")
@@ -45,7 +45,7 @@ def new_base(lock, onto, repo_dir, cache, progress, bare=None):
     gitcmd.run(repo_dir, "update-ref", "refs/heads/upstream", commit)
     gitcmd.run(repo_dir, "reset", "--quiet", "--hard", commit)
     return {"source": "git", "repo": onto.repo, "base_commit": commit,
-            "tree_normalized": source.normalized_tree(repo_dir, gitcmd.out(repo_dir, "rev-parse", f"{commit}:{lock.subdir}"))}
+            "tree_normalized": base_tree.normalized_tree(repo_dir, gitcmd.out(repo_dir, "rev-parse", f"{commit}:{lock.subdir}"))}
 
 
 def _try(repo_dir, patch, *args):
@@ -86,7 +86,7 @@ def rebase(lock, stack, onto, cache=None, progress=None, keep=None):
         new = Path(keep) if keep else tmp / "new"
         say(f"preparing upstream {onto.label}")
         # the --repo's history, refreshed once for the whole rebase
-        bare = source.fresh_clone(onto.repo, cache, progress)[0] if onto.repo else None
+        bare = clones.fresh_clone(onto.repo, cache, progress)[0] if onto.repo else None
         base = new_base(lock, onto, new, cache, progress, bare)
         gitcmd.run(new, "checkout", "--quiet", "-b", "patched")
         # the old blobs, so that --3way can find each patch's preimage
@@ -139,7 +139,7 @@ def new_lock(lock, onto, cache=None, progress=None):
     if not onto.version:
         raise UsageError("--write needs --onto VERSION (a release)", hint="locks pin released versions")
     repo = onto.repo or lock.repo
-    bare, _ = source.fresh_clone(repo, cache, progress)
+    bare, _ = clones.fresh_clone(repo, cache, progress)
     tag = f"v{onto.version}"
     c = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{tag}^{{commit}}", check=False)
     if c.returncode:
@@ -156,25 +156,22 @@ def new_lock(lock, onto, cache=None, progress=None):
             executable.append(path.decode())
         elif mode == b"120000":
             symlinks[path.decode()] = gitcmd.run(bare, "cat-file", "blob", sha.decode()).stdout
-    artifact = source.fetch_release(onto.version, cache, progress)
+    artifact = artifacts.release(onto.version, cache, progress)
     if not artifact.name.endswith(".whl"):
         raise UsageError(f"release {onto.version} publishes no wheel ({artifact.name})",
                          hint="the patched wheel needs a release wheel to start from")
-    with zipfile.ZipFile(artifact) as z:
+    with zipfile.ZipFile(artifact.path) as z:
         names = set(z.namelist())
-    meta = source.release_metadata(artifact)
+    meta = archive.release_metadata(artifact.path)
     deps = {"python": lock.dependencies.get("python", "cp311"), **versions.pins(meta, versions.wheel(artifact.name)[2])}
     candidate = dataclasses.replace(
         lock, tag=tag, version=onto.version, commit=commit, date=date, tree=tree,
-        artifact_filename=artifact.name, artifact_sha256=source.sha256_file(artifact),
+        artifact_filename=artifact.name, artifact_sha256=artifact.sha256,
         generated=tuple(g for g in ("_version.py",) if f"sglang/{g}" in names),
         compiled=lock.compiled, symlinks=symlinks, executable=tuple(sorted(executable)), dependencies=deps,
-        tree_normalized=source.normalized_tree(bare, tree))
+        tree_normalized=base_tree.normalized_tree(bare, tree))
     with tempfile.TemporaryDirectory(prefix="sgl-overlay-lock-") as t:
-        cache_art = source.cache_dir(cache) / "artifacts" / artifact.name
-        if cache_art != artifact:
-            shutil.copy(artifact, cache_art)
-        base = source.base_from_artifact(candidate, Path(t) / "tree", cache, progress)
+        base = base_tree.base_from_artifact(candidate, Path(t) / "tree", cache, progress)
     if base["tree"] != tree:
         raise ApplyError(f"release {onto.version}: the artifact reconciled with the new lock gives tree "
                          f"{base['tree']}, the tag's is {tree}", hint="the release artifact differs from its tag")
