@@ -55,25 +55,36 @@ def list_text(stack):
 
 
 def build_for_python(lock, python, tree, args, progress):
-    """The patched wheel from the release's wheel for ``python`` (None: the
-    pinned one): fetched, sha256 checked or recorded on first use, its tree
-    proven equal to the pin's, then the stack laid on it."""
+    """``(wheel, note, recorded)``: the patched wheel from the release's wheel
+    for ``python`` (None: the pinned one), fetched, its sha256 checked, its
+    tree proven equal to the pin's, then the stack laid on it.  ``recorded``
+    is ``{name: sha256}`` for a wheel the lock does not list yet (trust on
+    first use), for the caller to write into the lock once (record_wheels)."""
     if python is None:
-        return wheel.build_wheel(lock, tree, args.wheel, cache=args.cache, progress=progress), None
+        return wheel.build_wheel(lock, tree, args.wheel, cache=args.cache, progress=progress), None, {}
     name = artifacts.wheel_filename(lock, python)
     fetched = artifacts.lock_wheel(lock, name, cache=args.cache, progress=progress)
     artifact, digest, known = fetched.path, fetched.sha256, fetched.trust is artifacts.Trust.PINNED
     normalized = base_tree.prove_artifact(lock, artifact, progress)
     note = None
     if not known:
-        lockmod.write(dataclasses.replace(lock, wheels={**lock.wheels, name: digest}), lock.path)
         note = (f"trust on first use: recorded sha256 {digest} of {name} in {lock.path.name} "
                 f"([artifact.wheels]); its python/sglang tree equals the pin's ({normalized[:12]}); "
                 "later builds are checked against this record")
     w = wheel.build_wheel(lock, tree, args.wheel, cache=args.cache, progress=progress, artifact=artifact)
     w.update({"artifact_sha256": digest, "sha256_status": "verified" if known else "recorded",
               "tree_normalized": normalized})
-    return w, note
+    return w, note, ({} if known else {name: digest})
+
+
+def record_wheels(lock, recorded):
+    """The lock with ``recorded`` wheels' sha256 in ``[artifact.wheels]``,
+    written once (atomically, lock.write) when there are any."""
+    if not recorded:
+        return lock
+    new = dataclasses.replace(lock, wheels={**lock.wheels, **recorded})
+    lockmod.write(new, lock.path)
+    return lockmod.load(lock.path)
 
 
 def check_text(r, lock):
@@ -125,13 +136,14 @@ def main(argv):
                 + f", HEAD {r.manifest['head'][:12]} on branch patched")
     out = r.to_json()
     if args.wheel:
-        out["wheels"] = []
-        for py in pythons:
-            w, note = build_for_python(lock, py, r.dest, args, progress)
-            lock = lockmod.load(lock.path)   # a recorded sha256 is part of the lock from now on
+        out["wheels"], recorded = [], {}
+        for py in dict.fromkeys(pythons):             # each Python once
+            w, note, new = build_for_python(lock, py, r.dest, args, progress)
+            recorded.update(new)
             out["wheels"].append(w)
             text += f"\nwheel: {w['path']} (version {w['version']}, from {w['artifact']})" + (f"\n  {note}" if note else "")
         out["wheel"] = out["wheels"][0]
+        record_wheels(lock, recorded)
     cli.emit(out, args.json, text)
     return OK
 

@@ -28,7 +28,7 @@ import types
 
 from .. import artifacts, builder, bundle, cli, lock as lockmod, project, series
 from ..errors import FAILED, OK, UsageError
-from .apply import build_for_python
+from .apply import build_for_python, record_wheels
 
 
 def parse(argv):
@@ -110,11 +110,12 @@ def main(argv):
     stack = series.load(root)
     r = builder.build(lock, stack, root / "build" / "sglang", cache=args.cache, progress=progress)
     wargs = types.SimpleNamespace(wheel=args.out + ".wheel", cache=args.cache)
-    w, note = build_for_python(lock, args.python, r.dest, wargs, progress)
+    w, note, recorded = build_for_python(lock, args.python, r.dest, wargs, progress)
+    lock = record_wheels(lock, recorded)
     if note:
         progress(note)
     release = artifacts.location(w["artifact"], args.cache)
-    d = bundle.build(lockmod.load(lock.path), w["path"], release, args.out, args.python, args.platform,
+    d = bundle.build(lock, w["path"], release, args.out, args.python, args.platform,
                      {"attention-backend": args.attention_backend}, int(args.max_mib * bundle.MIB),
                      args.downloads, progress)
     d["sha256_note"] = note
