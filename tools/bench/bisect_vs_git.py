@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sgl_overlay.bisect.versus_git import CASES, run_git, run_ours, sweep
 from sgl_overlay.release_history import release_history, releases_between
+from versus_git import CASES, run_git, run_ours, sweep  # tools/bench/versus_git.py: this folder is sys.path[0]
 
 
 def main(argv):

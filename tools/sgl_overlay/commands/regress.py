@@ -10,16 +10,15 @@ SGLANG_* settings reach the sizing, as they would reach a server started from
 the same shell, and the report names them (docs/regress.md).
 """
 
-import json
-
 from .. import cli
 from ..extras import require
-from ..errors import FAILED, OK, UNTESTABLE
+from ..errors import OK
 from ..harness import (
     load_scenario,
     run_scenario,
     scenario_names,
 )
+from ..harness.run import exit_code, report_json
 from ..harness.environment import describe
 
 def main(argv) -> int:
@@ -39,13 +38,8 @@ def main(argv) -> int:
     require("harness", "tools/regress.py")
     scenario = load_scenario(args.scenario)
     report = run_scenario(args.tree, scenario, verify_remedy=not args.no_remedy)
-    code = {True: OK, False: FAILED, None: UNTESTABLE}[report["passed"]]
-    report["exit"] = code
-    if args.json:
-        print(json.dumps(report, indent=2, default=str))
-    else:
-        print(_summary(report))
-    return code
+    print(report_json(report) if args.json else _summary(report))
+    return exit_code(report)
 
 
 def _summary(r: dict) -> str:

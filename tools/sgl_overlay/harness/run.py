@@ -15,16 +15,19 @@ from . import layout as layout_mod
 from . import outcome as outcome_mod
 from .scenario import Scenario
 
+from ..errors import FAILED, OK, UNTESTABLE
 from ..extras import MissingDependency, require, third_party_missing
 from ..project import ROOT
 
 
 def run_child(root: Path, request: dict, timeout: float = 120.0,
-              module: str = "sgl_overlay.harness.child") -> dict:
+              module: str = "sgl_overlay.harness.child", launch=subprocess.run) -> dict:
     """One fresh interpreter, one sizing run; returns the child's JSON.
 
     ``module`` is the child entry point (``python -m MODULE``, request JSON on
     stdin, one result JSON line on stdout); the planner's flag parser uses it too.
+    ``launch`` runs it, with ``subprocess.run``'s arguments and result (a caller
+    that must be able to stop its children, such as bisect, passes its own).
 
     The child inherits this process's environment, as a server started from the same shell
     would: the SGLang settings in it (``SGLANG_*``) are honoured, and the result names them
@@ -34,7 +37,7 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
     env = dict(os.environ)
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
     t = time.perf_counter()
-    proc = subprocess.run(
+    proc = launch(
         # -m from the checkout's root: the test probes (tests.*) import too
         [sys.executable, "-m", module],
         input=json.dumps(req),
@@ -87,8 +90,10 @@ def _stop_on_missing_package(root, err, stderr: str) -> None:
 
 
 def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = True,
-                 measure_allocation: bool = False) -> dict:
+                 measure_allocation: bool = False, launch=subprocess.run) -> dict:
     """The full report: outcome, figures, remedy (verified by a re-run), pass/fail.
+
+    launch: how each child interpreter is run (``run_child``).
 
     measure_allocation: after a completed sizing, build the pools with the
     tree's own classes on torch's meta device and record the bytes
@@ -98,7 +103,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
     request = scenario.to_request()
     if measure_allocation:
         request["measure_allocation"] = True
-    child = run_child(root, request)
+    child = run_child(root, request, launch=launch)
     verdict = outcome_mod.classify(child)
     report = {
         "scenario": scenario.name,
@@ -121,7 +126,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
     }
     if verdict["outcome"] == "refused":
         remedies = outcome_mod.parse_remedies(verdict.get("message", ""))
-        checked = [_verify(root, scenario, r, measure_allocation) if verify_remedy else
+        checked = [_verify(root, scenario, r, measure_allocation, launch=launch) if verify_remedy else
                    {"parsed": r.to_dict(), "works": None, "why": "not verified"} for r in remedies]
         report["remedy"] = checked[0] if checked else {
             "parsed": None, "works": False, "why": "the message states no flag value"}
@@ -134,7 +139,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
         report["warning"] = ledger.get("reason")
         remedies = outcome_mod.parse_remedies("\n".join(
             f"remedy: {r['flag']} = {r['value']}" for r in ledger.get("remedies") or []))
-        checked = [_verify(root, scenario, r, measure_allocation, want_case="fits")
+        checked = [_verify(root, scenario, r, measure_allocation, want_case="fits", launch=launch)
                    if verify_remedy else {"parsed": r.to_dict(), "works": None, "why": "not verified"}
                    for r in remedies]
         report["remedy"] = checked[0] if checked else {
@@ -151,7 +156,7 @@ def _public_error(err):
 
 
 def _verify(root: Path, scenario: Scenario, remedy: outcome_mod.Remedy,
-            measure_allocation: bool = False, want_case: str | None = None) -> dict:
+            measure_allocation: bool = False, want_case: str | None = None, launch=subprocess.run) -> dict:
     current = scenario.server.get(remedy.key)
     out = {"parsed": remedy.to_dict(), "current": current}
     if remedy.relation == "above" and isinstance(current, (int, float)) and current >= remedy.value:
@@ -164,7 +169,7 @@ def _verify(root: Path, scenario: Scenario, remedy: outcome_mod.Remedy,
     request = scenario.to_request({remedy.key: remedy.value})
     if measure_allocation:
         request["measure_allocation"] = True
-    rerun = run_child(root, request)
+    rerun = run_child(root, request, launch=launch)
     v = outcome_mod.classify(rerun)
     out.update(
         applied={remedy.key: remedy.value},
@@ -181,6 +186,16 @@ def _verify(root: Path, scenario: Scenario, remedy: outcome_mod.Remedy,
         out["works"] = out["works"] and case == want_case
         out["why"] += f", case {case}"
     return out
+
+
+def exit_code(report: dict) -> int:
+    """A report's exit status by git bisect run's protocol: 0 pass, 1 fail, 125 untestable."""
+    return {True: OK, False: FAILED, None: UNTESTABLE}[report["passed"]]
+
+
+def report_json(report: dict) -> str:
+    """The report as ``tools/regress.py --json`` prints it, its exit status included."""
+    return json.dumps({**report, "exit": exit_code(report)}, indent=2, default=str)
 
 
 def judge(scenario: Scenario, report: dict) -> tuple[bool | None, str]:
