@@ -30,9 +30,25 @@ def bound(n):
     return math.ceil(math.log2(n)) + 2
 
 
+# Run from a terminal, a command gets SIGINT's default action, and Python turns it
+# into KeyboardInterrupt; a command started in the background by a shell without
+# job control (`pytest ... &` in a script, nohup) inherits SIGINT *ignored*, and so
+# does every process it starts: tools/bisect.py would never see the Ctrl-C that
+# the interrupt tests send it.  So the tests start it as a terminal would: SIGINT
+# restored to its default, then exec (same pid, so a test's os.getppid() is still
+# bisect's).
+AT_A_TERMINAL = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                 "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
+
+
+def bisect_argv(*args):
+    """The command line of tools/bisect.py ARGS, started as from a terminal."""
+    return [*AT_A_TERMINAL, str(BISECT), *args]
+
+
 def bisect(*args, timeout=600, **kw):
     """Run tools/bisect.py --json; returns (exit code, parsed stdout or None, stderr)."""
-    p = subprocess.run([sys.executable, str(BISECT), *args], capture_output=True, text=True, timeout=timeout, **kw)
+    p = subprocess.run(bisect_argv(*args), capture_output=True, text=True, timeout=timeout, **kw)
     try:
         data = json.loads(p.stdout) if "--json" in args else None
     except ValueError:

@@ -115,31 +115,46 @@ def test_skip_exit_code_is_a_skip_never_bad(tmp_path):
 
 def test_ctrl_c_stops_the_running_tests_at_once(tmp_path):
     """With --jobs 2, two tests run; Ctrl-C ends both (their process
-    groups), records nothing for them, and exits 130 within seconds."""
+    groups) without waiting for them, records nothing for them, and exits
+    130.  The tests would run for an hour: bisect ending within the
+    deadline, with both gone, is the proof that it stopped them."""
     import os
     import subprocess
-    import sys
-    import time
-    from tests.bisect.support import BISECT
+    from tests.bisect.support import bisect_argv
     pids = tmp_path / "pids"
     script = tmp_path / "slow.sh"
-    script.write_text(f'echo $$ >> "{pids}"\nsleep 60\n')
+    script.write_text(f'echo $$ >> "{pids}"\nexec sleep 3600\n')
     log = tmp_path / "log.jsonl"
-    p = subprocess.Popen([sys.executable, str(BISECT), *RANGE, "--jobs", "2", "--log", str(log), "--",
-                          "sh", str(script), "{tree}"], stderr=subprocess.PIPE, text=True)
-    for _ in range(300):
-        if pids.exists() and len(pids.read_text().split()) == 2:
-            break
-        time.sleep(0.1)
-    started = [int(x) for x in pids.read_text().split()]
-    t0 = time.monotonic()
-    p.send_signal(signal.SIGINT)
-    err = p.communicate(timeout=30)[1]
-    assert p.returncode == 130 and time.monotonic() - t0 < 15, err
+    p = subprocess.Popen(bisect_argv(*RANGE, "--jobs", "2", "--log", str(log), "--", "sh", str(script), "{tree}"),
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, p, "both endpoint tests to start")
+        started = [int(x) for x in pids.read_text().split()]
+        p.send_signal(signal.SIGINT)
+        err = p.communicate(timeout=DEADLINE)[1]
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
     assert results(log) == []
     for pid in started:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+DEADLINE = 600                      # seconds: generous for a loaded machine; no test waits for it to pass
+
+
+def wait_for(ready, proc, what):
+    """Wait until ``ready()``, while ``proc`` runs, up to DEADLINE seconds."""
+    import time
+    end = time.monotonic() + DEADLINE
+    while not ready():
+        if proc.poll() is not None:
+            pytest.fail(f"bisect ended (exit {proc.returncode}) before {what}: {proc.stderr.read()[-2000:]}")
+        if time.monotonic() > end:
+            pytest.fail(f"no {what} within {DEADLINE} s")
+        time.sleep(0.05)
 
 
 def test_a_run_past_timeout_is_untestable_not_bad(tmp_path):
@@ -151,3 +166,64 @@ def test_a_run_past_timeout_is_untestable_not_bad(tmp_path):
     assert data["verdict"] == "inconclusive" and data["endpoint"]["id"] == "0.5.13"
     assert [s["result"] for s in data["steps"]] == ["skip", "skip"]
     assert "timed out after 1.0 s" in data["words"][1]
+
+
+# A log as the code before the typed records (commit 0038906) wrote it: the start
+# record, three results, and (finished) the verdict record, key for key.
+OLD_POINTS = ["0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
+              "0.5.16"]
+OLD_RESULTS = [
+    {"batch": 1, "code": 0, "notes": {}, "output": "", "phase": "endpoints", "point": "0.5.11", "raw": "pass",
+     "run": 1, "seconds": 0.15, "summary": "", "term": "old", "type": "result"},
+    {"batch": 2, "code": 1, "notes": {}, "output": "", "phase": "endpoints", "point": "0.5.16", "raw": "fail",
+     "run": 1, "seconds": 0.17, "summary": "", "term": "new", "type": "result"},
+    {"batch": 3, "code": 0, "notes": {}, "output": "", "phase": "bisect", "point": "0.5.13.post1", "raw": "pass",
+     "run": 1, "seconds": 0.14, "summary": "", "term": "old", "type": "result"},
+]
+
+
+def old_start(command):
+    from tests.bisect.support import ROOT
+    return {"cache": None, "fixed": False, "jobs": 1,
+            "range": {"extra_old": [], "kind": "releases", "notes": [], "repo": "",
+                      "points": [{"id": v, "label": f"sglang {v}", "ref": v} for v in OLD_POINTS]},
+            "runs": 1, "schema": 1, "stack_digest": None, "stack_root": str(ROOT),
+            "test": {"command": command, "scenario": None, "timeout": None}, "tool_version": "0.1.0",
+            "tree_cache": None, "tree_cache_mb": 8192, "type": "start", "with_stack": False}
+
+
+def test_a_log_the_previous_code_wrote_resumes_and_replays(tmp_path):
+    log, seen = tmp_path / "log.jsonl", tmp_path / "calls"
+    cmd = version_test(tmp_path / "t.py", seen, first_bad="0.5.14")
+    log.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in [old_start(cmd), *OLD_RESULTS]))
+    rc, data, err = bisect("--replay", str(log), "--json")
+    assert rc == 8 and data["executions"] == 3 and data["next"] == ["0.5.15"], err
+    rc, data, err = bisect("--resume", str(log), "--json")
+    assert rc == 0, err
+    assert calls(seen) == ["0.5.15", "0.5.14"]                  # the three kept results are not run again
+    assert data["verdict"] == "first-bad" and data["executions"] == 5
+    assert data["last_old"] == {"id": "0.5.13.post1", "label": "sglang 0.5.13.post1", "ref": "0.5.13.post1"}
+    assert [(s["point"], s["seconds"]) for s in data["steps"][:3]] == [(r["point"], r["seconds"]) for r in OLD_RESULTS]
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert lines[1:4] == OLD_RESULTS                              # kept as they were
+    assert [sorted(r) for r in lines[4:6]] == [sorted(OLD_RESULTS[0])] * 2   # new results in the same format
+    assert lines[-1]["type"] == "verdict" and lines[-1]["words"] == ["first bad: 0.5.14; last good before it: 0.5.13.post1"]
+
+
+def test_a_verdict_the_previous_code_wrote_is_replayed_as_written(tmp_path):
+    log = tmp_path / "log.jsonl"
+    steps = [{"label": f"sglang {r['point']}", "phase": r["phase"], "point": r["point"], "result": r["raw"],
+              "seconds": r["seconds"], "term": r["term"]} for r in OLD_RESULTS]
+    verdict = {"type": "verdict", "verdict": "cannot-reproduce", "executions": 3, "fixed": False, "steps": steps,
+               "endpoint": {"id": "0.5.16", "label": "sglang 0.5.16", "ref": "0.5.16"},
+               "words": ["cannot reproduce: as the log says", "the test at 0.5.16 said: "]}
+    log.write_text("".join(json.dumps(r, sort_keys=True) + "\n"
+                           for r in [old_start(["true", "{tree}"]), *OLD_RESULTS, verdict]))
+    rc, data, err = bisect("--replay", str(log), "--json")
+    assert rc == 5, err
+    assert data == {"status": "done", "log": str(log), **verdict}    # the record as written (its "type" too)
+    import subprocess
+    from tests.bisect.support import bisect_argv
+    p = subprocess.run(bisect_argv("--replay", str(log)), capture_output=True, text=True, timeout=DEADLINE)
+    assert p.returncode == 5 and p.stdout.startswith("cannot reproduce: as the log says\n")
+    assert "3 test execution(s) over 9 point(s):" in p.stdout

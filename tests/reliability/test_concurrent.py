@@ -92,19 +92,25 @@ def _bisect(log, test, *extra):
 
 
 def test_two_bisects_on_one_log_and_a_resume_of_a_live_log(tmp_path):
-    log = tmp_path / "log.jsonl"
+    log, go = tmp_path / "log.jsonl", tmp_path / "go"
     slow = version_test(tmp_path / "t.py", tmp_path / "calls", first_bad="0.5.13.post1")
-    slow = [sys.executable, "-c", "import time, subprocess, sys; time.sleep(0.4); "
-                                  "sys.exit(subprocess.call(sys.argv[1:]))", *slow]
+    # the first bisect's test holds until both refusals are done (the file `go`), so it is
+    # still writing the log while they run, however slow the machine (600 s at most)
+    slow = [sys.executable, "-c", "import os, subprocess, sys, time\nend = time.monotonic() + 600\n"
+                                  "while not os.path.exists(sys.argv[1]) and time.monotonic() < end: time.sleep(0.05)\n"
+                                  "sys.exit(subprocess.call(sys.argv[2:]))", str(go), *slow]
     first = subprocess.Popen(_bisect(log, slow, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for _ in range(600):
-        if log.exists():
-            break
+    end = time.monotonic() + 600
+    while not log.exists():
+        assert first.poll() is None and time.monotonic() < end, first.stderr.read() if first.poll() is not None else ""
         time.sleep(0.05)
     refused = []
-    for cmd in (_bisect(log, slow), tool("bisect", "--resume", log)):
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        refused.append(p)
+    try:
+        for cmd in (_bisect(log, slow), tool("bisect", "--resume", log)):
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            refused.append(p)
+    finally:
+        go.write_text("")
     out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err
     verdict = json.loads(out)

@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sgl_overlay.bisect.versus_git import CASES, run_git, run_ours, sweep
 from release_history import release_history, releases_between  # its sibling: this folder is sys.path[0]
+from versus_git import CASES, run_git, run_ours, sweep  # tools/bench/versus_git.py: this folder is sys.path[0]
 
 
 def main(argv):

@@ -31,12 +31,7 @@ def trimmed(report):
 def rerun_command(header, rng, public_repo, report_path):
     """The command that bisects again and writes this report again, citing
     the public repository rather than the clone this run read."""
-    cmd = ["python", "tools/bisect.py"]
-    if rng.kind == "releases":
-        cmd += ["--releases", f"{rng.points[0].id}..{rng.points[-1].id}"]
-    else:
-        old = rng.extra_old[0] if rng.extra_old else rng.points[0]
-        cmd += ["--repo", public_repo, "--good", old.ref or old.id, "--bad", rng.points[-1].ref or rng.points[-1].id]
+    cmd = ["python", "tools/bisect.py", *rng.cli_args(public_repo)]
     cmd += ["--scenario", header["test"]["scenario"], "--report", str(report_path)]
     return shlex.join(cmd)
 

@@ -3,7 +3,7 @@
 ``render(evidence)`` is pure: the text is a function of the evidence alone,
 which ``evidence.collect`` gathers (I/O) after a ``first-bad`` verdict:
 
-* ``verdict``: the verdict record (``report.finish``), with its steps;
+* ``verdict``: the verdict record (``verdict.Record.to_json``), with its steps;
 * ``range``: ``kind`` (releases | commits), ``old_ref``, ``new_ref``,
   ``merge_base`` (commits, when the good ref is off the bad one's line),
   ``size`` (points bisected);

@@ -1,4 +1,6 @@
-"""The bisection log (JSON lines)."""
+"""The bisection log (JSON lines): a start record, one ``Result`` per test
+execution, a verdict record (``verdict.Record.to_json``)."""
+import dataclasses
 import json
 import os
 import threading
@@ -6,8 +8,44 @@ from pathlib import Path
 
 from .. import TOOL_VERSION, locking
 from ..errors import UsageError
+from .strategy import Phase
+from .terms import Raw, Term
 
 LOG_SCHEMA = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One test execution at a point, as the log keeps it."""
+    point: str                      # the point's id
+    phase: Phase
+    batch: int                      # the round of decide() it was run in
+    run: int                        # 1..--runs at this point
+    raw: Raw
+    term: Term
+    code: int                       # the test's exit status (125 for a step that cannot be built)
+    seconds: float
+    summary: str = ""
+    output: str = ""
+    dropped: tuple | None = None    # patches dropped at this step (already upstream); None: no stack step
+
+    def why(self, tail):
+        """The test's own words: its summary, or the end of its output."""
+        return self.summary or self.output[-tail:]
+
+    def to_json(self):
+        return {"type": "result", "point": self.point, "phase": self.phase, "batch": self.batch, "run": self.run,
+                "raw": self.raw, "term": self.term, "code": self.code, "seconds": self.seconds,
+                "summary": self.summary, "output": self.output,
+                "notes": {} if self.dropped is None else {"dropped": list(self.dropped)}}
+
+    @classmethod
+    def from_json(cls, d):
+        notes = d.get("notes") or {}
+        return cls(point=d["point"], phase=Phase(d["phase"]) if d.get("phase") else None, batch=d.get("batch", 0),
+                   run=d.get("run", 1), raw=Raw(d["raw"]), term=Term(d["term"]), code=d.get("code"),
+                   seconds=d.get("seconds"), summary=d.get("summary") or "", output=d.get("output") or "",
+                   dropped=tuple(notes["dropped"]) if "dropped" in notes else None)
 
 
 class Log:
@@ -59,7 +97,15 @@ class Log:
             return True
         return False
 
-    def append(self, record):
+    def append(self, result):
+        """One ``Result``, as it comes."""
+        self._write(result.to_json())
+
+    def close(self, record):
+        """The verdict ``Record``: the last line of a finished log."""
+        self._write({"type": "verdict", **record.to_json()})
+
+    def _write(self, record):
         with self._lock, open(self.path, "a") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")
             f.flush()
@@ -67,8 +113,9 @@ class Log:
 
     @staticmethod
     def read(path):
-        """(header, results, verdict or None); a torn last line (a crash
-        mid-write) is dropped, any other bad line is an error."""
+        """(header, results, verdict or None): the start record, the
+        ``Result``s, the verdict record as written; a torn last line (a
+        crash mid-write) is dropped, any other bad line is an error."""
         path = Path(path)
         try:
             lines = path.read_text().split("\n")
@@ -89,7 +136,7 @@ class Log:
             if t == "start":
                 header = rec
             elif t == "result":
-                results.append(rec)
+                results.append(Result.from_json(rec))
             elif t == "verdict":
                 verdict = rec
         if header is None or header.get("schema") != LOG_SCHEMA:
@@ -103,6 +150,6 @@ def known_from(results, points):
     runs left out: the test is run again there once it is fixed)."""
     known = {}
     for r in results:
-        if r["point"] in points and r["raw"] != "abort":     # an aborted run is run again after the fix
-            known.setdefault(r["point"], []).append(r["term"])
+        if r.point in points and r.raw is not Raw.ABORT:     # an aborted run is run again after the fix
+            known.setdefault(r.point, []).append(r.term)
     return known

@@ -2,9 +2,10 @@
 import concurrent.futures
 
 from ..errors import OverlayError
-from .strategy import decide, remaining_steps
-from .terms import SKIP, agree, term_of
-from .testrun import Children
+from .log import Result
+from .strategy import Phase, decide, remaining_steps
+from .terms import Raw, Term, agree
+from .testrun import Children, TestRun
 from .tree_cache import StepSkip
 
 
@@ -25,21 +26,20 @@ class Bisection:
         return {p.id for p in self.rng.extra_old} | {self.rng.points[0].id, self.rng.points[-1].id}
 
     def _one(self, pid, label):
+        """[(TestRun, patches dropped or None)], one per run at the point."""
         point = self.rng.point(pid)
         try:
-            tree, notes, key = self.trees.get(point)
+            tree, dropped, key = self.trees.get(point)
         except StepSkip as e:
-            return [dict(raw="skip", term=SKIP, code=125, seconds=0.0, summary=f"the stack does not apply: {e}",
-                         output="", notes={})]
+            return [(TestRun(125, Raw.SKIP, "", 0.0, f"the stack does not apply: {e}"), None)]
         try:
-            if notes.get("dropped"):
-                self.say(f"{label}: dropped (already upstream here, applies in reverse): {', '.join(notes['dropped'])}")
+            if dropped:
+                self.say(f"{label}: dropped (already upstream here, applies in reverse): {', '.join(dropped)}")
             out = []
             for _ in range(self.runs):
                 r = self.test.run(tree, self.children)
-                out.append(dict(raw=r.raw, term=term_of(r.raw, self.fixed), code=r.code, seconds=round(r.seconds, 2),
-                                summary=r.summary, output=r.output, notes=notes))
-                if r.raw == "abort":
+                out.append((r, dropped))
+                if r.raw is Raw.ABORT:
                     break
             return out
         finally:
@@ -47,6 +47,7 @@ class Bisection:
                 self.trees.trees.release(key)
 
     def run(self):
+        """The ``Verdict``, once decide() has one."""
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs)
         try:
             while True:
@@ -57,7 +58,7 @@ class Bisection:
                 self.batch += 1
                 total = self.step + remaining_steps(self.rng, self.known, self.jobs)
                 for pid in d.test:
-                    if d.phase == "endpoints":
+                    if d.phase is Phase.ENDPOINTS:
                         which = "old" if pid != self.rng.points[-1].id else "new"
                         labels[pid] = f"endpoint ({which}) {self.rng.point(pid).short()}"
                     else:
@@ -66,22 +67,25 @@ class Bisection:
                 futures = {pool.submit(self._one, pid, labels[pid]): pid for pid in d.test}
                 for f in concurrent.futures.as_completed(futures):
                     pid = futures[f]
-                    for n, r in enumerate(f.result(), 1):
+                    done = [Result(point=pid, phase=d.phase, batch=self.batch, run=n, raw=r.raw,
+                                   term=Term.of(r.raw, self.fixed), code=r.code, seconds=round(r.seconds, 2),
+                                   summary=r.summary, output=r.output, dropped=dropped)
+                            for n, (r, dropped) in enumerate(f.result(), 1)]
+                    for r in done:
                         self.executions += 1
-                        rec = {"type": "result", "point": pid, "phase": d.phase, "batch": self.batch, "run": n, **r}
-                        self.log.append(rec)
-                        self.known.setdefault(pid, []).append(r["term"])
-                        if r["raw"] == "abort":
+                        self.log.append(r)
+                        self.known.setdefault(pid, []).append(r.term)
+                        if r.raw is Raw.ABORT:
                             raise OverlayError(
-                                f"the test aborted at {self.rng.point(pid).short()} (exit {r['code']}): "
-                                f"{(r['summary'] or r['output'].strip())[-300:]}",
+                                f"the test aborted at {self.rng.point(pid).short()} (exit {r.code}): "
+                                f"{(r.summary or r.output.strip())[-300:]}",
                                 hint="exit codes >= 128 stop a bisection (git bisect run's rule); fix the test, "
                                      f"then continue with --resume {self.log.path}")
                     p = self.rng.point(pid)
-                    shown = "/".join(x["raw"] for x in f.result())
-                    why = f.result()[-1]["summary"]
-                    self.say(f"{labels[pid]} ({p.label[:60]}): {shown} -> {agree([x['term'] for x in f.result()])}, "
-                             f"{sum(x['seconds'] for x in f.result()):.1f}s" + (f" [{why[:100]}]" if why else ""))
+                    why = done[-1].summary
+                    self.say(f"{labels[pid]} ({p.label[:60]}): {'/'.join(r.raw for r in done)} -> "
+                             f"{agree([r.term for r in done]) or 'flaky'}, {sum(r.seconds for r in done):.1f}s"
+                             + (f" [{why[:100]}]" if why else ""))
         except BaseException:
             self.children.stop_all()
             pool.shutdown(wait=True, cancel_futures=True)

@@ -1,16 +1,23 @@
 """The strategy (pure): from the results so far to the next points to test,
 or the verdict."""
 import dataclasses
+import enum
 import math
 
 from .terms import NEW, OLD, SKIP, agree
+from .verdict import CannotReproduce, FirstNew, Flaky, NotInRange, SkippedBetween, UntestableEndpoint, Verdict
 
 
-@dataclasses.dataclass
+class Phase(enum.StrEnum):
+    ENDPOINTS = "endpoints"             # verifying the ends (and a good ref off the merge base)
+    BISECT = "bisect"                   # searching between the last old and the first new point
+
+
+@dataclasses.dataclass(frozen=True)
 class Decision:
-    test: list = dataclasses.field(default_factory=list)   # point ids to test next
-    phase: str = ""                                       # "endpoints" | "bisect"
-    verdict: dict = None
+    test: tuple = ()                    # point ids to test next
+    phase: Phase | None = None
+    verdict: Verdict | None = None      # or the answer, when nothing is left to test
 
 
 def cuts(m, k):
@@ -40,13 +47,13 @@ def decide(rng, known, jobs=1):
     (the old end before the new one unless ``jobs`` > 1), then a
     (jobs+1)-ary search between the last old and the first new point."""
     for pid, runs in known.items():
-        if runs and agree(runs) == "flaky":
-            return Decision(verdict={"verdict": "flaky", "point": pid, "runs": list(runs)})
+        if runs and agree(runs) is None:
+            return Decision(verdict=Flaky(rng.point(pid), tuple(runs)))
     term = {pid: agree(r) for pid, r in known.items() if r}
     checks = [(p, OLD) for p in rng.extra_old] + [(rng.points[0], OLD), (rng.points[-1], NEW)]
     pending = [p.id for p, _ in checks if p.id not in term]
     if pending:
-        return Decision(test=pending[:max(1, jobs)], phase="endpoints")
+        return Decision(test=tuple(pending[:max(1, jobs)]), phase=Phase.ENDPOINTS)
     for want_skip in (False, True):          # a wrong result outranks an untestable endpoint
         for p, want in checks:
             got = term[p.id]
@@ -55,31 +62,24 @@ def decide(rng, known, jobs=1):
     pts = rng.points
     hi = next(i for i, p in enumerate(pts) if term.get(p.id) == NEW)
     lo = max(i for i in range(hi) if term.get(pts[i].id) == OLD)
-    later_old = [p.id for p in pts[hi + 1:] if term.get(p.id) == OLD]
+    later_old = tuple(p for p in pts[hi + 1:] if term.get(p.id) == OLD)
     between = list(range(lo + 1, hi))
     todo = [i for i in between if pts[i].id not in term]
     if todo:
-        return Decision(test=[pts[todo[j]].id for j in cuts(len(todo), jobs)], phase="bisect")
-    skipped = [pts[i].id for i in between if term.get(pts[i].id) == SKIP]
+        return Decision(test=tuple(pts[todo[j]].id for j in cuts(len(todo), jobs)), phase=Phase.BISECT)
+    skipped = tuple(pts[i] for i in between if term.get(pts[i].id) == SKIP)
     if skipped:
-        v = {"verdict": "inconclusive", "last_old": pts[lo].id, "first_new": pts[hi].id, "skipped": skipped}
-    else:
-        v = {"verdict": "first-new", "last_old": pts[lo].id, "first_new": pts[hi].id}
-    if later_old:
-        v["non_monotonic"] = later_old
-    return Decision(verdict=v)
+        return Decision(verdict=SkippedBetween(pts[lo], pts[hi], skipped, later_old))
+    return Decision(verdict=FirstNew(pts[lo], pts[hi], later_old))
 
 
 def _endpoint_verdict(rng, p, want, got, term):
     if got == SKIP:
-        return {"verdict": "inconclusive", "endpoint": p.id, "expected": want}
+        return UntestableEndpoint(p, want)
     if want == OLD:
-        v = {"verdict": "not-in-range", "endpoint": p.id, "new_end": rng.points[-1].id,
-             "new_end_term": term[rng.points[-1].id]}
-        if p.id == rng.points[0].id and rng.extra_old:
-            v["merge_base"] = True
-        return v
-    return {"verdict": "cannot-reproduce", "endpoint": p.id}
+        new_end = rng.points[-1]
+        return NotInRange(p, new_end, term[new_end.id], merge_base=p.id == rng.points[0].id and bool(rng.extra_old))
+    return CannotReproduce(p)
 
 
 def remaining_steps(rng, known, jobs=1):

@@ -6,7 +6,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from .. import base_tree, builder, clones, gitcmd, locking, release_trees
+from .. import builder, gitcmd, locking
 from ..errors import ApplyError, OverlayError
 
 
@@ -170,11 +170,12 @@ def _du(path):
 
 
 class Trees:
-    """Point -> tree directory.  Releases: the unpacked artifact
-    (``release_trees.release_tree``); commits: a checkout sharing the cached bare
-    clone's objects.  ``stack`` given: the patch stack applied on top with
-    git am; a patch that applies in reverse (already upstream there) is
-    dropped for that step, any other failure makes the step a skip."""
+    """Point -> tree directory: the range's pristine tree where it has one
+    (a release's unpacked artifact), else a checkout made by the range
+    (``Range.checkout``) and kept in the tree cache.  ``stack`` given: the
+    patch stack applied on top with git am; a patch that applies in reverse
+    (already upstream there) is dropped for that step, any other failure
+    makes the step a skip."""
 
     def __init__(self, rng, lock, stack=None, cache=None, tree_cache=None, progress=None):
         self.rng = rng
@@ -183,28 +184,25 @@ class Trees:
         self.cache = cache
         self.trees = tree_cache
         self.say = progress or (lambda m: None)
-        self.bare = None
-        if rng.kind == "commits":
-            self.bare, _ = clones.bare_clone(rng.repo, cache, None)
 
     def get(self, point):
-        """(tree path, notes) or raise StepSkip; the caller releases the key."""
-        if self.rng.kind == "releases" and self.stack is None:
-            return release_trees.release_tree(point.id, self.cache, self.say), {}, None
+        """(tree path, the patches dropped there or None without a stack step,
+        the cache key or None) or raise StepSkip; the caller releases the key."""
+        if self.stack is None:
+            tree = self.rng.pristine(point, self.cache, self.say)
+            if tree is not None:
+                return tree, None, None
         key = TreeCache.key(point.id, self.stack.digest if self.stack else None)
         meta = self.trees.lookup(key, self.say)
         if meta is not None:
             if meta.get("skip"):
                 self.trees.release(key)
                 raise StepSkip(meta["skip"])
-            return self.trees.root / key / "tree", {"dropped": meta.get("dropped", [])}, key
+            return self.trees.root / key / "tree", tuple(meta.get("dropped", [])), key
         tmp = self.trees.scratch()
         try:
             repo = tmp / "tree"
-            if self.rng.kind == "releases":
-                self._base_from_release(point, repo)
-            else:
-                self._base_from_commit(point, repo)
+            self.rng.checkout(point, repo, self.lock, self.cache, self.say)
             dropped, skip = self._apply_stack(repo) if self.stack else ([], None)
             head = gitcmd.out(repo, "rev-parse", "HEAD")
             if skip:                           # remembered, so a resume does not re-apply
@@ -223,16 +221,7 @@ class Trees:
         if skip:
             self.trees.release(key)
             raise StepSkip(skip)
-        return path, {"dropped": dropped}, key
-
-    def _base_from_commit(self, point, repo):
-        gitcmd.init(repo)
-        (repo / ".git" / "objects" / "info" / "alternates").write_text(str(Path(self.bare).resolve() / "objects") + "\n")
-        gitcmd.run(repo, "update-ref", "refs/heads/upstream", point.id)
-        gitcmd.run(repo, "reset", "--quiet", "--hard", point.id)
-
-    def _base_from_release(self, point, repo):
-        base_tree.base_from_release(point.id, repo, self.lock.subdir, self.lock.symlinks, self.cache, self.say)
+        return path, tuple(dropped), key
 
     def _apply_stack(self, repo):
         """(dropped patch names, None) or ([...], why the step is skipped)."""

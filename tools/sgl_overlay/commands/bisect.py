@@ -32,7 +32,8 @@ from pathlib import Path
 from .. import bisect as B, cli, lock as lockmod, project, series
 from ..errors import UsageError
 
-EXIT = {"first-bad": 0, "first-fixed": 0, "not-in-range": 4, "cannot-reproduce": 5, "inconclusive": 6, "flaky": 7}
+EXIT = {B.Answer.FIRST_BAD: 0, B.Answer.FIRST_FIXED: 0, B.Answer.NOT_IN_RANGE: 4, B.Answer.CANNOT_REPRODUCE: 5,
+        B.Answer.INCONCLUSIVE: 6, B.Answer.FLAKY: 7}
 UNFINISHED, INTERRUPTED = 8, 130
 
 
@@ -142,6 +143,9 @@ def setup(args, progress):
                 B.Log.read(path)                 # the usual "cannot read it" error, before any lock file
             log.own()                            # one live writer: refused at once if another bisect has it
         header, results, verdict = B.Log.read(path)
+        # a resume works on the checkout it runs in, whichever one wrote the log (the stack's
+        # digest, checked below, must still be the log's)
+        header = {**header, "stack_root": str(args.root)}
         if args.report:
             check_report(args.report, bool(header["test"].get("scenario")), header["fixed"], header.get("with_stack"),
                          source="in the log")
@@ -173,7 +177,8 @@ def setup(args, progress):
     return rng, test, header, log, {}, [], None, dict(fixed=args.fixed, runs=args.runs, jobs=args.jobs)
 
 
-def text(rec, rng, header, log_path, root):
+def text(rec, rng, header, test, log_path):
+    """The verdict record (its JSON form, fresh or as the log keeps it) for people."""
     lines = list(rec["words"])
     if rng.notes:
         lines += [f"note: {n}" for n in rng.notes]
@@ -182,40 +187,45 @@ def text(rec, rng, header, log_path, root):
         p = rng.point(s["point"])
         lines.append(f"  {s['phase']:<9} {p.short():<12} {p.label[:50]:<50} {s['result']:<5} -> {s['term']}"
                      + (f"  (dropped: {', '.join(s['dropped'])})" if s.get("dropped") else ""))
-    if rec["verdict"] in ("first-bad", "first-fixed") and rng.kind == "releases":
-        lines.append("narrow it to commits: " + rec.get("commit_command", commit_command(rec, header, root)))
+    narrow = B.Answer(rec["verdict"]).found and (rec.get("commit_command") or commit_command(
+        rng.point(rec["last_old"]["id"]), rng.point(rec["first_new"]["id"]), rec["fixed"], rng, header, test))
+    if narrow:
+        lines.append("narrow it to commits: " + narrow)
     lines.append(f"log: {log_path}")
     return "\n".join(lines)
 
 
-def commit_command(rec, header, root):
-    lock = lockmod.load(root / "upstream.lock")
-    old, new = "v" + rec["last_old"]["id"], "v" + rec["first_new"]["id"]
-    good, bad = (new, old) if rec["fixed"] else (old, new)
-    t = header["test"]
+def commit_command(last_old, first_new, fixed, rng, header, test):
+    """The bisection of the commits between a found answer's two points, or
+    None where the range has nothing finer (it is made of commits)."""
+    refs = rng.commit_refs(last_old.id, first_new.id)
+    if refs is None:
+        return None
+    lock = lockmod.load(Path(header["stack_root"]) / "upstream.lock")
+    old, new = refs
+    good, bad = (new, old) if fixed else (old, new)
     cmd = ["python", "tools/bisect.py", "--repo", lock.repo, "--good", good, "--bad", bad]
-    cmd += ["--fixed"] if rec["fixed"] else []
+    cmd += ["--fixed"] if fixed else []
     cmd += ["--with-stack"] if header.get("with_stack") else []
-    cmd += ["--scenario", t["scenario"]] if t.get("scenario") else ["--"] + t["command"]
-    return shlex.join(cmd)
+    return shlex.join(cmd + test.cli_args())
 
 
 def make_trees(rng, header, args, stack, progress):
     cache = header.get("cache") or args.cache
     tree_root = header.get("tree_cache") or args.tree_cache or str(project.cache_dir(cache) / "bisect-trees")
-    return B.Trees(rng, lockmod.load(args.root / "upstream.lock"), stack, cache,
+    return B.Trees(rng, lockmod.load(Path(header["stack_root"]) / "upstream.lock"), stack, cache,
                    B.TreeCache(tree_root, (header.get("tree_cache_mb") or args.tree_cache_mb) << 20), progress)
 
 
 def write_report(args, rec, rng, header, progress):
     """The bug report for a first-bad verdict (``{"path", "evidence"}``), or
     ``{"path": None, "why"}``: no report for another verdict."""
-    if rec["verdict"] != "first-bad":
+    if B.Answer(rec["verdict"]) is not B.Answer.FIRST_BAD:
         why = f"no report written to {args.report}: the verdict is {rec['verdict']}, and a report needs a first bad point"
         print(why, file=sys.stderr)
         return {"path": None, "why": why}
     trees = make_trees(rng, header, args, None, progress)
-    public = lockmod.load(args.root / "upstream.lock").repo
+    public = lockmod.load(Path(header["stack_root"]) / "upstream.lock").repo
     ev = B.evidence.collect(rec, rng, header, trees, public, args.report, args.root, progress)
     B.evidence.write(args.report, B.issue.render(ev))
     progress(f"report: {args.report}")
@@ -228,25 +238,24 @@ def main(argv):
     progress = cli.Progress("bisect", quiet=args.quiet)
     rng, test, header, log, known, results, verdict, s = setup(args, progress)
     if args.replay or verdict is not None:
-        v = verdict or B.decide(rng, known, 1).verdict
-        if v is None:
-            nxt = B.decide(rng, known, 1).test
-            msg = (f"{log.path}: unfinished, {len(results)} result(s); next it would test "
-                   f"{', '.join(rng.point(p).short() for p in nxt)}")
-            cli.emit({"status": "unfinished", "log": str(log.path), "executions": len(results), "next": nxt},
-                     args.json, msg + f"\ncontinue with: python tools/bisect.py --resume {log.path}")
-            return UNFINISHED
-        rec = v if verdict is not None else B.finish(v, rng, s["fixed"], results)
-        extra = {"report": write_report(args, rec, rng, header, progress)} if args.report else {}
-        cli.emit({"status": "done", "log": str(log.path), **rec, **extra}, args.json, text(rec, rng, header, log.path, args.root))
-        return EXIT[rec["verdict"]]
+        if verdict is None:                  # the log's results hold a verdict its writer did not write down
+            d = B.decide(rng, known, 1)
+            if d.verdict is None:
+                msg = (f"{log.path}: unfinished, {len(results)} result(s); next it would test "
+                       f"{', '.join(rng.point(p).short() for p in d.test)}")
+                cli.emit({"status": "unfinished", "log": str(log.path), "executions": len(results),
+                          "next": list(d.test)},
+                         args.json, msg + f"\ncontinue with: python tools/bisect.py --resume {log.path}")
+                return UNFINISHED
+            verdict = record(d.verdict, rng, s["fixed"], results, header, test).to_json()
+        return finished(args, verdict, rng, header, test, log, progress)
     progress(f"log: {log.path}")
     for n in rng.notes:
         progress(f"note: {n}")
     progress(f"{len(rng.points)} {rng.kind} from {rng.points[0].short()} to {rng.points[-1].short()}; "
              f"test: {test.describe()}; {'--fixed: old end must fail' if s['fixed'] else 'old end must pass'}"
              + (f"; resuming after {len(results)} result(s)" if results else ""))
-    stack = stack_for(args.root, header["with_stack"], header["stack_digest"])
+    stack = stack_for(header["stack_root"], header["with_stack"], header["stack_digest"])
     if stack is not None and not stack.patches and not stack.overlay:
         progress("--with-stack: the stack is empty, so every step is the pristine tree")
     trees = make_trees(rng, header, args, stack, progress)
@@ -254,7 +263,7 @@ def main(argv):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, stop)
     run = B.Bisection(rng, test, trees, log, known, fixed=s["fixed"], runs=s["runs"], jobs=s["jobs"],
-                      progress=progress, batch=max((r.get("batch", 0) for r in results), default=0))
+                      progress=progress, batch=max((r.batch for r in results), default=0))
     try:
         v = run.run()
     except KeyboardInterrupt:
@@ -266,11 +275,21 @@ def main(argv):
               file=sys.stderr)
         return INTERRUPTED
     _, results, _ = B.Log.read(log.path)
-    rec = B.finish(v, rng, s["fixed"], results)
-    if rec["verdict"] in ("first-bad", "first-fixed") and rng.kind == "releases":
-        rec["commit_command"] = commit_command(rec, header, args.root)
-    log.append({"type": "verdict", **rec})
+    rec = record(v, rng, s["fixed"], results, header, test)
+    log.close(rec)
+    return finished(args, rec.to_json(), rng, header, test, log, progress)
+
+
+def record(verdict, rng, fixed, results, header, test):
+    """The verdict with the run that led to it, built once."""
+    narrow = commit_command(*verdict.found, fixed, rng, header, test) if verdict.found else None
+    return B.Record(verdict, rng, fixed, results, narrow)
+
+
+def finished(args, rec, rng, header, test, log, progress):
+    """Print a verdict record (its JSON form), write --report, return the exit code."""
     extra = {"report": write_report(args, rec, rng, header, progress)} if args.report else {}
-    cli.emit({"status": "done", "log": str(log.path), **rec, **extra}, args.json, text(rec, rng, header, log.path, args.root))
-    return EXIT[rec["verdict"]]
+    cli.emit({"status": "done", "log": str(log.path), **rec, **extra}, args.json,
+             text(rec, rng, header, test, log.path))
+    return EXIT[B.Answer(rec["verdict"])]
 

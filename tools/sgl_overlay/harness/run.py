@@ -24,7 +24,7 @@ from ..extras import MissingDependency, require, third_party_missing
 
 
 def run_child(root: Path, request: dict, timeout: float = 120.0,
-              module: str = "sgl_overlay.harness.child", path: tuple = ()) -> dict:
+              module: str = "sgl_overlay.harness.child", path: tuple = (), launch=subprocess.run) -> dict:
     """One fresh interpreter, one sizing run; returns the child's JSON.
 
     ``module`` is the child entry point (``python -m MODULE``, request JSON on
@@ -32,6 +32,8 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
     ``path``: folders put first on the child's sys.path (a test's own child module);
     the current directory never is (``-P``), so a folder the user stands in cannot
     shadow a module the child imports.
+    ``launch`` runs it, with ``subprocess.run``'s arguments and result (a caller
+    that must be able to stop its children, such as bisect, passes its own).
 
     The child inherits this process's environment, as a server started from the same shell
     would: the SGLang settings in it (``SGLANG_*``) are honoured, and the result names them
@@ -43,7 +45,7 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
     if path:
         env["PYTHONPATH"] = os.pathsep.join([*map(str, path), *filter(None, [env.get("PYTHONPATH")])])
     t = time.perf_counter()
-    proc = subprocess.run(
+    proc = launch(
         [sys.executable, "-P", "-m", module],
         input=json.dumps(req),
         capture_output=True,
@@ -94,8 +96,10 @@ def _stop_on_missing_package(root, err, stderr: str) -> None:
 
 
 def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = True,
-                 measure_allocation: bool = False) -> Report:
+                 measure_allocation: bool = False, launch=subprocess.run) -> Report:
     """The full report: outcome, figures, remedy (verified by a re-run), pass/fail.
+
+    launch: how each child interpreter is run (``run_child``).
 
     measure_allocation: after a completed sizing, build the pools with the
     tree's own classes on torch's meta device and record the bytes
@@ -105,7 +109,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
     request = scenario.to_request()
     if measure_allocation:
         request["measure_allocation"] = True
-    child = run_child(root, request)
+    child = run_child(root, request, launch=launch)
     c = outcome_mod.classify(child)
     ledger = child.get("ledger")
     case = Case.of(ledger)
@@ -113,7 +117,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
     if c.outcome is Outcome.REFUSED:
         remedy, remedies = _check_remedies(
             root, scenario, parse_remedies(c.message or ""), verify_remedy, measure_allocation,
-            None, "the message states no flag value")
+            None, "the message states no flag value", launch)
     elif c.outcome is Outcome.OK and case is Case.OVER_BUDGET:
         # Started over budget (docs/memory.md, case 2): the warning's remedy
         # must reserve the pools properly, i.e. re-run as case "fits".
@@ -121,7 +125,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
         stated = parse_remedies("\n".join(
             f"remedy: {r['flag']} = {r['value']}" for r in ledger.get("remedies") or []))
         remedy, remedies = _check_remedies(root, scenario, stated, verify_remedy, measure_allocation,
-                                           Case.FITS, "the warning states no flag value")
+                                           Case.FITS, "the warning states no flag value", launch)
     found = Findings(
         scenario=scenario.name,
         tree=str(root),
@@ -150,9 +154,9 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
 
 def _check_remedies(root: Path, scenario: Scenario, stated: list[Remedy], verify: bool,
                     measure_allocation: bool, want_case: Case | None,
-                    none_stated: str) -> tuple[RemedyCheck, tuple[RemedyCheck, ...]]:
+                    none_stated: str, launch=subprocess.run) -> tuple[RemedyCheck, tuple[RemedyCheck, ...]]:
     """(the first check, or why there is none; every check), each remedy re-run if ``verify``."""
-    checked = tuple(_verify(root, scenario, r, measure_allocation, want_case) if verify
+    checked = tuple(_verify(root, scenario, r, measure_allocation, want_case, launch) if verify
                     else RemedyCheck.not_verified(r) for r in stated)
     return (checked[0] if checked else RemedyCheck.none_stated(none_stated)), checked
 
@@ -164,7 +168,8 @@ def _public_error(err):
 
 
 def _verify(root: Path, scenario: Scenario, remedy: Remedy,
-            measure_allocation: bool = False, want_case: Case | None = None) -> RemedyCheck:
+            measure_allocation: bool = False, want_case: Case | None = None,
+            launch=subprocess.run) -> RemedyCheck:
     current = scenario.server.get(remedy.key)
     if remedy.relation is Relation.ABOVE and isinstance(current, (int, float)) and current >= remedy.value:
         return RemedyCheck(remedy, False, f"already satisfied: {remedy.key} is {current}, "
@@ -176,7 +181,7 @@ def _verify(root: Path, scenario: Scenario, remedy: Remedy,
     request = scenario.to_request({remedy.key: remedy.value})
     if measure_allocation:
         request["measure_allocation"] = True
-    rerun = run_child(root, request)
+    rerun = run_child(root, request, launch=launch)
     v = outcome_mod.classify(rerun)
     again = Rerun({remedy.key: remedy.value}, v.outcome, v.reason, rerun.get("figures", {}), rerun.get("ledger"),
                   Case.of(rerun.get("ledger")), want_case is not None)

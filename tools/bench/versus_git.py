@@ -1,14 +1,15 @@
 """tools/bisect.py side by side with `git bisect run`: the same release
 history, the same test command, the executions of each counted.  Used by
-tools/bench/bisect_vs_git.py and tests/bisect."""
+tools/bench/bisect_vs_git.py (beside it) and tests/bisect/test_bisect_bench.py
+(which loads it by its path).  ``root``: the checkout whose tools/bisect.py
+and tools/regress.py run (the current directory unless given)."""
 import json
 import re
 import shutil
 import subprocess
 import sys
 import time
-
-from ..project import ROOT
+from pathlib import Path
 
 # name: (scenario, fixed, old release, new release, expected answer)
 CASES = {
@@ -31,10 +32,10 @@ exit $rc
 
 
 
-def _wrapper(tmp, scenario, invert):
+def _wrapper(tmp, scenario, invert, root):
     counter = tmp / f"count-{'git' if invert is not None else 'ours'}-{time.monotonic_ns()}"
     script = counter.with_suffix(".sh")
-    script.write_text(WRAPPER.format(counter=counter, python=sys.executable, regress=ROOT / "tools" / "regress.py",
+    script.write_text(WRAPPER.format(counter=counter, python=sys.executable, regress=root / "tools" / "regress.py",
                                      scenario=scenario, invert=1 if invert else 0))
     return script, counter
 
@@ -43,10 +44,11 @@ def _count(counter):
     return len(counter.read_text().splitlines()) if counter.exists() else 0
 
 
-def run_git(repo, scenario, fixed, old, new, tmp):
+def run_git(repo, scenario, fixed, old, new, tmp, root=None):
+    root = Path(root or Path.cwd())
     wt = tmp / "git-wt"
     subprocess.run(["git", "clone", "-q", str(repo), str(wt)], check=True)
-    script, counter = _wrapper(tmp, scenario, invert=fixed)
+    script, counter = _wrapper(tmp, scenario, fixed, root)
     terms = ["--term-old=broken", "--term-new=fixed"] if fixed else []
     g = ["git", "-C", str(wt), "-c", "advice.detachedHead=false"]
     t0 = time.monotonic()
@@ -66,14 +68,15 @@ def run_git(repo, scenario, fixed, old, new, tmp):
             "seconds": round(secs, 1)}
 
 
-def run_ours(repo, scenario, fixed, old, new, tmp, jobs=1, trees=None):
-    script, counter = _wrapper(tmp, scenario, invert=None)
+def run_ours(repo, scenario, fixed, old, new, tmp, jobs=1, trees=None, root=None):
+    root = Path(root or Path.cwd())
+    script, counter = _wrapper(tmp, scenario, None, root)
     refs = ["--good", f"v{new}", "--bad", f"v{old}", "--fixed"] if fixed else ["--good", f"v{old}", "--bad", f"v{new}"]
     log = tmp / f"ours-{jobs}.jsonl"
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, str(ROOT / "tools" / "bisect.py"), "--repo", str(repo), *refs,
+    p = subprocess.run([sys.executable, str(root / "tools" / "bisect.py"), "--repo", str(repo), *refs,
                         "--jobs", str(jobs), "--log", str(log), "--tree-cache", str(trees or tmp / "trees"), "--json", "-q",
-                        "--", "sh", str(script), "{tree}"], capture_output=True, text=True)
+                        "--", "sh", str(script), "{tree}"], capture_output=True, text=True, cwd=root)
     secs = time.monotonic() - t0
     try:
         rec = json.loads(p.stdout)
@@ -96,9 +99,10 @@ exit 0
 """
 
 
-def sweep(repo, versions, tmp, trees=None):
+def sweep(repo, versions, tmp, trees=None, root=None):
     """For every possible first-bad release in ``versions``: executions of
     git bisect run and of bisect.py (same repo, same cheap command)."""
+    root = Path(root or Path.cwd())
     wt = tmp / "sweep-wt"
     subprocess.run(["git", "clone", "-q", str(repo), str(wt)], check=True)
     g = ["git", "-C", str(wt)]
@@ -118,10 +122,11 @@ def sweep(repo, versions, tmp, trees=None):
                                         capture_output=True, text=True).stdout.strip().lstrip("v") if found else None
                 subprocess.run(g + ["bisect", "reset"], check=True, capture_output=True)
             else:
-                p = subprocess.run([sys.executable, str(ROOT / "tools" / "bisect.py"), "--repo", str(repo),
+                p = subprocess.run([sys.executable, str(root / "tools" / "bisect.py"), "--repo", str(repo),
                                     "--good", f"v{versions[0]}", "--bad", f"v{versions[-1]}", "--log",
                                     str(tmp / f"sweep-{i}.jsonl"), "--tree-cache", str(trees or tmp / "trees"),
-                                    "--json", "-q", "--", "sh", str(script), "{tree}"], capture_output=True, text=True)
+                                    "--json", "-q", "--", "sh", str(script), "{tree}"], capture_output=True, text=True,
+                                   cwd=root)
                 rec = json.loads(p.stdout)
                 answer = rec["first_new"]["label"].split()[-1] if rec["verdict"] == "first-bad" else rec["verdict"]
             counts[who] = (_count(counter), answer)
@@ -138,5 +143,3 @@ def _results(log):
         if r.get("type") == "result":
             out.append(r)
     return out
-
-
