@@ -10,6 +10,8 @@ SGLANG_* settings reach the sizing, as they would reach a server started from
 the same shell, and the report names them (docs/regress.md).
 """
 
+import json
+
 from .. import cli
 from ..extras import require
 from ..errors import OK
