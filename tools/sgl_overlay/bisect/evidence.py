@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 
 from .. import TOOL_VERSION, gitcmd, monotone
+from ..harness.remedy import Relation
 from ..harness.environment import sglang_settings
 from ..harness.outcome import Outcome
 
@@ -85,7 +86,7 @@ def collect(rec, rng, header, trees, public_repo, report_path, root, progress=No
                 if "rerun_outcome" not in r:
                     say(f"report: re-running {scenario.name} on {point.short()} with {p['flag']} {p['value']} applied")
                     reruns.append({"remedy": p, "report": trimmed(_run(tree, scenario, p["key"], p["value"]))})
-                if p["relation"] == "above" and isinstance(p["value"], float) and not searched:
+                if Relation(p["relation"]) is Relation.ABOVE and isinstance(p["value"], float) and not searched:
                     searched = searches(tree, scenario, p, sides.get("last_good"), say)
         finally:
             if held:
