@@ -185,7 +185,7 @@ def _check(path, got, want, trust, where):
         return
     path.unlink(missing_ok=True)
     _record_of(path).unlink(missing_ok=True)
-    source = "pinned in the lock" if trust is Trust.PINNED else "recorded at its first download"
+    source = "pinned in the lock" if trust is Trust.PINNED else "recorded when it entered the store"
     raise IntegrityError(
         f"{where}: sha256 {got} does not match the expected {want} ({source}); "
         "the file was discarded",
