@@ -10,7 +10,8 @@ How a file enters: ``python -m pip download --no-deps`` for exactly the
 wanted wheel's tags (pip's own configuration picks the index, so mirrors
 and proxies work), into a folder of pip's own; once pip exits, the file is
 verified, then its record and the file are renamed into the store, in that
-order: a file under its final name is whole and never without its record.
+order: a downloaded file under its final name is whole and never without
+its record.
 One process at a time downloads a given release (``.sglang-VERSION.lock``);
 another that wants it waits, then finds it.
 
