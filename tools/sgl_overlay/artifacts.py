@@ -10,7 +10,8 @@ How a file enters: ``python -m pip download --no-deps`` for exactly the
 wanted wheel's tags (pip's own configuration picks the index, so mirrors
 and proxies work), into a folder of pip's own; once pip exits, the file is
 verified, then its record and the file are renamed into the store, in that
-order: a file under its final name is whole and never without its record.
+order: a downloaded file under its final name is whole and never without
+its record.
 One process at a time downloads a given release (``.sglang-VERSION.lock``);
 another that wants it waits, then finds it.
 
@@ -185,7 +186,7 @@ def _check(path, got, want, trust, where):
         return
     path.unlink(missing_ok=True)
     _record_of(path).unlink(missing_ok=True)
-    source = "pinned in the lock" if trust is Trust.PINNED else "recorded at its first download"
+    source = "pinned in the lock" if trust is Trust.PINNED else "recorded when it entered the store"
     raise IntegrityError(
         f"{where}: sha256 {got} does not match the expected {want} ({source}); "
         "the file was discarded",
