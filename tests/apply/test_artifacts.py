@@ -28,26 +28,44 @@ def _shared(version=RELEASE):
     return artifacts.release(version).path
 
 
-def _private(tmp_path, *names):
-    """A cache whose artifacts/ holds hard links to the shared files ``names`` and no records."""
+def _shared_wheel(lock, name):
+    """The test cache's own copy of one of the lock's wheels (fetched once, checked)."""
+    return artifacts.lock_wheel(lock, name).path
+
+
+def _private(tmp_path, *shared):
+    """A cache whose artifacts/ holds hard links to the shared files ``shared``
+    (paths that the test cache's store gave) and no records."""
     store = tmp_path / "cache" / "artifacts"
     store.mkdir(parents=True)
-    for n in names:
-        os.link(artifacts.location(n), store / n)
+    for path in shared:
+        os.link(path, store / path.name)
     return tmp_path / "cache"
 
 
-@pytest.fixture
-def no_index(monkeypatch):
-    """pip sees no index, only the test cache's files (find-links)."""
+def _offline(monkeypatch):
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(Path(os.environ[CACHE_ENV]) / "artifacts"))
 
 
+@pytest.fixture
+def no_index(monkeypatch):
+    """pip sees no index, only the test cache's files (find-links)."""
+    _offline(monkeypatch)
+
+
+@pytest.fixture
+def pin_offline(lock, monkeypatch):
+    """As ``no_index``, with the pin's own wheel in the test cache first (fetched
+    with the index, once), so that pip finds it there."""
+    _shared_wheel(lock, lock.artifact_filename)
+    _offline(monkeypatch)
+
+
 def test_a_file_put_by_hand_is_recorded_at_first_use_and_checked_against_it_after(tmp_path):
     name = _shared().name
-    cache = _private(tmp_path, name)
+    cache = _private(tmp_path, _shared())
     record = cache / "artifacts" / (name + ".sha256")
     got = artifacts.release(RELEASE, cache)
     assert got.path == cache / "artifacts" / name and got.trust is artifacts.Trust.RECORDED
@@ -63,7 +81,7 @@ def test_a_file_put_by_hand_is_recorded_at_first_use_and_checked_against_it_afte
 
 def test_an_unreadable_record_is_an_integrity_error(tmp_path):
     name = _shared().name
-    cache = _private(tmp_path, name)
+    cache = _private(tmp_path, _shared())
     (cache / "artifacts" / (name + ".sha256")).write_text("")
     with pytest.raises(errors.IntegrityError, match="unreadable"):
         artifacts.release(RELEASE, cache)
@@ -71,7 +89,7 @@ def test_an_unreadable_record_is_an_integrity_error(tmp_path):
 
 
 def test_the_lock_digest_is_the_check_when_the_lock_names_the_file(lock, tmp_path):
-    cache = _private(tmp_path, lock.artifact_filename)
+    cache = _private(tmp_path, _shared_wheel(lock, lock.artifact_filename))
     stale = cache / "artifacts" / (lock.artifact_filename + ".sha256")
     stale.write_text("1" * 64 + f"  {lock.artifact_filename}\n")          # a record the lock overrules
     got = artifacts.pinned(lock, cache)
@@ -85,7 +103,7 @@ def test_the_lock_digest_is_the_check_when_the_lock_names_the_file(lock, tmp_pat
 
 def test_a_wheel_the_lock_does_not_list_is_checked_against_the_record(lock, tmp_path):
     other = next(iter(lock.wheels))
-    cache = _private(tmp_path, other)
+    cache = _private(tmp_path, _shared_wheel(lock, other))
     unlisted = dataclasses.replace(lock, wheels={})
     got = artifacts.lock_wheel(unlisted, other, cache)
     assert got.trust is artifacts.Trust.RECORDED and got.sha256 == _digest(got.path) == lock.wheels[other]
@@ -103,7 +121,7 @@ def test_a_download_enters_the_store_with_its_record(tmp_path, no_index):
     assert artifacts.release(RELEASE, cache) == got                       # then found, not downloaded again
 
 
-def test_a_download_that_differs_from_the_lock_never_enters_the_store(lock, tmp_path, no_index):
+def test_a_download_that_differs_from_the_lock_never_enters_the_store(lock, tmp_path, pin_offline):
     cache = tmp_path / "cache"
     wrong = dataclasses.replace(lock, artifact_sha256="3" * 64)
     with pytest.raises(errors.IntegrityError) as e:

@@ -88,8 +88,8 @@ def test_a_scenario_without_the_device_keys_names_them(release_tree, tmp_path, d
     assert all(k not in tomllib.loads(path.read_text())["gpu"] for k in drop)
 
     report = run_scenario(release_tree("0.5.12.post1"), load_scenario(str(path)), verify_remedy=False)
-    assert report["outcome"] == "untestable", report["reason"]
-    reason = report["reason"]
+    assert report.outcome is Outcome.UNTESTABLE, report.reason
+    reason = report.reason
     assert f"[gpu] table lacks {', '.join(drop)} (" in reason, reason
     assert "tools/sgl_overlay" not in reason and ".py" not in reason, reason
     snippet = tomllib.loads(reason.split("e.g.\n", 1)[1])
