@@ -142,10 +142,10 @@ def setup(args, progress):
             if not path.is_file():
                 B.Log.read(path)                 # the usual "cannot read it" error, before any lock file
             log.own()                            # one live writer: refused at once if another bisect has it
+        # a resume works on the checkout it runs in (args.root), whichever one wrote the log
+        # (header["stack_root"] records the writer's); the stack's digest, checked below,
+        # must still be the log's
         header, results, verdict = B.Log.read(path)
-        # a resume works on the checkout it runs in, whichever one wrote the log (the stack's
-        # digest, checked below, must still be the log's)
-        header = {**header, "stack_root": str(args.root)}
         if args.report:
             check_report(args.report, bool(header["test"].get("scenario")), header["fixed"], header.get("with_stack"),
                          source="in the log")
@@ -177,7 +177,7 @@ def setup(args, progress):
     return rng, test, header, log, {}, [], None, dict(fixed=args.fixed, runs=args.runs, jobs=args.jobs)
 
 
-def text(rec, rng, header, test, log_path):
+def text(rec, rng, header, test, log_path, root):
     """The verdict record (its JSON form, fresh or as the log keeps it) for people."""
     lines = list(rec["words"])
     if rng.notes:
@@ -188,20 +188,20 @@ def text(rec, rng, header, test, log_path):
         lines.append(f"  {s['phase']:<9} {p.short():<12} {p.label[:50]:<50} {s['result']:<5} -> {s['term']}"
                      + (f"  (dropped: {', '.join(s['dropped'])})" if s.get("dropped") else ""))
     narrow = B.Answer(rec["verdict"]).found and (rec.get("commit_command") or commit_command(
-        rng.point(rec["last_old"]["id"]), rng.point(rec["first_new"]["id"]), rec["fixed"], rng, header, test))
+        rng.point(rec["last_old"]["id"]), rng.point(rec["first_new"]["id"]), rec["fixed"], rng, header, test, root))
     if narrow:
         lines.append("narrow it to commits: " + narrow)
     lines.append(f"log: {log_path}")
     return "\n".join(lines)
 
 
-def commit_command(last_old, first_new, fixed, rng, header, test):
+def commit_command(last_old, first_new, fixed, rng, header, test, root):
     """The bisection of the commits between a found answer's two points, or
     None where the range has nothing finer (it is made of commits)."""
     refs = rng.commit_refs(last_old.id, first_new.id)
     if refs is None:
         return None
-    lock = lockmod.load(Path(header["stack_root"]) / "upstream.lock")
+    lock = lockmod.load(Path(root) / "upstream.lock")
     old, new = refs
     good, bad = (new, old) if fixed else (old, new)
     cmd = ["python", "tools/bisect.py", "--repo", lock.repo, "--good", good, "--bad", bad]
@@ -213,7 +213,7 @@ def commit_command(last_old, first_new, fixed, rng, header, test):
 def make_trees(rng, header, args, stack, progress):
     cache = header.get("cache") or args.cache
     tree_root = header.get("tree_cache") or args.tree_cache or str(project.cache_dir(cache) / "bisect-trees")
-    return B.Trees(rng, lockmod.load(Path(header["stack_root"]) / "upstream.lock"), stack, cache,
+    return B.Trees(rng, lockmod.load(Path(args.root) / "upstream.lock"), stack, cache,
                    B.TreeCache(tree_root, (header.get("tree_cache_mb") or args.tree_cache_mb) << 20), progress)
 
 
@@ -225,7 +225,7 @@ def write_report(args, rec, rng, header, progress):
         print(why, file=sys.stderr)
         return {"path": None, "why": why}
     trees = make_trees(rng, header, args, None, progress)
-    public = lockmod.load(Path(header["stack_root"]) / "upstream.lock").repo
+    public = lockmod.load(Path(args.root) / "upstream.lock").repo
     ev = B.evidence.collect(rec, rng, header, trees, public, args.report, args.root, progress)
     B.evidence.write(args.report, B.issue.render(ev))
     progress(f"report: {args.report}")
@@ -247,7 +247,7 @@ def main(argv):
                           "next": list(d.test)},
                          args.json, msg + f"\ncontinue with: python tools/bisect.py --resume {log.path}")
                 return UNFINISHED
-            verdict = record(d.verdict, rng, s["fixed"], results, header, test).to_json()
+            verdict = record(d.verdict, rng, s["fixed"], results, header, test, args.root).to_json()
         return finished(args, verdict, rng, header, test, log, progress)
     progress(f"log: {log.path}")
     for n in rng.notes:
@@ -255,7 +255,7 @@ def main(argv):
     progress(f"{len(rng.points)} {rng.kind} from {rng.points[0].short()} to {rng.points[-1].short()}; "
              f"test: {test.describe()}; {'--fixed: old end must fail' if s['fixed'] else 'old end must pass'}"
              + (f"; resuming after {len(results)} result(s)" if results else ""))
-    stack = stack_for(header["stack_root"], header["with_stack"], header["stack_digest"])
+    stack = stack_for(args.root, header["with_stack"], header["stack_digest"])
     if stack is not None and not stack.patches and not stack.overlay:
         progress("--with-stack: the stack is empty, so every step is the pristine tree")
     trees = make_trees(rng, header, args, stack, progress)
@@ -275,14 +275,14 @@ def main(argv):
               file=sys.stderr)
         return INTERRUPTED
     _, results, _ = B.Log.read(log.path)
-    rec = record(v, rng, s["fixed"], results, header, test)
+    rec = record(v, rng, s["fixed"], results, header, test, args.root)
     log.close(rec)
     return finished(args, rec.to_json(), rng, header, test, log, progress)
 
 
-def record(verdict, rng, fixed, results, header, test):
+def record(verdict, rng, fixed, results, header, test, root):
     """The verdict with the run that led to it, built once."""
-    narrow = commit_command(*verdict.found, fixed, rng, header, test) if verdict.found else None
+    narrow = commit_command(*verdict.found, fixed, rng, header, test, root) if verdict.found else None
     return B.Record(verdict, rng, fixed, results, narrow)
 
 
@@ -290,6 +290,6 @@ def finished(args, rec, rng, header, test, log, progress):
     """Print a verdict record (its JSON form), write --report, return the exit code."""
     extra = {"report": write_report(args, rec, rng, header, progress)} if args.report else {}
     cli.emit({"status": "done", "log": str(log.path), **rec, **extra}, args.json,
-             text(rec, rng, header, test, log.path))
+             text(rec, rng, header, test, log.path, args.root))
     return EXIT[B.Answer(rec["verdict"])]
 
