@@ -11,12 +11,10 @@ its manifest.
 import dataclasses
 import fnmatch
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from packaging.utils import canonicalize_name
 from wheel.wheelfile import WheelFile
 
 from . import archive, versions
-from .errors import OverlayError, UsageError
+from .errors import OverlayError
 
 MIB = 1 << 20
 

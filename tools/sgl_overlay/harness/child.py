@@ -25,7 +25,6 @@ gc.disable()
 import json  # noqa: E402 - after the collector is off
 import sys  # noqa: E402
 import time  # noqa: E402
-import traceback  # noqa: E402
 
 T0 = time.perf_counter()
 
