@@ -21,12 +21,16 @@ def tool(name, *args):
     return [sys.executable, str(TOOLS / f"{name}.py"), *map(str, args)]
 
 
-def local_index_env(cache):
+def local_index_env(cache, releases=("0.5.9",)):
     """pip served from the test cache's artifacts only (no index at all),
     tools caching into ``cache``, and their temporary folders beside it: a
     process these tests kill cannot remove its own, and they must not pile
-    up in the system's temporary directory run after run."""
-    from sgl_overlay import project
+    up in the system's temporary directory run after run.  ``releases``: the
+    artifacts pip must find there, fetched into the test cache first (with
+    the index, once) so that the test does not depend on which test ran first."""
+    from sgl_overlay import artifacts as store, project
+    for version in releases:
+        store.release(version)
     artifacts = Path(os.environ[project.CACHE_ENV]) / "artifacts"
     scratch = Path(cache).with_name(Path(cache).name + "-tmp")
     scratch.mkdir(parents=True, exist_ok=True)

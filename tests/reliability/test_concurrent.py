@@ -62,7 +62,7 @@ GET = "import sys; from sgl_overlay import release_trees\n" \
 
 def test_release_tree_from_four_processes_downloads_each_release_once(tmp_path):
     cache = tmp_path / "cache"
-    env = local_index_env(cache)
+    env = local_index_env(cache, RELEASES)
     orders = [RELEASES, RELEASES[::-1], [RELEASES[0]], RELEASES]       # the same and different releases
     done = start_together([[sys.executable, "-c", GET, *o] for o in orders], env=env, cwd=tmp_path)
     assert all(rc == 0 for rc, _, _ in done), done

@@ -10,10 +10,12 @@ import sys
 
 import pytest
 
+from sgl_overlay import artifacts, lock
 from tests.apply.support import ROOT
 from tests.reliability.support import local_index_env, record, tool
 
 SETPRIV = shutil.which("setpriv")
+SERVED = ("0.5.8", "0.5.9")               # the releases the commands below fetch (bisect's range)
 
 
 def _run(cmd, env=None, fsize=None, readonly_root=False):
@@ -43,6 +45,9 @@ def _commands(tmp, out):
 def _fault_envs(tmp):
     """name -> (env, kwargs for _run); each with its own cache."""
     corrupt = tmp / "corrupt"
+    for version in SERVED:                                        # in the test cache before it is copied
+        artifacts.release(version)
+    artifacts.pinned(lock.load(ROOT / "upstream.lock"))
     shutil.copytree(os.environ["SGL_OVERLAY_CACHE"] + "/artifacts", corrupt / "artifacts",
                     ignore=lambda d, names: [n for n in names if not n.startswith("sglang-0.5.")])
     for f in (corrupt / "artifacts").glob("*.whl"):
@@ -55,8 +60,8 @@ def _fault_envs(tmp):
     return {
         "corrupt cache": ({**os.environ, "SGL_OVERLAY_CACHE": str(corrupt), "PIP_CONFIG_FILE": os.devnull,
                            "PIP_NO_INDEX": "1"}, {}),
-        "read-only destination": (local_index_env(tmp / "ro-cache"), {"readonly_root": True}),
-        "full disk (RLIMIT_FSIZE 1 MiB)": (local_index_env(tmp / "full-cache"), {"fsize": 1 << 20}),
+        "read-only destination": (local_index_env(tmp / "ro-cache", SERVED), {"readonly_root": True}),
+        "full disk (RLIMIT_FSIZE 1 MiB)": (local_index_env(tmp / "full-cache", SERVED), {"fsize": 1 << 20}),
         "index refuses (closed port)": (offline, {}),
     }
 

@@ -223,8 +223,7 @@ def _cached(store, wanted, expected):
 
 def _download(store, wanted, expected, say):
     say(f"downloading {wanted.what} with pip")
-    locking.clean_scratch(store, ".download-*")
-    tmp, mark = locking.scratch(store, ".download-")
+    tmp, mark = locking.fresh_scratch(store, ".download-")
     try:
         for tags in wanted.pip_tries():
             rc, msg = _pip_download(f"{PACKAGE}=={wanted.version}", tmp, tags)

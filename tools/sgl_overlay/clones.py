@@ -26,8 +26,7 @@ def bare_clone(url, cache, progress):
         if bare.exists():                    # another process cloned it meanwhile
             return bare, key
         say(f"cloning {url} (bare, cached at {bare})")
-        locking.clean_scratch(bare.parent, ".clone-*")
-        tmp, mark = locking.scratch(bare.parent, ".clone-")
+        tmp, mark = locking.fresh_scratch(bare.parent, ".clone-")
         try:
             gitcmd.run(None, "clone", "--bare", "--quiet", key, str(tmp / "r.git"))
             os.replace(tmp / "r.git", bare)

@@ -17,6 +17,8 @@ that a refused or waiting process can name it.
 * ``scratch(parent, prefix)`` / ``clean_scratch(parent, pattern)``: a
   temporary directory whose marker file stays locked while its maker
   lives; cleanup removes only directories whose marker lock is free.
+  ``fresh_scratch(parent, prefix)``: the usual pair, the dead makers'
+  ``prefix*`` directories removed, then a new one.
 """
 import errno
 import fcntl
@@ -197,6 +199,13 @@ def scratch(parent, prefix, what="an unfinished sgl-overlay build; safe to delet
     except OSError:
         pass
     return d, held
+
+
+def fresh_scratch(parent, prefix):
+    """``scratch(parent, prefix)`` after ``clean_scratch(parent, prefix + "*")``:
+    what dead processes left under that prefix goes first."""
+    clean_scratch(parent, prefix + "*")
+    return scratch(parent, prefix)
 
 
 def clean_scratch(parent, pattern):

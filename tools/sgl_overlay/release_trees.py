@@ -30,8 +30,7 @@ def release_tree(version, cache=None, progress=None):
         if _unpacked(target, artifact.name):      # another process unpacked it meanwhile
             return target
         say(f"unpacking {artifact.name}")
-        locking.clean_scratch(root, f".{version}-*")
-        tmp, mark = locking.scratch(root, f".{version}-")
+        tmp, mark = locking.fresh_scratch(root, f".{version}-")
         try:
             new = tmp / "tree"
             archive.extract_package(artifact.path, artifacts.PACKAGE, new / artifacts.PACKAGE)

@@ -144,8 +144,7 @@ class TreeCache:
         """A scratch directory, locked while this process lives; those
         that dead processes left are removed (never a live one's)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        locking.clean_scratch(self.root, ".build-*")
-        d, mark = locking.scratch(self.root, ".build-")
+        d, mark = locking.fresh_scratch(self.root, ".build-")
         with self.lock:
             self.marks[d] = mark
         return d

@@ -84,8 +84,7 @@ def write_patches(root, texts, series_names=None, removed=()):
     so a run killed at any moment leaves either the old patches/ or the new
     one, never a mix.  The caller holds the series lock."""
     patches = Path(root) / "patches"
-    locking.clean_scratch(root, ".patches.tmp-*")
-    tmp, mark = locking.scratch(root, ".patches.tmp-")
+    tmp, mark = locking.fresh_scratch(root, ".patches.tmp-")
     try:
         new = tmp / "patches"
         shutil.copytree(patches, new, symlinks=True)
