@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sgl_overlay import gitcmd
 from tests.by_path import load
+from tests.terminal import AT_A_TERMINAL
 
 ROOT = Path(__file__).resolve().parents[2]
 # the history repository of real releases: tools/bench's, loaded by its path (a benchmark's module, no package)
@@ -30,15 +31,7 @@ def bound(n):
     return math.ceil(math.log2(n)) + 2
 
 
-# Run from a terminal, a command gets SIGINT's default action, and Python turns it
-# into KeyboardInterrupt; a command started in the background by a shell without
-# job control (`pytest ... &` in a script, nohup) inherits SIGINT *ignored*, and so
-# does every process it starts: tools/bisect.py would never see the Ctrl-C that
-# the interrupt tests send it.  So the tests start it as a terminal would: SIGINT
-# restored to its default, then exec (same pid, so a test's os.getppid() is still
-# bisect's).
-AT_A_TERMINAL = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                 "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
+# bisect is started as from a terminal (SIGINT at its default): tests/terminal.py says why.
 
 
 def bisect_argv(*args):

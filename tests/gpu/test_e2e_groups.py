@@ -15,6 +15,7 @@ import pytest
 
 from tests.by_path import ROOT
 from tests.gpu.e2e_script import process_groups
+from tests.terminal import AT_A_TERMINAL, default_sigint
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc (Linux)")
 
@@ -59,7 +60,7 @@ def test_a_check_ended_mid_case_leaves_no_process_behind(tmp_path, sig):
     pids.mkdir()
     log = tmp_path / "check.log"
     with open(log, "w") as out:      # a file, not a pipe: a survivor holding it cannot hang the test
-        check = subprocess.Popen([sys.executable, "-m", "tests.gpu.standin_check", str(tmp_path / "work"),
+        check = subprocess.Popen([*AT_A_TERMINAL, "-m", "tests.gpu.standin_check", str(tmp_path / "work"),
                                   str(tmp_path / "out"), str(free_port())],
                                  cwd=ROOT, env=dict(os.environ, STANDIN_PIDS=str(pids)), stdout=out,
                                  stderr=subprocess.STDOUT)
@@ -101,7 +102,18 @@ def test_a_finished_command_leaves_none_of_its_children(tmp_path):
 
 
 def test_within_tied_the_signals_end_the_groups_and_after_it_are_as_before():
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    with process_groups.GROUPS.tied():
-        assert all(signal.getsignal(s) is not h for s, h in before.items())
-    assert {s: signal.getsignal(s) for s in before} == before
+    with default_sigint():                        # as under a terminal, whatever started pytest
+        before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        with process_groups.GROUPS.tied():
+            assert all(signal.getsignal(s) is not h for s, h in before.items())
+        assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_within_tied_an_ignored_signal_stays_ignored():
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)   # a command started in the background
+    try:
+        with process_groups.GROUPS.tied():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
