@@ -185,25 +185,30 @@ def profile_one(base, prompt, trace_dir, max_new, steps=PROFILE_STEPS, timeout=1
     return res
 
 
-def measure(servers, cfgs, batches, rounds, prompt_sets, sampling, budget_left):
+def measure(servers, cfgs, batches, rounds, prompt_sets, sampling, budget_left, save=lambda rows: None):
     """Rounds of every batch size and configuration, configurations interleaved; rows of
-    spec_bench.summarise (a round that would pass the budget is not started)."""
-    rows, took = [], []
+    spec_bench.summarise, handed to save() after each measurement.  A measurement is started
+    only when the budget left exceeds the longest one so far of its batch size (the first of
+    each batch size: the budget must be positive)."""
+    rows, took = [], {}
     for rnd in range(rounds):
-        if took and budget_left() < sum(took) / len(took) * 1.1:
-            log(f"round {rnd + 1}: skipped (budget)")
-            break
-        t0 = time.time()
         for b in batches:
             for c in cfgs:
                 if c.name not in servers.live or not servers.live[c.name]["run"].get("healthy"):
                     continue
+                need = max(took.get(b, [0.0]))
+                if budget_left() < need * 1.1 or budget_left() <= 0:
+                    log(f"round {rnd + 1} batch {b} {c.name}: skipped (budget: {budget_left():.0f} s left, "
+                        f"~{need:.0f} s needed)")
+                    continue
+                t0 = time.time()
                 run = bench.closed_loop(servers.live[c.name]["base"], prompt_sets[b], b, sampling)
+                took.setdefault(b, []).append(time.time() - t0)
                 row = dict(bench.summarise(c, b, run), round=rnd + 1)
                 rows.append(row)
+                save(rows)
                 log(f"round {rnd + 1} batch {b} {c.name}: {row['tokens_per_s']} tok/s, accept {row['accept_length']}, "
                     f"step {row['step_ms']} ms" + (f", errors {row['errors'][:1]}" if row["errors"] else ""))
-        took.append(time.time() - t0)
     return rows
 
 
@@ -342,7 +347,8 @@ def run(args):
         for i, c in enumerate(spec):
             servers.start(c.name, tdir, PAIR_SPEC + bench.spec_flags(c, ddir), port + 1 + i, PAIR_COMMON)
         servers.wait([c.name for c in spec], args.start_timeout)
-        report["rows"] = measure(servers, cfgs, batches, rounds, prompt_sets, sampling, lambda: budget_left() - 90)
+        report["rows"] = measure(servers, cfgs, batches, rounds, prompt_sets, sampling,
+                                 lambda: budget_left() - 30 * (1 + len(prof)), save=lambda rows: (report.update(rows=rows), save()))
         save()
         report["profiles"] = {}
         for c in prof:
@@ -362,7 +368,7 @@ def run(args):
             flags = bench.spec_flags(c, models["draft"]) + (["--speculative-dflash-block-size", "16"] if c.speculative else [])
             servers.start(c.name, models["big"], flags, port + i, BIG_COMMON)
             if servers.wait([c.name], args.start_timeout):
-                report["rows"] += measure(servers, [c], batches, rounds, prompt_sets, sampling, budget_left)
+                report["rows"] += measure(servers, [c], batches, rounds, prompt_sets, sampling, lambda: budget_left() - 60)
                 if c in prof:
                     report["profiles"][c.name] = profile_one(servers.live[c.name]["base"], ev[0], work / "traces" / c.name,
                                                              max_new)
