@@ -75,41 +75,45 @@ def exercise(base):
     return out
 
 
-def run_server(tree, work, model, flags, prefix, port, start_timeout, common=COMMON, exercise_fn=None, probe=False,
-               extra_env=None):
-    """Start, exercise (exercise_fn(base) -> dict, default `exercise`), shut down, parse.
-    probe: the allocation probe (tools/gpu/probe) records the pools and free-memory
-    readings of the server's processes (run["probe"])."""
-    log = Path(f"{prefix}.log.full")
-    ledger = Path(f"{prefix}.ledger.json")
-    probe_dir = Path(work) / "probe" / Path(prefix).name      # records go into e2e.json, not under --out
+def server_env(tree, work, ledger, probe_dir=None, extra_env=None):
+    """The environment a server of `tree` (a folder of --work) runs with: the tree, the bundle's
+    wheels and the stand-ins on PYTHONPATH, the ledger's file, the probe when probe_dir is given."""
+    work = Path(work)
     path = f"{work / tree}:{work / 'deps'}" + (f":{work / 'stubs'}" if (work / "stubs").exists() else "")
-    env = dict(os.environ, PYTHONPATH=path, SGLO_MEMORY_LEDGER=str(ledger),
-               PYTHONUNBUFFERED="1")
-    if probe:
+    env = dict(os.environ, PYTHONPATH=path, SGLO_MEMORY_LEDGER=str(ledger), PYTHONUNBUFFERED="1")
+    if probe_dir is not None:
         shutil.rmtree(probe_dir, ignore_errors=True)
         env.update(PYTHONPATH=f"{HERE / 'probe'}:{path}", SGLO_E2E_PROBE=str(probe_dir))
     env.update(extra_env or {})
+    return env
+
+
+def start_server(tree, work, model, flags, log, port, common=COMMON, env=None):
+    """`python -m sglang.launch_server` in its own process group (GROUPS), output to `log`;
+    (the process, its base URL, the command as the report shows it)."""
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--port", str(port),
-           "--host", "127.0.0.1"] + common + flags
-    t0 = time.time()
+           "--host", "127.0.0.1"] + list(common) + list(flags)
     with open(log, "w") as lf:       # its own process group: the shutdown's SIGINT reaches all of it
         p = GROUPS.popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env)
-    run = {"command": " ".join(cmd[1:]).replace(str(work), "$WORK"), "healthy": False}
-    if extra_env:
-        run["env"] = dict(extra_env)      # e2e_plan sizes with the same SGLANG_* settings
-    base = f"http://127.0.0.1:{port}"
-    while time.time() - t0 < start_timeout and p.poll() is None:
+    return p, f"http://127.0.0.1:{port}", " ".join(cmd[1:]).replace(str(work), "$WORK")
+
+
+def wait_healthy(p, base, timeout, t0=None):
+    """True once /health answers 200, False when the process exits or `timeout` s pass (from t0)."""
+    t0 = time.time() if t0 is None else t0
+    while time.time() - t0 < timeout and p.poll() is None:
         try:
             with urllib.request.urlopen(base + "/health", timeout=5) as r:
                 if r.status == 200:
-                    run["healthy"] = True
-                    break
+                    return True
         except Exception:    # noqa: BLE001
             time.sleep(2)
-    run["start_s"] = round(time.time() - t0, 1)
-    if run["healthy"]:
-        run.update((exercise_fn or exercise)(base))
+    return False
+
+
+def shutdown(p, run):
+    """SIGINT to the server's group, 60 s to end, then whatever is left of the group is killed;
+    records "shutdown" (or the exit code of a server that had already ended) in run."""
     if p.poll() is None:
         GROUPS.signal_group(p, signal.SIGINT)
         try:
@@ -120,6 +124,27 @@ def run_server(tree, work, model, flags, prefix, port, start_timeout, common=COM
     else:
         run["exit_code"] = p.returncode
     GROUPS.release(p)       # what is left of its group (a scheduler, a detokenizer) is killed
+
+
+def run_server(tree, work, model, flags, prefix, port, start_timeout, common=COMMON, exercise_fn=None, probe=False,
+               extra_env=None):
+    """Start, exercise (exercise_fn(base) -> dict, default `exercise`), shut down, parse.
+    probe: the allocation probe (tools/gpu/probe) records the pools and free-memory
+    readings of the server's processes (run["probe"])."""
+    log = Path(f"{prefix}.log.full")
+    ledger = Path(f"{prefix}.ledger.json")
+    probe_dir = Path(work) / "probe" / Path(prefix).name      # records go into e2e.json, not under --out
+    env = server_env(tree, work, ledger, probe_dir if probe else None, extra_env)
+    t0 = time.time()
+    p, base, command = start_server(tree, work, model, flags, log, port, common, env)
+    run = {"command": command, "healthy": False}
+    if extra_env:
+        run["env"] = dict(extra_env)      # e2e_plan sizes with the same SGLANG_* settings
+    run["healthy"] = wait_healthy(p, base, start_timeout, t0)
+    run["start_s"] = round(time.time() - t0, 1)
+    if run["healthy"]:
+        run.update((exercise_fn or exercise)(base))
+    shutdown(p, run)
     text = log.read_text(errors="replace")
     run["log_figures"] = e2e_log.parse_log(text)
     if ledger.exists():
@@ -127,14 +152,18 @@ def run_server(tree, work, model, flags, prefix, port, start_timeout, common=COM
         run["ledger_raw"] = {k: v for k, v in json.loads(ledger.read_text()).items() if k in ("figures", "reservations")}
     if probe:
         run["probe"] = read_probe(probe_dir)
-    # keep the log small: the lines the parser reads, and the last 60
+    log.unlink()
+    Path(f"{prefix}.log").write_text(trim_log(text))
+    return run
+
+
+def trim_log(text):
+    """A server log kept small: the lines the parser reads (first 200), and the last 60."""
     keep = [l for l in text.splitlines() if any(k in l for k in ("avail mem", "Cache is allocated", "max_total_num_tokens",
                                                                   "server_args=", "Error", "remedy:", "Memory ledger",
                                                                   "not found in params_dict", "Capture cuda graph",
                                                                   "DDTREE", "dtype"))]
-    log.unlink()
-    Path(f"{prefix}.log").write_text("\n".join(keep[:200] + ["..."] + text.splitlines()[-60:]) + "\n")
-    return run
+    return "\n".join(keep[:200] + ["..."] + text.splitlines()[-60:]) + "\n"
 
 
 def read_probe(folder):

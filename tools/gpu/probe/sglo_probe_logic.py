@@ -14,6 +14,62 @@ TARGETS = {
     "sglang.srt.layers.utils.multi_platform": ("MultiPlatformOp",),
 }
 POOLS = ("MHATokenToKVPool", "MambaPool")
+# SGLO_E2E_PHASES: profiler ranges "sglo:<phase>" around the methods a decode step runs
+# (tools/gpu/spec_profile.py reads them from a /start_profile trace); (class or None for a
+# module-level function, attribute, phase).  Scheduler.run_batch's range is named after the
+# batch's forward mode (sglo:step:DECODE), the unit spec_profile counts.
+PHASES = {
+    "sglang.srt.managers.scheduler": (("Scheduler", "run_batch", "step"),
+                                      ("Scheduler", "process_batch_result", "process_result"),
+                                      ("Scheduler", "get_next_batch_to_run", "schedule")),
+    "sglang.srt.managers.tp_worker": (("TpModelWorker", "forward_batch_generation", "target_forward"),),
+    "sglang.srt.speculative.dflash_worker": (("DFlashWorker", "_run_draft_block", "draft_forward"),
+                                             ("DFlashWorker", "_greedy_sample_from_vocab_parallel_head", "draft_sample"),
+                                             ("DFlashWorker", "_append_target_hidden_to_draft_kv", "draft_kv_append"),
+                                             ("DFlashWorker", "_update_target_mamba_state_after_verify", "mamba_commit")),
+    "sglang.srt.speculative.dflash_info": (("DFlashVerifyInput", "prepare_for_verify", "verify_prepare"),
+                                           ("DFlashVerifyInput", "verify", "accept")),
+    "sglang.srt.speculative.ddtree_worker": (("DDTreeWorker", "_draft_topk_logprobs", "draft_topk"),
+                                             (None, "build_ddtree", "tree_build"),
+                                             (None, "make_verify_input", "tree_verify_input")),
+    "sglang.srt.speculative.eagle_info": (("EagleVerifyInput", "prepare_for_verify", "verify_prepare"),
+                                          ("EagleVerifyInput", "verify", "accept")),
+    "sglang.srt.speculative.eagle_worker": (("EAGLEWorker", "_mamba_verify_update", "mamba_commit"),),
+}
+
+
+def annotated(fn, phase):
+    """fn inside torch.profiler.record_function("sglo:<phase>") while a profiler runs (outside
+    one, a plain call: the benchmark's timings are not the ranges')."""
+    import torch
+
+    @functools.wraps(fn)
+    def call(*a, **k):
+        if not torch.autograd.profiler._is_profiler_enabled:
+            return fn(*a, **k)
+        name = phase
+        if phase == "step":
+            mode = getattr(a[1] if len(a) > 1 else k.get("batch"), "forward_mode", None)
+            name = f"step:{getattr(mode, 'name', mode)}"
+        with torch.profiler.record_function("sglo:" + name):
+            return fn(*a, **k)
+    call.__sglo_phase__ = phase
+    return call
+
+
+def annotate_module(module, entries):
+    """Wrap each (class, attribute, phase) of `module` that exists (a class's own attribute)."""
+    done = []
+    for cls_name, attr, phase in entries:
+        owner = module if cls_name is None else getattr(module, cls_name, None)
+        if owner is None or (cls_name is not None and attr not in vars(owner)):
+            continue
+        fn = getattr(owner, attr)
+        if getattr(fn, "__sglo_phase__", None):
+            continue
+        setattr(owner, attr, annotated(fn, phase))
+        done.append(f"{cls_name or module.__name__}.{attr}")
+    return done
 GIB = 1 << 30
 
 
@@ -141,7 +197,8 @@ class _Finder(importlib.abc.MetaPathFinder):
         self.recorder = recorder
 
     def find_spec(self, name, path, target=None):
-        if name not in TARGETS:
+        phases = PHASES.get(name) if os.environ.get("SGLO_E2E_PHASES") else None
+        if name not in TARGETS and not phases:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:
@@ -150,7 +207,9 @@ class _Finder(importlib.abc.MetaPathFinder):
 
         def patched(module):
             exec_module(module)
-            for attr in TARGETS[name]:
+            if phases:
+                annotate_module(module, phases)
+            for attr in TARGETS.get(name, ()):
                 obj = getattr(module, attr, None)
                 if attr in POOLS and obj is not None:
                     rec.wrap_pool(obj)

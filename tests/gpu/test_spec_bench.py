@@ -1,0 +1,67 @@
+"""The speculative-value benchmark's figures (tools/gpu/spec_bench.py): configurations and their
+flags, one measurement's figures from SGLang's meta_info, medians over rounds, ratios to AR and
+DFLASH, and the projection's arithmetic; every expectation worked out by hand from the inputs."""
+import pytest
+
+from tests.gpu.spec_script import bench
+
+
+def test_configs_and_flags():
+    names = [c.name for c in bench.configs()]
+    assert names == ["AR", "DFLASH", "DDTREE-8", "DDTREE-16", "DDTREE-32", "DDTREE-63"]
+    ar, df, dd = bench.parse_configs("AR,DFLASH,DDTREE-24")
+    assert bench.spec_flags(ar, "D") == ["--disable-overlap-schedule"]
+    assert bench.spec_flags(df, "D") == ["--disable-overlap-schedule", "--speculative-algorithm", "DFLASH",
+                                         "--speculative-draft-model-path", "D"]
+    assert bench.spec_flags(dd, "D")[-2:] == ["--speculative-ddtree-budget", "24"]
+    with pytest.raises(ValueError, match="unknown configuration 'EAGLE'"):
+        bench.parse_configs("AR,EAGLE")
+
+
+def meta(n, verify, tput, lat):
+    return {"completion_tokens": n, "spec_verify_ct": verify, "decode_throughput": tput, "e2e_latency": lat}
+
+
+def test_one_measurement():
+    dd = bench.parse_configs("DDTREE-16")[0]
+    # request 1: 101 tokens in 40 verify steps, 100 tokens after the first in 0.2 s -> 5 ms a step
+    # request 2: 51 tokens, 20 steps, 50 tokens in 0.08 s -> 4 ms a step; one too short to count
+    run = {"wall_s": 0.5, "errors": [], "requests": [meta(101, 40, 500.0, 0.25), meta(51, 20, 625.0, 0.1),
+                                                      meta(1, 1, None, 0.01)]}
+    r = bench.summarise(dd, 4, run)
+    assert r["completion_tokens"] == 153 and r["tokens_per_s"] == 306.0
+    assert r["accept_length"] == round(153 / 61, 4) and r["verify_steps"] == 61
+    assert r["step_ms"] == 4.5 and r["step_ms_requests"] == 2          # median of 5 and 4
+    ar = bench.parse_configs("AR")[0]
+    # AR: 101 tokens = 100 decode steps in 0.2 s -> 2 ms
+    r = bench.summarise(ar, 1, {"wall_s": 0.25, "errors": [], "requests": [meta(101, 0, 500.0, 0.25)]})
+    assert r["accept_length"] == 1.0 and r["step_ms"] == 2.0 and r["tokens_per_s"] == 404.0
+    # without --enable-metrics there is no decode time: no step figure, said so
+    assert bench.step_ms(meta(101, 40, None, 0.3), True) == (None, "no decode_throughput (server without --enable-metrics)")
+
+
+def test_medians_and_ratios():
+    rows = [{"config": c, "batch": 1, "requests": 64, "errors": [], "tokens_per_s": t, "step_ms": s,
+             "accept_length": a, "per_request_tokens_per_s": None}
+            for c, t, s, a in [("AR", 500.0, 2.0, 1.0), ("AR", 520.0, 2.2, 1.0), ("AR", 480.0, 2.1, 1.0),
+                               ("DFLASH", 600.0, 4.0, 2.5), ("DFLASH", 640.0, 4.4, 2.5),
+                               ("DDTREE-16", 660.0, 4.6, 3.0)]]
+    m = {r["config"]: r for r in bench.ratios(bench.medians(rows))}
+    assert m["AR"]["tokens_per_s"] == 500.0 and m["AR"]["step_ms"] == 2.1 and m["AR"]["rounds"] == 3
+    assert m["DFLASH"]["tokens_per_s"] == 620.0 and m["DFLASH"]["step_ms"] == 4.2
+    assert m["DFLASH"]["speedup_vs_ar"] == 1.24 and m["DFLASH"]["step_vs_ar"] == 2.0 and m["DFLASH"]["vs_dflash"] is None
+    assert m["DDTREE-16"]["vs_dflash"] == round(660 / 620, 4) and m["DDTREE-16"]["step_over_dflash_ms"] == 0.4
+    md = bench.table(list(m.values()), "t")
+    assert md.index("| 1 | AR |") < md.index("| 1 | DFLASH |") < md.index("| 1 | DDTREE-16 |")
+
+
+def test_projection_arithmetic():
+    steps = [{"config": "AR", "batch": 1, "step_ms": 18.0}, {"config": "DFLASH", "batch": 1, "step_ms": 27.0},
+             {"config": "DDTREE-16", "batch": 1, "step_ms": 30.0}, {"config": "AR", "batch": 4, "step_ms": 20.0}]
+    pub = ({"source": "s", "DFLASH": 6.0, "DDTREE": 8.0},)
+    p = {r["config"]: r for r in bench.projection(steps, pub)}
+    # speed-up = tau x AR step / speculative step; break-even tau = the step ratio
+    assert p["DFLASH"]["projected_speedup"] == 4.0 and p["DFLASH"]["break_even_accept_length"] == 1.5
+    assert p["DDTREE-16"]["projected_speedup"] == 4.8 and p["DDTREE-16"]["step_ratio"] == round(30 / 18, 4)
+    assert bench.projection([r for r in steps if r["config"] != "AR"], pub) == []
+    assert "(projection)" in bench.projection_table(list(p.values()))

