@@ -164,6 +164,7 @@ class Stop:
     reused: tuple = ()         # the paths a recorded resolution resolved (the rest did not)
     failure: dict | None = None   # builder.diagnose()'s report
     git_am: str = ""           # what git am --3way said
+    old_commit: str = ""       # the patch's commit in the old series (refs/sgl-overlay/old), in the tree
 
     def to_json(self):
         return {**dataclasses.asdict(self), "status": str(self.status), "conflicted": list(self.conflicted),
@@ -408,8 +409,10 @@ def next_steps(stop: Stop, tree_shown, tool):
                      f"--3way $({g} rev-parse --git-path rebase-apply/patch)), then {g} add FILE...")
     else:
         first.append(f"apply the change by hand in {tree_shown} and {g} add FILE...")
-    first.append(f"{g} am --continue   (or: {g} commit; more commits after it become new patches)"
-                 if stop.am else f"{g} commit   (more commits after it become new patches)")
+    commit = f"{g} commit -C {stop.old_commit[:12]}" if stop.old_commit else f"{g} commit"
+    first.append(f"{g} am --continue   (or: {commit}, which keeps its message and author; "
+                 "more commits after it become new patches)" if stop.am else
+                 f"{commit}   (keeps its message and author; more commits after it become new patches)")
     first.append(f"{tool} --continue")
     return (first, [f"{tool} --skip --reason \"why {stop.patch} is no longer needed\"   (drops it)",
                     f"{tool} --abort   (patches/ and upstream.lock stay as they are)"])
@@ -621,7 +624,9 @@ class Report:
 
     @property
     def exit_code(self):
-        return 1 if self.outcome is Outcome.STOPPED else 0
+        """0 finished or aborted; 1 the session waits for the person (a stop,
+        or a run killed while applying: --continue)."""
+        return 1 if self.outcome in (Outcome.STOPPED, Outcome.IN_PROGRESS) else 0
 
     def patches(self):
         """Per old patch: its result, what its files became, its range-diff lines."""
@@ -710,11 +715,11 @@ def start(root, onto, cache=None, progress=None, shown=str, tool="python tools/s
                          hint="give a release (e.g. --onto 0.5.17); for a commit, "
                               "tools/stack.py check --against COMMIT --repo URL shows what breaks")
     lock = lockmod.load(places.lock)
-    stack = series.load(places.root)
     problems = lint(places.root)
     if problems:
         raise UsageError(f"patches/ has {len(problems)} lint finding(s), first: {problems[0]['error']}",
                          hint="fix them (tools/stack.py lint lists them) and commit, then start the port")
+    stack = series.load(places.root)
     dirty = _uncommitted(places.root)
     if dirty:
         raise UsageError(f"uncommitted changes in {_files(dirty)}: the port's end rewrites patches/ and "
@@ -780,7 +785,8 @@ def _advance(places, s, stack, say, shown, tool):
                 step = Step.STOP
         if step is Step.STOP:
             stop = Stop(p.index, p.name, p.subject, a.status, s.head, a.stopped, a.conflicted,
-                        reused if a.stopped else (), a.failure, a.git_am)
+                        reused if a.stopped else (), a.failure, a.git_am,
+                        gitcmd.out(tree, "rev-parse", f"{OLD}~{total - p.index}"))
             s = save(places, dataclasses.replace(s, phase=Phase.STOPPED, stop=stop))
             say(f"patch {p.index}/{total} {p.name}: {a.status}, stopped for you")
             return Report(Outcome.STOPPED, places, s, facts(tree, s.head) if a.stopped else None)
