@@ -354,23 +354,43 @@ def test_killed_at_each_step_of_the_finish_leaves_each_file_whole_and_continue_c
                 {k: v for k, v in new.items() if k != "upstream.lock"} == patches,
                 h["upstream.lock"] in (old["upstream.lock"], new["upstream.lock"]))
 
+    # one chain on one copy: each --continue killed at the next boundary resumes the run before it
+    root = tmp_path / "killed"
+    shutil.copytree(resolved, root, symlinks=True)
     seen = {}
     for point in POINTS:
-        root = tmp_path / point
-        shutil.copytree(resolved, root, symlinks=True)
         k = subprocess.run([sys.executable, "-c", KILLER, point, str(root)], capture_output=True, text=True,
                            timeout=600)
         assert k.returncode == -9, (point, k.returncode, k.stderr)
         h = normalized_hashes(root)
         assert whole(h) == (True, True), point                  # patches/ and the lock each entirely old or new
         seen[point] = ("new" if h == new else "old" if h == old else "mixed")
-        c = port_run(root, "--continue")
-        assert c.returncode == 0, (point, c.stdout, c.stderr)
-        assert normalized_hashes(root) == new, point
-        assert port_run(root, "--status", "--json").data["phase"] == "done"
+        phase = json.loads((root / "build" / "port" / "session.json").read_text())["phase"]
+        seen[point] += f", {phase}"
+    c = port_run(root, "--continue")
+    assert c.returncode == 0, (c.stdout, c.stderr)
+    assert normalized_hashes(root) == new
+    assert port_run(root, "--status", "--json").data["phase"] == "done"
     # the boundaries really fell where they were meant to: old up to the swap, the lock after it
-    assert seen == {"recorded": "old", "staged": "old", "finishing": "old", "swapped": "mixed",
-                    "locked": "new", "done": "new"}
+    assert seen == {"recorded": "old, applying", "staged": "old, applying", "finishing": "old, finishing",
+                    "swapped": "mixed, finishing", "locked": "new, finishing", "done": "new, done"}
+
+
+def test_a_kill_in_finishing_is_completed_by_status(tmp_path, upstream):
+    """--status after a kill in the phase finishing rolls forward too."""
+    root = make_checkout(tmp_path / "proj")
+    stopped_at_the_conflict(root, upstream)
+    take_the_patch_side(tree_of(root) / CONFIGURER)
+    git(tree_of(root), "add", CONFIGURER)
+    k = subprocess.run([sys.executable, "-c", KILLER, "swapped", str(root)], capture_output=True, text=True,
+                       timeout=600)
+    assert k.returncode == -9, k.stderr
+    assert lockmod.load(root / "upstream.lock").version == "0.5.12.post1"   # patches/ new, the lock not yet
+    a = port_run(root, "--abort")
+    assert a.returncode == 2 and "finishing" in a.stderr and "--continue" in a.stderr
+    s = port_run(root, "--status", "--json")
+    assert s.returncode == 0 and s.data["phase"] == "done", s.stderr
+    assert lockmod.load(root / "upstream.lock").version == "0.5.17"
 
 
 def test_a_second_run_reuses_the_recorded_resolution(tmp_path, upstream):
