@@ -289,13 +289,15 @@ def render(lock, text=None):
     return tomlkit.dumps(doc)
 
 
-def write(lock, path):
+def write(lock, path, like=None):
     """Write ``lock`` to ``path`` atomically, after checking it loads back;
-    an existing lock there keeps its comments and layout."""
+    the comments and layout of the lock at ``like`` (default: an existing
+    lock at ``path``) are kept."""
     import os
     import tempfile
     path = Path(path)
-    text = render(lock, path.read_text(encoding="utf-8") if path.exists() else None)
+    like = Path(like) if like else path
+    text = render(lock, like.read_text(encoding="utf-8") if like.exists() else None)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upstream.lock.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -24,9 +24,24 @@
   python tools/stack.py lint
         series and files agree, headers, trailers, whitespace, python/ paths,
         the debug topic never marked for upstream; patches/ports/** too
+  python tools/stack.py port --onto VERSION [--repo URL_OR_PATH]
+  python tools/stack.py port --continue | --skip --reason TEXT | --abort | --status
+        a resumable port session in build/port/: the stack onto release
+        VERSION patch by patch (strict git am, then --3way; recorded
+        resolutions reused, git rerere); it stops at the first patch that
+        does not resolve, with the conflict markers in build/port/tree and
+        the next steps on screen; --continue after you commit the
+        resolution there (commits you add after it become new patches),
+        --skip drops the patch (the reason goes into patches/series),
+        --abort removes the session (patches/ and upstream.lock untouched);
+        at the end patches/ is refreshed, upstream.lock pins VERSION (every
+        field verified, as rebase --write), and a per-patch git range-diff
+        is printed and kept in build/port/range-diff.txt
 
-Every verb takes --json. Exit codes: 0 ok, 1 a patch does not resolve / lint
-findings / refresh --check found changes / export failed, 2 bad input, 3
+Every verb takes --json. Exit codes: 0 ok (port: finished, aborted,
+reported), 1 a patch does not resolve / lint findings / refresh --check
+found changes / export failed / the port stopped for you, 2 bad input (port:
+no session, one already there, unresolved conflicts at --continue), 3
 integrity failure (docs/stack.md).
 """
 
@@ -39,6 +54,7 @@ from pathlib import Path
 
 from .. import builder, cli, lock as lockmod, locking, project, release_list, series, stack, versions
 from ..errors import FAILED, OK, UsageError
+from ..stack import port
 
 
 def parse(argv):
@@ -75,7 +91,25 @@ def parse(argv):
                    help="the interpreter that runs a ported series' upstream-style tests (test/...), one with "
                         "SGLang's dependencies (default: this one)")
     sub.add_parser("lint", parents=[common])
-    return ap.parse_args(argv)
+    pt = sub.add_parser("port", parents=[common])
+    what = pt.add_mutually_exclusive_group(required=True)
+    what.add_argument("--onto", metavar="VERSION", help="start a session onto this release")
+    what.add_argument("--continue", dest="cont", action="store_true",
+                      help="take the resolution committed in build/port/tree and go on")
+    what.add_argument("--skip", action="store_true", help="drop the stopped patch (needs --reason)")
+    what.add_argument("--abort", action="store_true", help="remove the session; patches/ and the lock untouched")
+    what.add_argument("--status", action="store_true", help="where the session stands")
+    pt.add_argument("--repo", metavar="URL_OR_PATH", help="SGLang's git history, for the new lock "
+                                                          "(default: the lock's repo)")
+    pt.add_argument("--reason", metavar="TEXT", help="with --skip: why the patch is no longer needed")
+    args = ap.parse_args(argv)
+    if args.verb == "port":
+        if args.reason is not None and not args.skip:
+            raise UsageError("port --reason goes with --skip", hint="port --skip --reason TEXT")
+        if args.repo and not args.onto:
+            raise UsageError("port --repo goes with --onto (the session keeps the repo it started with)",
+                             hint="port --onto VERSION --repo URL_OR_PATH")
+    return args
 
 
 def onto_of(spec, repo):
@@ -130,7 +164,8 @@ def main(argv):
     progress = cli.Progress("stack", quiet=args.quiet)
     root = project.find_root(args.root)
     with contextlib.ExitStack() as held:
-        writes = (args.verb == "refresh" and not args.check) or (args.verb == "rebase" and args.write)
+        writes = (args.verb == "refresh" and not args.check) or (args.verb == "rebase" and args.write) or \
+            args.verb == "port"
         if writes:
             held.enter_context(series_lock(root, args.wait, progress))
         if args.verb == "refresh" and args.tree:
@@ -141,6 +176,8 @@ def main(argv):
 
 
 def _main(args, progress, root):
+    if args.verb == "port":
+        return _port(args, progress, root)
     if args.verb == "lint":
         problems = stack.lint(root)
         cli.emit({"status": "ok" if not problems else "findings", "problems": problems}, args.json,
@@ -206,3 +243,90 @@ def export_text(r):
     text += [f"  wrote {f}" for f in r["files"]]
     return "\n".join(text)
 
+
+
+def shown(path):
+    """A path as the person typed it: relative to the current directory
+    when it is inside it."""
+    path = Path(path)
+    try:
+        rel = path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return str(path)
+    return str(rel) if str(rel) != "." else "."
+
+
+def _port(args, progress, root):
+    tool = "python tools/stack.py port" + (f" --root {args.root}" if args.root else "")
+    kw = {"progress": progress, "shown": shown, "tool": tool}
+    if args.onto:
+        r = port.start(root, onto_of(args.onto, args.repo), args.cache, **kw)
+    elif args.cont:
+        r = port.continue_(root, args.cache, **kw)
+    elif args.skip:
+        r = port.skip(root, args.reason, args.cache, **kw)
+    elif args.abort:
+        r = port.abort(root, **kw)
+    else:
+        r = port.status(root, **kw)
+    cli.emit(r, args.json, port_text(r, tool))
+    return r.exit_code
+
+
+RESOLVED_BY = {port.Resolution.RERERE: ", resolution reused (rerere)", port.Resolution.PERSON: ", resolved by you"}
+
+
+def port_text(r, tool):
+    if r.outcome is port.Outcome.ABORTED:
+        return f"port session removed: {r.note}"
+    s = r.session
+    tree = shown(r.places.tree)
+    head = {port.Outcome.STOPPED: "stopped", port.Outcome.FINISHED: "finished",
+            port.Outcome.IN_PROGRESS: "in progress"}[r.outcome]
+    lines = [f"port v{s.old_version} -> {s.label} ({shown(r.places.session)}): {head}"]
+    for d in r.patches():
+        res = port.Resolution(d["resolution"])
+        if res is port.Resolution.SKIPPED:
+            extra = f", skipped: {d['reason']}"
+        elif not d["commits"]:
+            extra = f", left the series: {d['reason']}"
+        else:
+            extra = RESOLVED_BY.get(res, "")
+        if d["change"]:
+            extra += f" ({d['change']})"
+        lines.append(f"  {d['index']:>2} {d['patch']:<40} {d['status']}{extra}")
+        lines += [f"     + {c['name']} (a new patch after it)" for c in d["commits"] if c["name"] != d["patch"]]
+    if s.stop:
+        st = s.stop
+        lines.append(f"  {st.index:>2} {st.patch:<40} {st.status}: waiting for you")
+        if st.failure:
+            lines += ["     " + l for l in builder.format_failure(st.failure).splitlines()[1:]]
+        if st.status is stack.Status.PROBABLY_UPSTREAM:
+            lines.append("     it applies in reverse with one line of context: probably upstream already; "
+                         "if so, drop it with --skip --reason")
+        now = r.facts.unmerged if r.facts else st.conflicted
+        if st.reused:
+            lines.append(f"recorded resolutions reused (staged): {', '.join(st.reused)}")
+        if now:
+            lines.append(f"conflicted files (markers in place in {tree}):")
+            lines += [f"  {f}" for f in now]
+        elif st.am and not st.conflicted:
+            lines.append("git am --3way could not merge it:")
+            lines += [f"  {l}" for l in st.git_am.splitlines()[:6]]
+        steps, other = port.next_steps(st, tree, tool)
+        lines.append("next:")
+        lines += [f"  {i}. {t}" for i, t in enumerate(steps, 1)]
+        lines += [f"  or: {t}" for t in other]
+    if s.phase is port.Phase.DONE and s.staged:
+        ch = s.staged.changes
+        count = {c: sum(1 for _, x in ch if x is c) for c in port.Change}
+        lines.append(f"patches/: {count[port.Change.REWRITTEN]} rewritten, {count[port.Change.ADDED]} added, "
+                     f"{count[port.Change.REMOVED]} dropped, {count[port.Change.UNCHANGED]} unchanged; "
+                     f"upstream.lock pins {s.label}")
+        lines.append(f"range-diff (old v{s.old_version} series against the new one; kept in "
+                     f"{shown(r.places.range_diff)}):")
+        lines += ["  " + l for rd in s.range_diff for l in rd.lines]
+    lines += [f"lint: {p['error']}\n  hint: {p['hint']}" for p in r.lint]
+    if r.note:
+        lines.append(r.note)
+    return "\n".join(lines)

@@ -1,11 +1,12 @@
 """The stack's lifecycle: rebase onto a newer upstream (every patch
-classified), refresh patches/ from an edited build tree without noise,
-export a topic as a clean series for an upstream pull request, lint.
+classified), a resumable port session onto a new release (``port``),
+refresh patches/ from an edited build tree without noise, export a topic as
+a clean series for an upstream pull request, lint.
 
 Classification is a pure function of what git reported for a patch
 (``classify``); everything else is I/O around the tree builder.  One module
 per concept: ``classify`` (the patch statuses), ``texts`` (patch texts modulo
-noise), ``rebase``, ``refresh``, ``lint``, ``export``, ``ports`` (the ported
+noise), ``rebase``, ``port``, ``refresh``, ``lint``, ``export``, ``ports`` (the ported
 series' layout and trailers), ``evidence`` (their tests, run before/after).
 """
 

@@ -26,12 +26,17 @@ def _whitespace(p, where, label):
 def lint(root):
     """Every problem with the stack, as dicts (patch, field, error, hint)."""
     root = Path(root)
-    problems = []
     try:
         stack = series.load(root, strict=False)
     except UsageError as e:
         return [{"patch": None, "field": "series", "error": e.message, "hint": e.hint}]
-    for p in stack.patches:
+    return lint_series(stack.patches) + lint_ports(root, stack)
+
+
+def lint_series(patches):
+    """The problems of the series' own patches (series.Patch; not patches/ports/**)."""
+    problems = []
+    for p in patches:
         for field, message, hint in series.lint(p):
             problems.append(_problem(p.name, field, message, hint))
         problems += _whitespace(p, f"patches/{p.name}", p.name)
@@ -40,7 +45,7 @@ def lint(root):
                                      f"patches/{p.name}: the debug topic is marked {p.upstream_status!r}",
                                      "debug instrumentation is not for upstream: "
                                      "Upstream-Status: Inappropriate [debug instrumentation]"))
-    return problems + lint_ports(root, stack)
+    return problems
 
 
 def _label_ok(name):

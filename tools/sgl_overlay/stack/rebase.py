@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import archive, artifacts, base_tree, builder, clones, gitcmd, lock as lockmod, series, versions
 from ..errors import ApplyError, UsageError
-from .classify import APPLIES, LEAVES_SERIES, RESOLVED, UNRESOLVED, classify
+from .classify import APPLIES, LEAVES_SERIES, RESOLVED, UNRESOLVED, Status, classify
 from .refresh import write_patches
 from .texts import format_patch, noise_free, patch_id
 
@@ -48,12 +48,85 @@ def new_base(lock, onto, repo_dir, cache, progress, bare=None):
             "tree_normalized": base_tree.normalized_tree(repo_dir, gitcmd.out(repo_dir, "rev-parse", f"{commit}:{lock.subdir}"))}
 
 
-def _try(repo_dir, patch, *args):
-    p = gitcmd.run(repo_dir, "am", "--quiet", "--committer-date-is-author-date", "--keep-non-patch", *args,
-                   str(patch.path), check=False)
-    if p.returncode:
-        gitcmd.run(repo_dir, "am", "--abort", check=False)
-    return p
+OLD = "refs/sgl-overlay/old"              # the old stack's commits, fetched into the new tree
+OLD_BASE = "refs/sgl-overlay/old-base"    # the pin they were made on
+
+
+def prepare_tree(lock, stack, onto, dest, cache=None, progress=None, bare=None):
+    """The tree at ``dest`` a rebase works in: the upstream ``onto`` names on
+    branch ``upstream``, HEAD on a new branch ``patched``, and the current
+    stack built on the pin fetched as ``OLD`` (its base as ``OLD_BASE``) so
+    that ``git am --3way`` finds each patch's preimage and ``git range-diff``
+    sees the old series.  ``bare``: the --repo's clone, refreshed by the
+    caller.  Returns the new base's facts (``new_base``)."""
+    say = progress or (lambda m: None)
+    with tempfile.TemporaryDirectory(prefix="sgl-overlay-rebase-") as tmp:
+        old = Path(tmp) / "old"
+        say(f"building the current stack on {lock.tag}")
+        builder.prepare_base(lock, old, None, cache, progress)
+        builder.apply_all(stack, old, False, progress, keep_going=False)
+        say(f"preparing upstream {onto.label}")
+        base = new_base(lock, onto, Path(dest), cache, progress, bare)
+        gitcmd.run(dest, "checkout", "--quiet", "-b", "patched")
+        gitcmd.run(dest, "fetch", "--quiet", str(old), f"+patched:{OLD}", f"+upstream:{OLD_BASE}")
+    return base
+
+
+def _am(repo_dir, patch, *args):
+    return gitcmd.run(repo_dir, "am", "--quiet", "--committer-date-is-author-date", "--keep-non-patch", *args,
+                      str(patch.path), check=False)
+
+
+def _am_abort(repo_dir):
+    gitcmd.run(repo_dir, "am", "--abort", check=False)
+
+
+def unmerged(repo_dir):
+    """The paths git left unmerged in the index (sorted)."""
+    return tuple(sorted(set(gitcmd.out(repo_dir, "diff", "--name-only", "--diff-filter=U").split("\n")) - {""}))
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """What git reported for one patch on the new upstream."""
+    status: Status
+    failure: dict | None = None          # builder.diagnose()'s report, when strict git am failed
+    upstream_commit: str | None = None   # the upstream commit with its patch-id
+    stopped: bool = False                # git am --3way's stopped state is left in the tree (keep_conflict)
+    conflicted: tuple = ()               # then: the paths it left unmerged
+    git_am: str = ""                     # then: what git am --3way said
+
+
+def attempt(repo_dir, patch, total, upstream_commit=None, keep_conflict=False):
+    """Try ``patch`` on the tree (HEAD clean): strict git am, then, unless it
+    is already upstream (applies in reverse, or ``upstream_commit`` has its
+    patch-id), git am --3way; classified by ``classify``.  An applied patch
+    is committed.  A 3-way merge that fails is aborted, or, with
+    ``keep_conflict``, left as git am stopped (the conflict markers in the
+    files, the index unmerged) for a person to resolve."""
+    if _am(repo_dir, patch, "--no-3way").returncode == 0:
+        return Attempt(Status.APPLIED)
+    _am_abort(repo_dir)
+    failure = builder.diagnose(repo_dir, patch, total)
+    rev = failure["applies_in_reverse"]
+    tw = tw_empty = rev_reduced = stopped = False
+    conflicted, said = (), ""
+    if not (rev or upstream_commit):
+        rev_reduced = gitcmd.run(repo_dir, "apply", "--check", "--reverse", "-C1", str(patch.path),
+                                 check=False).returncode == 0
+        t = _am(repo_dir, patch, "--3way", *(["--rerere-autoupdate"] if keep_conflict else []))
+        tw = t.returncode == 0
+        tw_empty = not tw and "No changes" in (t.stdout + t.stderr)
+        if tw and not gitcmd.out(repo_dir, "diff", "--name-only", "HEAD~1", "HEAD"):
+            gitcmd.run(repo_dir, "reset", "--quiet", "--hard", "HEAD~1")
+            tw, tw_empty = False, True
+        if not tw:
+            if keep_conflict and not tw_empty:
+                stopped, conflicted, said = True, unmerged(repo_dir), (t.stderr.strip() or t.stdout.strip())
+            else:
+                _am_abort(repo_dir)
+    status = classify(False, rev, bool(upstream_commit), tw, tw_empty, rev_reduced)
+    return Attempt(status, failure, upstream_commit, stopped, conflicted, said)
 
 
 def _upstream_patch_ids(onto, lock, bare):
@@ -73,58 +146,39 @@ def _upstream_patch_ids(onto, lock, bare):
     return {pid: c for pid, c in (l.split() for l in p.stdout.splitlines())}
 
 
+def merged_upstream(stack, onto, lock, bare):
+    """{patch name: upstream commit} for the patches whose stable patch-id an
+    upstream commit between the pin and ``onto`` has (with --repo's clone ``bare``)."""
+    ids = _upstream_patch_ids(onto, lock, bare)
+    return {p.name: ids[pid] for p in stack.patches if (pid := patch_id(p.raw.decode())) in ids}
+
+
 def rebase(lock, stack, onto, cache=None, progress=None, keep=None):
     """Apply the stack onto ``onto`` and classify every patch.  Returns the
     report; with ``keep`` (a directory) the rebased tree is left there."""
     say = progress or (lambda m: None)
     tmp = Path(tempfile.mkdtemp(prefix="sgl-overlay-rebase-"))
     try:
-        old = tmp / "old"
-        say(f"building the current stack on {lock.tag}")
-        builder.prepare_base(lock, old, None, cache, progress)
-        builder.apply_all(stack, old, False, progress, keep_going=False)
         new = Path(keep) if keep else tmp / "new"
-        say(f"preparing upstream {onto.label}")
         # the --repo's history, refreshed once for the whole rebase
         bare = clones.fresh_clone(onto.repo, cache, progress)[0] if onto.repo else None
-        base = new_base(lock, onto, new, cache, progress, bare)
-        gitcmd.run(new, "checkout", "--quiet", "-b", "patched")
-        # the old blobs, so that --3way can find each patch's preimage
-        gitcmd.run(new, "fetch", "--quiet", str(old), "+patched:refs/sgl-overlay/old")
-        upstream_ids = _upstream_patch_ids(onto, lock, bare)
+        base = prepare_tree(lock, stack, onto, new, cache, progress, bare)
+        merged = merged_upstream(stack, onto, lock, bare)
         total = len(stack.patches)
         results = []
         for p in stack.patches:
             say(f"patch {p.index}/{total} {p.name}")
             entry = {"patch": p.name, "index": p.index, "subject": p.subject, "topic": p.topic}
-            fwd = _try(new, p, "--no-3way").returncode == 0
-            rev = rev_reduced = tw = tw_empty = False
-            pid_commit = None
-            failure = None
-            if not fwd:
-                failure = builder.diagnose(new, p, total)
-                rev = failure["applies_in_reverse"]
-                pid_commit = upstream_ids.get(patch_id(p.raw.decode()))
-                if not (rev or pid_commit):
-                    t = _try(new, p, "--3way")
-                    tw = t.returncode == 0
-                    tw_empty = not tw and "No changes" in (t.stdout + t.stderr)
-                    if tw and not gitcmd.out(new, "diff", "--name-only", "HEAD~1", "HEAD"):
-                        gitcmd.run(new, "reset", "--quiet", "--hard", "HEAD~1")
-                        tw, tw_empty = False, True
-                    if not (tw or tw_empty):
-                        rev_reduced = gitcmd.run(new, "apply", "--check", "--reverse", "-C1", str(p.path),
-                                                 check=False).returncode == 0
-            status = classify(fwd, rev, bool(pid_commit), tw, tw_empty, rev_reduced)
-            entry["status"] = status
-            if status in APPLIES:
+            a = attempt(new, p, total, merged.get(p.name))
+            entry["status"] = a.status
+            if a.status in APPLIES:
                 entry["commit"] = gitcmd.out(new, "rev-parse", "HEAD")
                 entry["text"] = format_patch(new, entry["commit"])
                 entry["changed"] = noise_free(entry["text"]) != noise_free(p.raw.decode())
-            if pid_commit:
-                entry["upstream_commit"] = pid_commit
-            if status in UNRESOLVED and failure:
-                entry["failure"] = failure
+            if a.upstream_commit:
+                entry["upstream_commit"] = a.upstream_commit
+            if a.status in UNRESOLVED and a.failure:
+                entry["failure"] = a.failure
             results.append(entry)
         return {"onto": onto.label, "base": base, "patches": results,
                 "resolved": all(r["status"] in RESOLVED for r in results)}
@@ -132,14 +186,17 @@ def rebase(lock, stack, onto, cache=None, progress=None, keep=None):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def new_lock(lock, onto, cache=None, progress=None):
+def new_lock(lock, onto, cache=None, progress=None, bare=None):
     """The lock for release ``onto.version``, every field recomputed from
-    the release artifact and the tag in ``onto.repo``, and verified: the
-    artifact built with the new lock must reproduce the tag's tree."""
+    the release artifact and the tag in ``onto.repo`` (else the lock's
+    repo), and verified: the artifact built with the new lock must reproduce
+    the tag's tree.  ``bare``: that repository's clone, already refreshed by
+    the caller (else refreshed here)."""
     if not onto.version:
         raise UsageError("--write needs --onto VERSION (a release)", hint="locks pin released versions")
     repo = onto.repo or lock.repo
-    bare, _ = clones.fresh_clone(repo, cache, progress)
+    if bare is None:
+        bare, _ = clones.fresh_clone(repo, cache, progress)
     tag = f"v{onto.version}"
     c = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{tag}^{{commit}}", check=False)
     if c.returncode:

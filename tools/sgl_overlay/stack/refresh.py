@@ -1,5 +1,6 @@
 """Refresh: regenerate patches/ from the commits of an edited build tree,
 rewriting only the patches whose change or message changed."""
+import enum
 import shutil
 from pathlib import Path
 
@@ -7,25 +8,46 @@ from .. import builder, gitcmd, locking, series
 from .texts import format_patch, noise_free, slug
 
 
-def _rewrite_series(patches_dir, names, topics=None):
-    """Keep the series file's comment blocks; list ``names`` in order."""
+class Change(enum.StrEnum):
+    """What a re-export does to one patch file (its value is the report's word)."""
+    ADDED = "added"
+    REWRITTEN = "rewritten"
+    REMOVED = "removed"
+    UNCHANGED = "unchanged"
+
+
+def _rewrite_series(patches_dir, names, notes=None):
+    """Keep the series file's comment blocks; list ``names`` in order.  A
+    name new to the series goes right after the line of the name before it
+    in ``names``; the line of an entry that leaves becomes the comment
+    ``# NOTE`` where ``notes`` has one for it, else goes."""
+    notes = notes or {}
     path = patches_dir / "series"
     old = path.read_text().splitlines()
     present = series.read_series(patches_dir) if path.exists() else []
-    if names == present:
+    if names == present and not notes:
         return False
     keep = set(names)
     out, placed = [], set()
     for line in old:
         entry = line.split("#", 1)[0].strip()
         if entry and entry not in keep:
+            if entry in notes:
+                out.append("# " + " ".join(notes[entry].split()))
             continue
         if entry:
             placed.add(entry)
         out.append(line)
-    for n in names:
-        if n not in placed:
-            out.append(n)
+    for i, n in enumerate(names):
+        if n in placed:
+            continue
+        before = next((names[j] for j in range(i - 1, -1, -1) if names[j] in placed), None)
+        at = next((k + 1 for k, l in enumerate(out) if l.split("#", 1)[0].strip() == before), None) \
+            if before else None
+        if at is None:      # first in the series: before the first entry, else at the end
+            at = next((k for k, l in enumerate(out) if l.split("#", 1)[0].strip()), len(out))
+        out.insert(at, n)
+        placed.add(n)
     # put entries back in the new order, in the slots entries occupy
     slots = [i for i, l in enumerate(out) if l.split("#", 1)[0].strip()]
     for i, n in zip(slots, names):
@@ -47,6 +69,17 @@ def tree_commits(tree):
     return out
 
 
+def compare(tree, commit, old):
+    """``(text, Change)``: commit ``commit`` of ``tree`` as a mail, and what
+    writing it over patch ``old`` (a series.Patch, None for a new patch)
+    changes: the file is rewritten only when its change or message changed
+    (noise_free)."""
+    text = format_patch(tree, commit)
+    if old is None:
+        return text, Change.ADDED
+    return text, (Change.UNCHANGED if noise_free(text) == noise_free(old.raw.decode()) else Change.REWRITTEN)
+
+
 def refresh(root, tree, write=True):
     """Regenerate patches/ from the commits of ``tree``.  A patch file is
     rewritten only when its change or message changed."""
@@ -56,26 +89,38 @@ def refresh(root, tree, write=True):
     commits = tree_commits(tree)
     names, changes, texts = [], [], {}
     for i, (c, subject) in enumerate(commits):
-        text = format_patch(tree, c)
         old = stack.patches[i] if i < len(stack.patches) and stack.patches[i].subject == subject else \
             by_subject.get(subject)
         name = old.name if old else slug(subject) + ".patch"
         names.append(name)
-        if old is None:
-            changes.append({"patch": name, "change": "added", "commit": c})
-        elif noise_free(text) != noise_free(old.raw.decode()):
-            changes.append({"patch": name, "change": "rewritten", "commit": c})
-        else:
+        text, change = compare(tree, c, old)
+        if change is Change.UNCHANGED:
             continue
+        changes.append({"patch": name, "change": change, "commit": c})
         if write:
             texts[name] = text
     removed = [p.name for p in stack.patches if p.name not in names]
-    changes += [{"patch": n, "change": "removed"} for n in removed]
+    changes += [{"patch": n, "change": Change.REMOVED} for n in removed]
     order_changed = names != [p.name for p in stack.patches if p.name in names] or bool(removed) or \
-        any(c["change"] == "added" for c in changes)
+        any(c["change"] == Change.ADDED for c in changes)
     if write and (texts or order_changed):
         write_patches(root, texts, names if order_changed else None, removed)
     return {"changes": changes, "series_changed": order_changed, "patches": names}
+
+
+def stage_patches(patches, dest, texts, series_names=None, removed=(), notes=None):
+    """A copy of the folder ``patches`` at ``dest`` (which must not exist),
+    changed: the series lists ``series_names`` (None: as it is; ``notes``:
+    _rewrite_series), the files of ``texts`` written, those of ``removed``
+    deleted."""
+    shutil.copytree(patches, dest, symlinks=True)
+    if series_names is not None:
+        _rewrite_series(dest, series_names, notes)
+    for name, text in texts.items():
+        (dest / name).write_text(text)
+    for n in removed:
+        (dest / n).unlink(missing_ok=True)
+    return dest
 
 
 def write_patches(root, texts, series_names=None, removed=()):
@@ -86,14 +131,7 @@ def write_patches(root, texts, series_names=None, removed=()):
     patches = Path(root) / "patches"
     tmp, mark = locking.fresh_scratch(root, ".patches.tmp-")
     try:
-        new = tmp / "patches"
-        shutil.copytree(patches, new, symlinks=True)
-        if series_names is not None:
-            _rewrite_series(new, series_names)
-        for name, text in texts.items():
-            (new / name).write_text(text)
-        for n in removed:
-            (new / n).unlink(missing_ok=True)
+        new = stage_patches(patches, tmp / "patches", texts, series_names, removed)
         builder.swap_into_place(new, patches, tmp / "old")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
