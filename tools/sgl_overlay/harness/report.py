@@ -86,6 +86,36 @@ class RemedyCheck:
         return out
 
 
+@dataclass(frozen=True)
+class EndRun:
+    """The sizing at the optimistic end of the readings' span (the report's own figures are the
+    pessimistic end's: readings.py)."""
+
+    outcome: Outcome
+    reason: str
+    figures: dict
+    readings: dict | None
+
+    @classmethod
+    def of(cls, child: dict) -> EndRun:
+        from .outcome import classify
+
+        c = classify(child)
+        return cls(c.outcome, c.reason, child.get("figures", {}) or {}, child.get("readings"))
+
+
+# The figures a range is given in (the start-up log's own three)
+RANGE_FIGURES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size")
+
+
+def figure_range(pessimistic: dict, optimistic: EndRun | None) -> dict:
+    """name -> [at the pessimistic end, at the optimistic end] of the figures both runs give."""
+    if optimistic is None:
+        return {}
+    return {k: [pessimistic.get(k), optimistic.figures.get(k)] for k in RANGE_FIGURES
+            if pessimistic.get(k) is not None or optimistic.figures.get(k) is not None}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Findings:
     """What one scenario run on one tree found, before it is judged.
@@ -105,6 +135,8 @@ class Findings:
     error: dict | None = None
     notes: list = field(default_factory=list)
     drafter_reading: dict | None = None
+    readings: dict | None = None
+    optimistic: EndRun | None = None
     timing: dict = field(default_factory=dict)
     reads: list = field(default_factory=list)
     ledger: dict | None = None
@@ -114,6 +146,15 @@ class Findings:
     remedy: RemedyCheck | None = None
     remedies: tuple[RemedyCheck, ...] = ()
     warning: str | None = None
+
+    def range_json(self) -> dict | None:
+        """Null where the readings are exact; else the optimistic end's outcome and every figure as
+        [pessimistic, optimistic]."""
+        if self.optimistic is None:
+            return None
+        return {"pessimistic": {"outcome": self.outcome, "reason": self.reason},
+                "optimistic": {"outcome": self.optimistic.outcome, "reason": self.optimistic.reason},
+                "figures": figure_range(self.figures, self.optimistic)}
 
     @property
     def over_budget(self) -> bool:
@@ -141,7 +182,8 @@ class Report(Findings):
         out = {
             "scenario": self.scenario, "tree": self.tree, "version": self.version, "layout": self.layout,
             "outcome": self.outcome, "reason": self.reason, "figures": self.figures, "error": self.error,
-            "notes": self.notes, "drafter_reading": self.drafter_reading, "timing": self.timing,
+            "notes": self.notes, "drafter_reading": self.drafter_reading, "readings": self.readings,
+            "range": self.range_json(), "timing": self.timing,
             "reads": self.reads, "ledger": self.ledger, "log": self.log, "environment": self.environment,
         }
         checked = {"remedy": self.remedy.to_json() if self.remedy else None,

@@ -17,7 +17,8 @@ from .case import Case
 from .judgement import judge
 from .outcome import Outcome
 from .remedy import Relation, Remedy, parse_remedies
-from .report import Findings, RemedyCheck, Report, Rerun
+from .readings import End
+from .report import EndRun, Findings, RemedyCheck, Report, Rerun
 from .scenario import Scenario
 
 from ..extras import MissingDependency, require, third_party_missing
@@ -95,6 +96,17 @@ def _stop_on_missing_package(root, err, stderr: str) -> None:
         raise MissingDependency(package, f"running {layout_mod.version_of(root) or root}'s sizing code ({where})")
 
 
+def run_ends(root: Path, request: dict, both: bool = True, launch=subprocess.run) -> tuple[dict, dict | None]:
+    """The sizing at the pessimistic end of the readings' span (readings.py), and, where the span has a
+    width (a log's readings: their rounding, an unmeasured stream pool) and ``both``, at the optimistic end:
+    (pessimistic child result, optimistic child result or None).  Exact readings take one run."""
+    first = run_child(root, dict(request, end=End.PESSIMISTIC), launch=launch)
+    derived = first.get("readings") or {}
+    if not both or not derived or derived.get("exact"):
+        return first, None
+    return first, run_child(root, dict(request, end=End.OPTIMISTIC), launch=launch)
+
+
 def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = True,
                  measure_allocation: bool = False, launch=subprocess.run) -> Report:
     """The full report: outcome, figures, remedy (verified by a re-run), pass/fail.
@@ -109,7 +121,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
     request = scenario.to_request()
     if measure_allocation:
         request["measure_allocation"] = True
-    child = run_child(root, request, launch=launch)
+    child, other = run_ends(root, request, launch=launch)
     c = outcome_mod.classify(child)
     ledger = child.get("ledger")
     case = Case.of(ledger)
@@ -138,6 +150,9 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
         notes=child.get("notes", []),
         # from v0.5.14 the sizing's reading holds the drafter's weights (draft_reading.py)
         drafter_reading=child.get("drafter_reading"),
+        # the sizing's readings (readings.py) and, where they span a width, the run at the other end
+        readings=child.get("readings"),
+        optimistic=EndRun.of(other) if other is not None else None,
         timing=child.get("timing", {}),
         reads=child.get("reads", []),
         ledger=ledger,
