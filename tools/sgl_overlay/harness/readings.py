@@ -28,9 +28,10 @@ come from the tree: ``release_window``), each a ``Term`` with its span and its s
 From v0.5.14 the drafter's start also comes between "Load weight end" and the sizing's reading; it is
 the scenario's ``[draft] weights_gib`` and applies to both kinds (``draft_reading``).
 
-The result (``SizingReadings``) spans what the sizing can have read; ``at(End.PESSIMISTIC)`` is the
-smallest budget (post - pre x (1 - mem_fraction_static)): the highest pre reading and the lowest post
-one, ``at(End.OPTIMISTIC)`` the largest.  Exact readings (no term with a width) give one run.
+The result (``SizingReadings``) spans what the sizing can have read; ``at(0)`` (``End.PESSIMISTIC``) is
+the smallest budget (post - pre x (1 - mem_fraction_static)): the highest pre reading and the lowest
+post one, ``at(1)`` the largest, the budget linear in between.  Exact readings (no term with a width)
+give one run.
 """
 
 from __future__ import annotations
@@ -55,10 +56,14 @@ class ReadingKind(StrEnum):
 
 
 class End(StrEnum):
-    """Which end of the span a run takes."""
+    """The two ends of the span; a run takes a position between them (``SizingReadings.at``)."""
 
     PESSIMISTIC = "pessimistic"   # the smallest budget: the highest pre reading, the lowest post reading
     OPTIMISTIC = "optimistic"     # the largest budget
+
+    @property
+    def position(self) -> float:
+        return 0.0 if self is End.PESSIMISTIC else 1.0
 
 
 class Reading(StrEnum):
@@ -129,12 +134,16 @@ class Term:
         return self.lo == self.hi
 
     def words(self) -> str:
-        span = (f"{self.lo:+,} B" if self.exact else f"{self.lo:+,} to {self.hi:+,} B")
-        return f"{self.reading} {self.name}: {span} ({self.source})"
+        span = (f"{self.lo / MIB:+g} MiB" if self.exact else f"{self.lo / MIB:+g} to {self.hi / MIB:+g} MiB")
+        return f"{self.reading} {self.name} {span} ({self.source})"
 
     def to_json(self) -> dict:
         return {"reading": self.reading, "name": self.name, "lo_bytes": self.lo, "hi_bytes": self.hi,
                 "source": self.source}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Term:
+        return cls(Reading(d["reading"]), d["name"], int(d["lo_bytes"]), int(d["hi_bytes"]), d["source"])
 
 
 @dataclass(frozen=True)
@@ -179,15 +188,30 @@ class SizingReadings:
     def exact(self) -> bool:
         return all(t.exact for t in self.terms)
 
-    def at(self, end: End) -> tuple[float, float]:
-        """(pre, post) GiB the sizing reads at ``end``."""
+    def at(self, position: float) -> tuple[float, float]:
+        """(pre, post) GiB the sizing reads at ``position`` along the span: 0 the pessimistic end (the
+        highest pre reading, the lowest post one: the smallest budget for any mem_fraction_static), 1 the
+        optimistic end; the budget grows linearly between them."""
+        if not 0.0 <= position <= 1.0:
+            raise ValueError(f"a position along the span is within [0, 1], not {position!r}")
         (pre_lo, pre_hi), (post_lo, post_hi) = self.pre, self.post
-        return (pre_hi, post_lo) if end is End.PESSIMISTIC else (pre_lo, post_hi)
+        if position == 0.0:
+            return pre_hi, post_lo
+        if position == 1.0:
+            return pre_lo, post_hi
+        return pre_hi + position * (pre_lo - pre_hi), post_lo + position * (post_hi - post_lo)
 
     def width_words(self) -> str:
         """The terms that give the span its width, in words."""
         wide = [t for t in self.terms if not t.exact]
         return "; ".join(t.words() for t in wide) if wide else "exact"
+
+    @classmethod
+    def from_json(cls, d: dict) -> SizingReadings:
+        """The readings from their JSON form (``to_json``; a child's result carries it)."""
+        return cls(ReadingKind(d["kind"]), float(d["given_pre_gib"]), float(d["given_post_gib"]),
+                   tuple(Term.from_json(t) for t in d["terms"]), bool(d.get("bounded", True)),
+                   tuple(d.get("notes") or ()))
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "given_pre_gib": self.given_pre_gib, "given_post_gib": self.given_post_gib,

@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import FAILED, OK, UNTESTABLE
 from .case import Case
 from .outcome import Outcome
+from .readings import SizingReadings
 from .remedy import Remedy
 
 
@@ -88,8 +89,8 @@ class RemedyCheck:
 
 @dataclass(frozen=True)
 class EndRun:
-    """The sizing at the optimistic end of the readings' span (the report's own figures are the
-    pessimistic end's: readings.py)."""
+    """The sizing at another position of the readings' span than the pessimistic end, whose figures
+    are the report's own (readings.py): the optimistic end, or either side of a step inside."""
 
     outcome: Outcome
     reason: str
@@ -108,12 +109,14 @@ class EndRun:
 RANGE_FIGURES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size")
 
 
-def figure_range(pessimistic: dict, optimistic: EndRun | None) -> dict:
-    """name -> [at the pessimistic end, at the optimistic end] of the figures both runs give."""
-    if optimistic is None:
-        return {}
-    return {k: [pessimistic.get(k), optimistic.figures.get(k)] for k in RANGE_FIGURES
-            if pessimistic.get(k) is not None or optimistic.figures.get(k) is not None}
+def figure_range(runs: list[dict]) -> dict:
+    """name -> [least, most] of each figure over the runs (figures dicts) that give it."""
+    out = {}
+    for k in RANGE_FIGURES:
+        vals = [f[k] for f in runs if isinstance(f.get(k), (int, float))]
+        if vals:
+            out[k] = [min(vals), max(vals)]
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +140,7 @@ class Findings:
     drafter_reading: dict | None = None
     readings: dict | None = None
     optimistic: EndRun | None = None
+    inside: tuple[EndRun, ...] = ()
     timing: dict = field(default_factory=dict)
     reads: list = field(default_factory=list)
     ledger: dict | None = None
@@ -148,13 +152,23 @@ class Findings:
     warning: str | None = None
 
     def range_json(self) -> dict | None:
-        """Null where the readings are exact; else the optimistic end's outcome and every figure as
-        [pessimistic, optimistic]."""
+        """Null where the readings are exact; else each end's outcome and figures, and every figure's
+        [least, most] over the span's started runs (the ends and, where a Mamba slot is added inside,
+        either side of each step: run.run_span)."""
         if self.optimistic is None:
             return None
-        return {"pessimistic": {"outcome": self.outcome, "reason": self.reason},
-                "optimistic": {"outcome": self.optimistic.outcome, "reason": self.optimistic.reason},
-                "figures": figure_range(self.figures, self.optimistic)}
+        started = [r.figures for r in (self, self.optimistic, *self.inside) if r.outcome is Outcome.OK]
+
+        def end(r):
+            return {"outcome": r.outcome, "reason": r.reason,
+                    "figures": {k: r.figures.get(k) for k in RANGE_FIGURES if r.figures.get(k) is not None}}
+
+        return {"pessimistic": end(self), "optimistic": end(self.optimistic), "runs": 2 + len(self.inside),
+                "figures": figure_range(started), "width": self.width()}
+
+    def width(self) -> str:
+        """What gives the readings' span its width, in words."""
+        return SizingReadings.from_json(self.readings).width_words() if self.readings else "exact"
 
     @property
     def over_budget(self) -> bool:

@@ -116,8 +116,8 @@ class Context:
             self._installed = installing.pop_all()
 
     def take_readings(self, sa) -> None:
-        """The sizing's own readings (``readings.derive``), at the request's ``end`` (default the
-        pessimistic one), from the scenario's and the release's resolved flags (``sa``: the context
+        """The sizing's own readings (``readings.derive``), at the request's position along their span
+        (``span_at``: 0, the default, the pessimistic end; 1 the optimistic end), from the scenario's and the release's resolved flags (``sa``: the context
         length and the speculative rows its RoPE pre-expansion reads)."""
         gpu, server = self.req["gpu"], self.req["server"]
         kind = readings.ReadingKind(gpu.get("readings") or readings.ReadingKind.SIZING)
@@ -137,11 +137,11 @@ class Context:
             kind, float(gpu["pre_load_free_gib"]), float(gpu["post_load_free_gib"]),
             float(gpu.get("pre_rounding_gib", rounding)), float(gpu.get("post_rounding_gib", rounding)),
             device_name=gpu.get("device_name"), tp=tp, window=window, integrated=bool(gpu.get("integrated")))
-        end = readings.End(self.req.get("end") or readings.End.PESSIMISTIC)
-        pre, post = derived.at(end)
+        position = float(self.req.get("span_at", readings.End.PESSIMISTIC.position))
+        pre, post = derived.at(position)
         self.pre_load = pre
         self.gpu.shift(post - float(gpu["post_load_free_gib"]))
-        self.readings = dict(derived.to_json(), end=end, pre_used_gib=pre, post_used_gib=post)
+        self.readings = dict(derived.to_json(), span_at=position, pre_used_gib=pre, post_used_gib=post)
 
     def close(self) -> None:
         """Undo the constructor's installs: the finder and every ``sglang``
