@@ -263,6 +263,16 @@ def derive(kind: ReadingKind, pre_gib: float, post_gib: float, pre_rounding_gib:
     return SizingReadings(kind, pre_gib, post_gib, tuple(terms), bounded, tuple(notes))
 
 
+def rounding_of(text: str) -> float:
+    """Half a unit of the last decimal place a reading is written with ("94.24" -> 0.005, "94" -> 0.5):
+    a value typed from a log, where it was printed rounded to that place."""
+    t = text.strip()
+    if not t or any(c in t for c in "eE"):
+        return 0.0
+    places = len(t.split(".", 1)[1]) if "." in t else 0
+    return 0.5 * 10.0 ** -places
+
+
 def budget(pre: float, post: float, mem_fraction_static: float) -> float:
     """The sizing's budget in GiB (``rest_memory`` before the Mamba and KV split)."""
     return post - pre * (1 - mem_fraction_static)
