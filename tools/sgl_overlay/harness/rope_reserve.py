@@ -28,10 +28,9 @@ freed before the reading.  This assumes no free cached block fits the new tensor
 reading at "Load weight end" has just emptied the cache); the H200 measurement agrees
 (docs/results/regress.md, "Where the logs' readings and the sizing's differ").
 
-Used today by the tests that check the harness against start-up logs (tests/regress) and,
-through ``reading_gaps``, by tools/gpu/e2e_plan.py; it stays in the library because the
-harness and the planner are to derive the sizing's post-load reading from a log's with it
-(issue #27)."""
+Used by the harness's child for a scenario's logged readings (``release_window.window``, then
+``readings.derive``: the sizing's post-load reading is "Load weight end" less this), by the planner through
+the same path, and by the tests that check it against the H200's measurements (tests/regress)."""
 
 from __future__ import annotations
 
