@@ -12,13 +12,15 @@ from .helpers import LLAMA8B, LLAMA8B_NOINDEX, PIN
 
 
 def _scenario_with(dep):
-    """The healthy-h200-8b scenario (a Llama-3.1-8B-shaped model) with the plan's figures."""
+    """The healthy-h200-8b scenario (a Llama-3.1-8B-shaped model) with the plan's figures: its readings
+    and their kind (an estimate is of "Load weight begin": readings = "logged"), and the config's RoPE
+    fields the readings model reads."""
     sc = load_scenario("healthy-h200-8b")
-    m = dep.memory
-    gpu = dict(sc.gpu, pre_load_free_gib=m.pre_free_gib, post_load_free_gib=m.post_free_gib,
-               weights_gib=m.weights_gib)
+    gpu = dict(sc.gpu, **dep.request()["gpu"])   # the plan's device, readings, their kind and rounding
+    planned = dep.request()["model"]
+    model = dict(sc.model, **{k: planned[k] for k in ("max_position_embeddings", "rope_scaling") if k in planned})
     server = dict(sc.server, mem_fraction_static=dep.fields["mem_fraction_static"])
-    return dataclasses.replace(sc, gpu=gpu, server=server)
+    return dataclasses.replace(sc, gpu=gpu, model=model, server=server)
 
 
 def test_h200_with_the_scenarios_figures_gives_the_scenarios_numbers():
@@ -38,6 +40,7 @@ def test_estimated_plan_equals_the_harness_on_the_same_figures(gpu, mfs):
     s = core.size(dep)
     rep = run_scenario(dep.tree.root, _scenario_with(dep))
     assert rep.outcome is s.outcome is Outcome.OK
+    assert s.readings == rep.readings and s.readings["kind"] == "logged"   # one readings model for both
     assert s.ledger["kv_tokens"] == rep.figures["max_total_num_tokens"] > 0
     assert s.ledger["running_requests"] == rep.figures["max_running_requests"] > 0
     assert s.ledger["cell_size_bytes_per_token"] == 131072  # 32 layers x 8 KV heads x 128 x K+V x bf16

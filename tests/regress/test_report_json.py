@@ -12,7 +12,7 @@ from sgl_overlay.harness import Outcome, RemedyCheck, parse_remedy
 
 # Every report starts with these, in this order (docs/regress.md).
 COMMON = ["scenario", "tree", "version", "layout", "outcome", "reason", "figures", "error", "notes",
-          "drafter_reading", "timing", "reads", "ledger", "log", "environment"]
+          "drafter_reading", "readings", "range", "timing", "reads", "ledger", "log", "environment"]
 END = ["passed", "judgement", "exit"]
 PARSED = ["flag", "key", "value", "relation", "source"]
 RERUN = ["parsed", "current", "applied", "rerun_outcome", "rerun_reason", "rerun_figures", "rerun_ledger",

@@ -2,7 +2,7 @@
 KV-cache sizing code, run on a CPU (docs/plan.md).
 
   python tools/plan.py MODEL --gpu NAME [--draft DIR] [--release X | --tree PATH] -- SGLANG FLAGS...
-  python tools/plan.py MODEL --free-gib PRE[,POST] ... -- SGLANG FLAGS...
+  python tools/plan.py MODEL --free-gib PRE[,POST] [--readings logged] ... -- SGLANG FLAGS...
   python tools/plan.py MODEL --gpu NAME --releases 0.5.12.post1,0.5.13 -- SGLANG FLAGS...
   python tools/plan.py --gpus
 
@@ -22,6 +22,7 @@ import argparse
 from .. import cli
 from ..extras import require
 from ..errors import UsageError
+from ..harness.readings import ReadingKind, rounding_of
 from ..planner import REJECTED, core, deployment, gpus, plan
 from ..planner.render import compare_text, text
 
@@ -39,7 +40,11 @@ def parse(argv):
     ap.add_argument("--gpu", help=f"GPU name from the table: {', '.join(gpus.names())}")
     ap.add_argument("--gpus", action="store_true", help="list the GPU table and exit")
     ap.add_argument("--free-gib", help="free memory per GPU in GiB before the weights load, and optionally "
-                    "after (PRE or PRE,POST, as SGLang logs 'avail mem'); always wins over --gpu")
+                    "after (PRE or PRE,POST); always wins over --gpu; what they are: --readings")
+    ap.add_argument("--readings", choices=[k.value for k in ReadingKind], default=ReadingKind.SIZING.value,
+                    help="what --free-gib gives: 'sizing' (default): the sizing's own readings, used as given; "
+                    "'logged': the log's 'Load weight begin' / 'Load weight end ... avail mem' lines, each within "
+                    "half its last digit, from which the sizing's are derived (docs/plan.md, 'Readings')")
     ap.add_argument("--weights-gib", type=float, help="the checkpoint's total weight size in GiB "
                     "(default: model.safetensors.index.json, else the config's parameter count)")
     ap.add_argument("--overhead-gib", type=float, default=gpus.DEFAULT_STARTUP_OVERHEAD_GIB,
@@ -60,15 +65,18 @@ def parse(argv):
 
 
 def _free(s):
+    """(values, their rounding): --free-gib's figures, each within half its last digit."""
     if s is None:
-        return None
+        return None, (0.0, 0.0)
+    parts = [x for x in s.split(",") if x.strip()]
     try:
-        vals = [float(x) for x in s.split(",") if x.strip()]
+        vals = [float(x) for x in parts]
     except ValueError:
         raise UsageError(f"--free-gib {s!r}: not numbers", hint="give PRE or PRE,POST in GiB, e.g. 94.24,43.19") from None
     if not 1 <= len(vals) <= 2 or any(v <= 0 for v in vals):
         raise UsageError(f"--free-gib {s!r}: give one or two positive figures", hint="PRE or PRE,POST in GiB")
-    return vals
+    rounding = [rounding_of(x) for x in parts]
+    return vals, (rounding[0], rounding[-1])
 
 
 def main(argv):
@@ -88,8 +96,14 @@ def main(argv):
         if bad:
             raise UsageError(f"--suggest: unknown knob(s) {', '.join(bad)}", hint=f"known: {', '.join(core.KNOBS)}")
     progress = cli.Progress("plan", quiet=args.quiet or args.json)
-    common = dict(model=args.model, gpu=args.gpu, argv=args.sglang, draft=args.draft, free_gib=_free(args.free_gib),
-                  weights_gib=args.weights_gib, overhead_gib=args.overhead_gib)
+    free, rounding = _free(args.free_gib)
+    if args.readings != ReadingKind.SIZING and free is None:
+        raise UsageError(f"--readings {args.readings} says what --free-gib gives, and there is no --free-gib",
+                         hint="give the log's two readings with --free-gib PRE,POST (an estimate from --gpu is "
+                              "always of 'Load weight begin')")
+    common = dict(model=args.model, gpu=args.gpu, argv=args.sglang, draft=args.draft, free_gib=free,
+                  weights_gib=args.weights_gib, overhead_gib=args.overhead_gib, readings=ReadingKind(args.readings),
+                  rounding_gib=rounding)
     if args.releases:
         if args.tree or args.release:
             raise UsageError("--releases compares published releases; drop --tree/--release",

@@ -59,6 +59,16 @@ def _summary(r: Report) -> str:
     shown = [f"{k}={f[k]}" for k in keys if f.get(k) is not None]
     if shown:
         lines.append("  " + ", ".join(shown))
+    rng = r.range_json()
+    if rng:
+        spans = ", ".join(f"{k} {lo:,}-{hi:,}" if lo != hi else f"{k} {lo:,}" for k, (lo, hi) in rng["figures"].items())
+        lines.append(f"  from the log's readings: {spans} (figures above: the pessimistic end; "
+                     f"{rng['runs']} runs along the span)")
+        if rng["optimistic"]["outcome"] != r.outcome:
+            lines.append(f"  at the optimistic end: {rng['optimistic']['outcome']} ({rng['optimistic']['reason']})")
+        lines.append(f"  the span's width: {rng['width']}")
+    for note in (r.readings or {}).get("notes") or []:
+        lines.append(f"  readings: {note}")
     drafter = (r.drafter_reading or {}).get("note")
     if drafter:
         lines.append(f"  {drafter}")

@@ -87,6 +87,7 @@ def run(req: dict) -> dict:
     if ctx is not None:
         result["notes"] = ctx.notes
         result["drafter_reading"] = ctx.drafter_reading
+        result["readings"] = ctx.readings
         result["reads"] = sorted(ctx.reads)
     result["standins_touched"] = len(loader.StubRegistry.touched)
     if ctx is not None:

@@ -9,11 +9,12 @@ inside the profiling step (``_profile_available_bytes``; the patched tree's
 and bound where the sizing's readings lie around the logged ones (docs/results/regress.md, "Public
 start-up logs").  The post-load gap has a part the release's code fixes for each model and
 context, the RoPE pre-expansion after "Load weight end" (``rope_reserve``): it is taken out
-of each measured start (``gaps_of_start``'s ``rope_bytes``) and put back for each log
-(``sizing_reading_ends``'s ``rope_gib``), so only the rest is carried from the GPU to the logs.
+of each measured start (``gaps_of_start``'s ``rope_bytes``), so what is left is what the code
+does not show (nothing, on the starts measured).
 
-Used today by tools/gpu/e2e_plan.py and the tests (tests/regress); it stays in the library
-because the harness and the planner are to model a log's readings with it (issue #27)."""
+These are the measurements the readings model rests on (``readings``: the H200's stream pool,
+``STREAM_POOL_MEASURED``); the model itself, which the harness and the planner apply to a log's
+readings, is ``readings.derive``.  Used by tools/gpu/e2e_plan.py and the tests (tests/regress)."""
 
 from __future__ import annotations
 
@@ -82,21 +83,3 @@ def measured_gaps(starts: list[list[dict]], rope_bytes: list[int] | None = None)
         raise ReadingsError("no start to measure")
     pre, post = zip(*pairs)
     return Gaps(pre=(min(pre), max(pre)), post=(min(post), max(post)), starts=len(pairs))
-
-
-def sizing_reading_ends(pre_logged: float, post_logged: float, pre_rounding: float, post_rounding: float,
-                        gaps: Gaps, rope_gib: float = 0.0) -> tuple[tuple[float, float], tuple[float, float]]:
-    """The (pre, post) readings in GiB at the two ends of what the sizing can have read, given
-    the logged ones, their rounding, the measured gaps and the log's own RoPE pre-expansion
-    (``rope_gib``, taken between "Load weight end" and the sizing's reading): the smallest
-    budget (post - pre x (1 - mem_fraction_static)) first, the largest second."""
-    low = (pre_logged + pre_rounding + gaps.pre[1] / GIB,
-           post_logged - post_rounding - gaps.post[1] / GIB - rope_gib)
-    high = (pre_logged - pre_rounding + gaps.pre[0] / GIB,
-            post_logged + post_rounding - gaps.post[0] / GIB - rope_gib)
-    return low, high
-
-
-def budget(pre: float, post: float, mem_fraction_static: float) -> float:
-    """The sizing's budget in GiB (``rest_memory`` before the Mamba and KV split)."""
-    return post - pre * (1 - mem_fraction_static)

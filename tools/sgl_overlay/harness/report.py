@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import FAILED, OK, UNTESTABLE
 from .case import Case
 from .outcome import Outcome
+from .readings import SizingReadings
 from .remedy import Remedy
 
 
@@ -86,6 +87,38 @@ class RemedyCheck:
         return out
 
 
+@dataclass(frozen=True)
+class EndRun:
+    """The sizing at another position of the readings' span than the pessimistic end, whose figures
+    are the report's own (readings.py): the optimistic end, or either side of a step inside."""
+
+    outcome: Outcome
+    reason: str
+    figures: dict
+    readings: dict | None
+
+    @classmethod
+    def of(cls, child: dict) -> EndRun:
+        from .outcome import classify
+
+        c = classify(child)
+        return cls(c.outcome, c.reason, child.get("figures", {}) or {}, child.get("readings"))
+
+
+# The figures a range is given in (the start-up log's own three)
+RANGE_FIGURES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size")
+
+
+def figure_range(runs: list[dict]) -> dict:
+    """name -> [least, most] of each figure over the runs (figures dicts) that give it."""
+    out = {}
+    for k in RANGE_FIGURES:
+        vals = [f[k] for f in runs if isinstance(f.get(k), (int, float))]
+        if vals:
+            out[k] = [min(vals), max(vals)]
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class Findings:
     """What one scenario run on one tree found, before it is judged.
@@ -105,6 +138,9 @@ class Findings:
     error: dict | None = None
     notes: list = field(default_factory=list)
     drafter_reading: dict | None = None
+    readings: dict | None = None
+    optimistic: EndRun | None = None
+    inside: tuple[EndRun, ...] = ()
     timing: dict = field(default_factory=dict)
     reads: list = field(default_factory=list)
     ledger: dict | None = None
@@ -114,6 +150,25 @@ class Findings:
     remedy: RemedyCheck | None = None
     remedies: tuple[RemedyCheck, ...] = ()
     warning: str | None = None
+
+    def range_json(self) -> dict | None:
+        """Null where the readings are exact; else each end's outcome and figures, and every figure's
+        [least, most] over the span's started runs (the ends and, where a Mamba slot is added inside,
+        either side of each step: run.run_span)."""
+        if self.optimistic is None:
+            return None
+        started = [r.figures for r in (self, self.optimistic, *self.inside) if r.outcome is Outcome.OK]
+
+        def end(r):
+            return {"outcome": r.outcome, "reason": r.reason,
+                    "figures": {k: r.figures.get(k) for k in RANGE_FIGURES if r.figures.get(k) is not None}}
+
+        return {"pessimistic": end(self), "optimistic": end(self.optimistic), "runs": 2 + len(self.inside),
+                "figures": figure_range(started), "width": self.width()}
+
+    def width(self) -> str:
+        """What gives the readings' span its width, in words."""
+        return SizingReadings.from_json(self.readings).width_words() if self.readings else "exact"
 
     @property
     def over_budget(self) -> bool:
@@ -141,7 +196,8 @@ class Report(Findings):
         out = {
             "scenario": self.scenario, "tree": self.tree, "version": self.version, "layout": self.layout,
             "outcome": self.outcome, "reason": self.reason, "figures": self.figures, "error": self.error,
-            "notes": self.notes, "drafter_reading": self.drafter_reading, "timing": self.timing,
+            "notes": self.notes, "drafter_reading": self.drafter_reading, "readings": self.readings,
+            "range": self.range_json(), "timing": self.timing,
             "reads": self.reads, "ledger": self.ledger, "log": self.log, "environment": self.environment,
         }
         checked = {"remedy": self.remedy.to_json() if self.remedy else None,

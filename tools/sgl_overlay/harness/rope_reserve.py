@@ -28,13 +28,14 @@ freed before the reading.  This assumes no free cached block fits the new tensor
 reading at "Load weight end" has just emptied the cache); the H200 measurement agrees
 (docs/results/regress.md, "Where the logs' readings and the sizing's differ").
 
-Used today by the tests that check the harness against start-up logs (tests/regress) and,
-through ``reading_gaps``, by tools/gpu/e2e_plan.py; it stays in the library because the
-harness and the planner are to derive the sizing's post-load reading from a log's with it
-(issue #27)."""
+Used by the harness's child for a scenario's logged readings (``release_window.window``, then
+``readings.derive``: the sizing's post-load reading is "Load weight end" less this), by the planner through
+the same path, and by the tests that check it against the H200's measurements (tests/regress)."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,9 @@ class ReleaseRope:
     align: int = 1
     spec_safety: int = 0
     vision_rows: int | None = None
+    # the vision tower's (hidden_size, num_heads) where a config.json gives no vision_config: the defaults of
+    # the tree's own Qwen3VLVisionConfig (configs/qwen3_vl.py), which Qwen3_5VisionConfig extends
+    vision_default: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,8 @@ def model_caches(model: dict, rel: ReleaseRope) -> list[RopeCache]:
     caches = [RopeCache("text", int(rows), int(text["head_dim"] * partial))]
     if kind == "qwen3_5":
         vision = model.get("vision_config")
+        if vision is None and rel.vision_default is not None:
+            vision = {"hidden_size": rel.vision_default[0], "num_heads": rel.vision_default[1]}
         if vision is None:
             raise RopeInputsError("a qwen3_5 model needs [model.vision_config] hidden_size and num_heads "
                                   "(the published config.json's vision_config)")
@@ -140,6 +146,64 @@ def model_caches(model: dict, rel: ReleaseRope) -> list[RopeCache]:
         head_dim = vision["hidden_size"] // vision["num_heads"]
         caches.append(RopeCache("vision", rel.vision_rows, head_dim // 2))
     return caches
+
+
+# rope types whose cos_sin_cache has max_position_embeddings rows (layers/rotary_embedding: the base class,
+# Llama 3's, and the multimodal (M)RoPE of Qwen3.5); others (YaRN, dynamic NTK, LongRoPE, ...) size it otherwise
+PLAIN_ROPE_TYPES = (None, "default", "llama3", "mrope")
+
+
+def rope_type(model: dict) -> str | None:
+    """The text model's rope type: ``rope_scaling`` / ``rope_parameters`` ``rope_type`` (or ``type``)."""
+    text = model.get("text_config", model) if model.get("kind") == "qwen3_5" else model
+    for key in ("rope_scaling", "rope_parameters"):
+        d = text.get(key) or model.get(key)
+        if isinstance(d, dict) and (d.get("rope_type") or d.get("type")):
+            return d.get("rope_type") or d.get("type")
+    return None
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """The expansion's bytes, ``lo``..``hi`` (equal where the caches' rows are known), and how."""
+
+    lo: int
+    hi: int
+    words: str
+
+
+def expansion(model: dict, context_len: int, rel: ReleaseRope, spec_steps: int = 0,
+              spec_draft_tokens: int = 0) -> Expansion:
+    """The RoPE pre-expansion of a start: exact for the rope types whose cache rows are the config's
+    ``max_position_embeddings``; for another type, from nothing to one fresh segment of every cache at the
+    reserve's rows (the most it can keep: its new tensor, with the old one released or not)."""
+    if not rel.grows:
+        return Expansion(0, 0, "this release does not pre-expand RoPE caches after loading")
+    reserve = reserve_rows(context_len, spec_steps, spec_draft_tokens, rel)
+    caches = model_caches(model, rel)
+    kind = rope_type(model)
+    if kind not in PLAIN_ROPE_TYPES:
+        rows = (reserve - 1 + rel.align) // rel.align * rel.align
+        hi = sum(segment_bytes(rows * c.rotary_dim * CACHE_ITEMSIZE) for c in caches)
+        return Expansion(0, hi, f"rope type {kind!r}: its cache rows are not modelled; up to a fresh segment "
+                                f"of {rows:,} rows per cache ({', '.join(c.name for c in caches)})")
+    b = expansion_bytes(caches, context_len, rel, spec_steps, spec_draft_tokens)
+    grown = [f"{c.name} {c.rows:,} -> {grown_rows(c, reserve, rel.align):,} rows" for c in caches
+             if grown_rows(c, reserve, rel.align) is not None]
+    return Expansion(b, b, f"reserve_rope_cache_for_long_sequences at context {context_len:,}: "
+                           + (", ".join(grown) + f", {b:,} B kept" if grown else "no cache grows"))
+
+
+ENV_NAMES = {"margin": "SGLANG_ROPE_CACHE_SAFETY_MARGIN", "align": "SGLANG_ROPE_CACHE_ALIGN",
+             "spec_safety": "SGLANG_SPEC_EXPANSION_SAFETY_FACTOR"}
+
+
+def with_environment(rel: ReleaseRope, environ) -> ReleaseRope:
+    """The constants as the release's ``envs.NAME.get()`` reads them: the caller's setting where there is one."""
+    if not rel.grows:
+        return rel
+    set_ = {k: int(environ[v]) for k, v in ENV_NAMES.items() if str(environ.get(v, "")).strip()}
+    return dataclasses.replace(rel, **set_) if set_ else rel
 
 
 def scenario_expansion_bytes(model: dict, server: dict, rel: ReleaseRope) -> int:
@@ -164,8 +228,7 @@ def release_rope(source_root: Path) -> ReleaseRope:
         return ReleaseRope(grows=False)
     env = (srt / "environ.py").read_text(encoding="utf-8")
     values = {}
-    for key, name in (("margin", "SGLANG_ROPE_CACHE_SAFETY_MARGIN"), ("align", "SGLANG_ROPE_CACHE_ALIGN"),
-                      ("spec_safety", "SGLANG_SPEC_EXPANSION_SAFETY_FACTOR")):
+    for key, name in ENV_NAMES.items():
         m = re.search(_ENV.format(name=name), env, re.M)
         if not m:
             raise RopeInputsError(f"{srt / 'environ.py'}: no EnvInt default for {name}")
@@ -177,4 +240,20 @@ def release_rope(source_root: Path) -> ReleaseRope:
         if m and "rotary_dim=head_dim // 2" in m.group(1):
             rows = re.search(r"max_position=(\d+)", m.group(1))
             vision_rows = int(rows.group(1)) if rows else None
-    return ReleaseRope(grows=True, vision_rows=vision_rows, **values)
+    return ReleaseRope(grows=True, vision_rows=vision_rows, vision_default=_vision_default(srt), **values)
+
+
+def _vision_default(srt: Path) -> tuple[int, int] | None:
+    """(hidden_size, num_heads): the defaults of ``Qwen3VLVisionConfig.__init__`` in configs/qwen3_vl.py."""
+    path = srt / "configs" / "qwen3_vl.py"
+    if not path.is_file():
+        return None
+    for cls in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(cls, ast.ClassDef) and cls.name == "Qwen3VLVisionConfig":
+            for fn in cls.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+                    args = fn.args.args[len(fn.args.args) - len(fn.args.defaults):]
+                    found = {a.arg: d.value for a, d in zip(args, fn.args.defaults) if isinstance(d, ast.Constant)}
+                    if isinstance(found.get("hidden_size"), int) and isinstance(found.get("num_heads"), int):
+                        return found["hidden_size"], found["num_heads"]
+    return None

@@ -17,7 +17,8 @@ from .case import Case
 from .judgement import judge
 from .outcome import Outcome
 from .remedy import Relation, Remedy, parse_remedies
-from .report import Findings, RemedyCheck, Report, Rerun
+from .readings import End
+from .report import EndRun, Findings, RemedyCheck, Report, Rerun
 from .scenario import Scenario
 
 from ..extras import MissingDependency, require, third_party_missing
@@ -95,6 +96,42 @@ def _stop_on_missing_package(root, err, stderr: str) -> None:
         raise MissingDependency(package, f"running {layout_mod.version_of(root) or root}'s sizing code ({where})")
 
 
+# Halvings of the span that place a step of the Mamba slot count (below): 1/4096 of the span, less budget
+# than one KV cell for every span the readings model gives (at most 2 x 0.01 GiB of rounding and 140 MiB of
+# stream pool), so the KV tokens found either side of a step are those of the step itself
+SPAN_DEPTH = 12
+
+
+def _slots(child: dict):
+    c = outcome_mod.classify(child)
+    return (child.get("figures") or {}).get("max_mamba_cache_size") if c.outcome is Outcome.OK else None
+
+
+def run_span(root: Path, request: dict, both: bool = True, launch=subprocess.run) -> list[dict]:
+    """The sizing along the readings' span (readings.py): ``[pessimistic end, optimistic end, runs either
+    side of each step]``, child results; one run (the pessimistic end) where the readings are exact or
+    ``both`` is false.  The budget grows along the span, and with it the KV tokens, except where the
+    release's hybrid sizing adds a Mamba slot, whose state the tokens then lose: where the ends' slot
+    counts differ, each step is placed by bisection (``SPAN_DEPTH``) and the runs on both sides of it
+    are kept, so the figures' least and most values over the span are among the runs."""
+    first = run_child(root, dict(request, span_at=End.PESSIMISTIC.position), launch=launch)
+    derived = first.get("readings") or {}
+    if not both or not derived or derived.get("exact"):
+        return [first]
+    last = run_child(root, dict(request, span_at=End.OPTIMISTIC.position), launch=launch)
+
+    def steps(t0, r0, t1, r1, depth):
+        if None in (_slots(r0), _slots(r1)) or _slots(r0) == _slots(r1):
+            return []
+        if depth == 0:
+            return [r0, r1]
+        tm = (t0 + t1) / 2
+        rm = run_child(root, dict(request, span_at=tm), launch=launch)
+        return steps(t0, r0, tm, rm, depth - 1) + steps(tm, rm, t1, r1, depth - 1)
+
+    return [first, last] + steps(0.0, first, 1.0, last, SPAN_DEPTH)
+
+
 def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = True,
                  measure_allocation: bool = False, launch=subprocess.run) -> Report:
     """The full report: outcome, figures, remedy (verified by a re-run), pass/fail.
@@ -109,7 +146,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
     request = scenario.to_request()
     if measure_allocation:
         request["measure_allocation"] = True
-    child = run_child(root, request, launch=launch)
+    child, *others = run_span(root, request, launch=launch)
     c = outcome_mod.classify(child)
     ledger = child.get("ledger")
     case = Case.of(ledger)
@@ -138,6 +175,10 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
         notes=child.get("notes", []),
         # from v0.5.14 the sizing's reading holds the drafter's weights (draft_reading.py)
         drafter_reading=child.get("drafter_reading"),
+        # the sizing's readings (readings.py) and, where they span a width, the run at the other end
+        readings=child.get("readings"),
+        optimistic=EndRun.of(others[0]) if others else None,
+        inside=tuple(EndRun.of(x) for x in others[1:]),
         timing=child.get("timing", {}),
         reads=child.get("reads", []),
         ledger=ledger,

@@ -11,11 +11,14 @@ from pathlib import Path
 from ..errors import UsageError
 from .case import Case
 from .outcome import Outcome
+from .readings import ReadingKind
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 LOGGED_FIGURES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size")
-# how a public log's figures compare with the harness's (docs/scenarios.md, "Public start-up logs")
-SOURCE_STATUSES = ("exact", "rounding", "explained", "open")
+# how a public log's figures compare with the harness's range from the log's own readings
+# (docs/scenarios.md, "Public start-up logs"): "holds" (every logged figure within it) or "open" (not)
+SOURCE_STATUSES = ("holds", "open")
+ROUNDING_KEYS = ("pre_rounding_gib", "post_rounding_gib")
 
 
 class ScenarioError(UsageError):
@@ -63,6 +66,11 @@ class Scenario:
     # where a scenario's figures come from (public-*.toml): url, release, hf_id, status ...
     source: dict | None = None
 
+    @property
+    def reading_kind(self) -> ReadingKind:
+        """What the [gpu] readings are (``[gpu] readings``; default ``sizing``, what they were before the key)."""
+        return ReadingKind(self.gpu.get("readings") or ReadingKind.SIZING)
+
     def to_request(self, overrides: dict | None = None) -> dict:
         """The plain-data form sent to the child interpreter."""
         server = copy.deepcopy(self.server)
@@ -98,6 +106,7 @@ def load(name_or_path: str) -> Scenario:
     for key in ("pre_load_free_gib", "post_load_free_gib"):
         if key not in data["gpu"]:
             raise ScenarioError(f"{path}: [gpu] needs {key} (GiB free; see docs/scenarios.md)")
+    _check_readings(path, data["gpu"], data["model"])
     exp = data["expect"]
     passing = exp.get("pass")
     if not passing or not isinstance(passing, list):
@@ -118,6 +127,8 @@ def load(name_or_path: str) -> Scenario:
     source = data.get("source")
     logged = exp.get("logged", {})
     _check_source(path, source, logged)
+    if source is not None and data["gpu"].get("readings") != ReadingKind.LOGGED:
+        raise ScenarioError(f"{path}: a [source] scenario gives a log's readings: [gpu] readings = \"logged\"")
     return Scenario(
         name=data.get("name", path.stem),
         description=data.get("description", ""),
@@ -138,6 +149,28 @@ def load(name_or_path: str) -> Scenario:
     )
 
 
+def _check_readings(path: Path, gpu: dict, model: dict) -> None:
+    """[gpu] readings (the kind), the readings' rounding and ``integrated``; logged readings need what the
+    RoPE pre-expansion reads (docs/scenarios.md, "The readings")."""
+    kind = _one_of(ReadingKind, gpu.get("readings") or ReadingKind.SIZING, path, "[gpu] readings")
+    for key in ("pre_load_free_gib", "post_load_free_gib", *ROUNDING_KEYS):
+        v = gpu.get(key)
+        if key in gpu and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise ScenarioError(f"{path}: [gpu] {key} must be a number of GiB, not {v!r}")
+    for key in ROUNDING_KEYS:
+        if gpu.get(key, 0) < 0:
+            raise ScenarioError(f"{path}: [gpu] {key} must not be negative (a half-width in GiB), not {gpu[key]!r}")
+    if "integrated" in gpu and not isinstance(gpu["integrated"], bool):
+        raise ScenarioError(f"{path}: [gpu] integrated must be true or false, not {gpu['integrated']!r}")
+    if kind is ReadingKind.LOGGED:
+        text = model.get("text_config", {}) if model.get("kind") == "qwen3_5" else model
+        missing = [k for k in ("max_position_embeddings", "head_dim") if k not in text]
+        if missing:
+            table = "[model.text_config]" if model.get("kind") == "qwen3_5" else "[model]"
+            raise ScenarioError(f"{path}: readings = \"logged\" derives the RoPE pre-expansion after \"Load weight "
+                                f"end\", which needs {table} {', '.join(missing)} (the published config.json's)")
+
+
 def _check_source(path: Path, source: dict | None, logged: dict) -> None:
     """A [source] table (a public log) needs its address, the release it runs on and
     a status; [expect.logged] holds only figures the harness reports."""
@@ -156,10 +189,15 @@ def _check_source(path: Path, source: dict | None, logged: dict) -> None:
         raise ScenarioError(f"{path}: [source] url must be an https address, not {source['url']!r}")
     if source["status"] not in SOURCE_STATUSES:
         raise ScenarioError(f"{path}: [source] status must be one of {', '.join(SOURCE_STATUSES)}")
-    if source["status"] != "exact" and not source.get("reason"):
-        raise ScenarioError(f"{path}: [source] status {source['status']!r} needs a reason")
+    if source["status"] == "open" and not source.get("reason"):
+        raise ScenarioError(f"{path}: [source] status \"open\" needs a reason (why the log's figures lie outside "
+                            "the harness's range)")
     if not logged:
         raise ScenarioError(f"{path}: a [source] scenario needs [expect.logged] figures")
+    moved = [k for k in ROUNDING_KEYS if k in source]
+    if moved:
+        raise ScenarioError(f"{path}: [source] {', '.join(moved)} now belong in [gpu] (the readings' rounding, "
+                            "read by every run); see docs/scenarios.md")
     if not isinstance(source.get("witness_post_load_free_gib"), (int, float)):
         raise ScenarioError(f"{path}: [source] needs witness_post_load_free_gib (the post-load reading "
                             "at which the release gives every logged figure); see docs/scenarios.md")

@@ -114,6 +114,12 @@ class GPU:
         self.attn_tp_size = attn_tp_size
         self.queries = 0
 
+    def shift(self, gib: float) -> None:
+        """Move the post-load reading (every rank's) by ``gib``: the sizing's own, from a log's."""
+        if gib:
+            self.post_load_free_gib += gib
+            self.per_rank = [x + gib for x in self.per_rank]
+
     def get_available_gpu_memory(self, *args, **kwargs) -> float:
         self.queries += 1
         return self.post_load_free_gib

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 
 from ..errors import UsageError
+from ..harness.readings import ReadingKind
 from . import gpus
 from .core import (REJECTED, STARTS, UNKNOWN, WONT, Deployment, Kind, Memory, Sizing, Tree, Verdict, memory_for,
                    parse_flags, plan, resolve_tree, size)
@@ -27,10 +28,12 @@ __all__ = ["REJECTED", "STARTS", "UNKNOWN", "WONT", "Deployment", "Kind", "Memor
 
 def deployment(model, gpu: str | None = None, argv=(), draft=None, tree=None, release=None,
                free_gib=None, weights_gib=None, overhead_gib=gpus.DEFAULT_STARTUP_OVERHEAD_GIB,
-               resolved_tree: Tree | None = None, checkout=None) -> Deployment:
+               resolved_tree: Tree | None = None, checkout=None, readings: ReadingKind = ReadingKind.SIZING,
+               rounding_gib: tuple[float, float] = (0.0, 0.0)) -> Deployment:
     """All inputs resolved and checked; UsageError (exit 2) names what is wrong.
     Without ``tree`` or ``release``: the patched tree of ``checkout`` (--root),
-    else of the checkout at or above the current directory."""
+    else of the checkout at or above the current directory.  ``readings``: what ``free_gib`` are
+    (--readings; the sizing's own by default), ``rounding_gib`` their half-widths (a logged value's)."""
     g = None
     if gpu is not None:
         g = gpus.lookup(gpu)
@@ -53,5 +56,5 @@ def deployment(model, gpu: str | None = None, argv=(), draft=None, tree=None, re
             hint="pass it after `--` (SGLang derives its automatic value in ServerArgs.__post_init__, "
                  "which the planner does not run); the value SGLang logs at start-up is the one to use")
     tp = int(fields.get("tp_size") or 1)
-    mem = memory_for(mi, g, tp, free_gib, overhead_gib)
+    mem = memory_for(mi, g, tp, free_gib, overhead_gib, ReadingKind(readings), rounding_gib)
     return Deployment(t, mi, d, g, mem, list(argv), fields, dropped)

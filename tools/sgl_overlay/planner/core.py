@@ -23,7 +23,7 @@ __all__ = ["FULL", "REJECTED", "STARTED", "GIB", "KNOBS", "shortfall", "STARTS",
 
 
 def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KNOBS) -> dict:
-    base = size(dep)
+    base = size(dep, span=True)   # the whole span of the readings: the range; the verdict at its pessimistic end
     out = {
         "tree": {"root": str(dep.tree.root), "release": dep.tree.label, "layout": dep.tree.era,
                  "warning": dep.tree.warning},
@@ -46,6 +46,10 @@ def plan(dep: Deployment, with_suggestions=True, with_sensitivity=True, knobs=KN
         "shortfall": base.shortfall,
         "why": base.why,
         "ledger": base.ledger,
+        # the sizing's own readings (harness/readings.py) and, where they span a width, each figure's
+        # [least, most] over the span; the verdict and the ledger are the pessimistic end's
+        "readings": base.readings,
+        "range": base.range,
         "error": base.to_dict()["error"],
         # every flag the release's own ServerArgs resolution changed (harness/resolution.py)
         "resolution": base.figures.get("resolution") or [],

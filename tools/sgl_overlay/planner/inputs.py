@@ -3,11 +3,13 @@ ServerArgs), free memory, and the tree they run on."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
 from ..harness import layout as layout_mod
+from ..harness.readings import ReadingKind
 from ..harness.run import run_child
 from .. import project
 from . import gpus as gpus_mod
@@ -21,11 +23,23 @@ DTYPE_FLAG = {"half": "float16", "float": "float32"}
 
 @dataclass
 class Memory:
-    pre_free_gib: float  # free per GPU before the weights load ("Load weight begin. avail mem")
-    post_free_gib: float  # free per GPU after ("Load weight end ... avail mem")
+    """Free memory per GPU before and after the weights load, of a kind (harness/readings.py): the
+    sizing's own readings, or a log's "Load weight begin" / "Load weight end ... avail mem", from which
+    the harness derives the sizing's (the stream pool, the RoPE pre-expansion, the rounding)."""
+
+    pre_free_gib: float
+    post_free_gib: float
     weights_gib: float  # per rank
     source: str  # "given" | "estimated"
     notes: list[str] = field(default_factory=list)
+    kind: ReadingKind = ReadingKind.SIZING
+    pre_rounding_gib: float = 0.0
+    post_rounding_gib: float = 0.0
+
+    def shifted(self, pre_gib: float, post_gib: float, weights_gib: float = 0.0) -> "Memory":
+        """The same memory with the readings (and the weights) moved: a sensitivity run."""
+        return dataclasses.replace(self, pre_free_gib=self.pre_free_gib + pre_gib,
+                                   post_free_gib=self.post_free_gib + post_gib, weights_gib=self.weights_gib + weights_gib)
 
 
 @dataclass
@@ -73,6 +87,8 @@ class Deployment:
         return {
             "name": "plan",
             "gpu": {"pre_load_free_gib": m.pre_free_gib, "post_load_free_gib": m.post_free_gib,
+                    "readings": m.kind, "pre_rounding_gib": m.pre_rounding_gib,
+                    "post_rounding_gib": m.post_rounding_gib,
                     "weights_gib": m.weights_gib, "world_size": self.tp,
                     # the hardware probes of the release's own flag resolution
                     # (no --gpu: a device the probes cannot name; the rules take their
@@ -161,29 +177,40 @@ def parse_flags(tree: Tree, argv: list[str]) -> tuple[dict, list[str]]:
 
 
 def memory_for(mi: model_mod.ModelInput, gpu: gpus_mod.Gpu | None, tp: int, free_gib: list[float] | None,
-               overhead_gib: float) -> Memory:
+               overhead_gib: float, kind: ReadingKind = ReadingKind.SIZING,
+               rounding_gib: tuple[float, float] = (0.0, 0.0)) -> Memory:
+    """The plan's free memory.  ``free_gib`` (--free-gib) is of ``kind`` (--readings; the sizing's own by
+    default), each value within its ``rounding_gib`` (half its last digit, for a logged one); the estimate
+    from ``gpu`` is of "Load weight begin" (the total less the assumed start-up overhead), so the sizing's
+    readings are derived from it as from a log's (harness/readings.py)."""
     weights_rank = mi.weights_bytes / GIB / tp
+    words = {ReadingKind.SIZING: "the sizing's own readings", ReadingKind.LOGGED: 'the log\'s "Load weight begin" / '
+             '"Load weight end" readings (the sizing\'s are derived: readings below)'}
     if free_gib:
         pre = float(free_gib[0])
         unnamed = [] if gpu is not None else [
             "no --gpu: the release's flag resolution sees a CUDA device it cannot name, of unknown "
             "capability and memory (its own fallback branches, e.g. chunked prefill and CUDA-graph sizes)"]
+        pre_r, post_r = rounding_gib if kind is ReadingKind.LOGGED else (0.0, 0.0)
         if len(free_gib) > 1:
             post = float(free_gib[1])
             return Memory(pre, post, pre - post, "given",
                           [f"free memory given: {pre} GiB before the weights, {post} GiB after "
-                           f"(so {pre - post:.2f} GiB of weights per rank)"] + unnamed)
+                           f"(so {pre - post:.2f} GiB of weights per rank), as {words[kind]}"] + unnamed,
+                          kind, pre_r, post_r)
         return Memory(pre, pre - weights_rank, weights_rank, "given",
-                      [f"free memory before the weights given: {pre} GiB",
-                       f"weights per rank: {mi.weights_source}, divided by TP {tp}"] + unnamed)
+                      [f"free memory before the weights given: {pre} GiB, as {words[kind]}",
+                       f"weights per rank: {mi.weights_source}, divided by TP {tp}"] + unnamed,
+                      kind, pre_r, pre_r)
     if gpu is None:
         raise UsageError("no GPU and no free-memory figures",
                          hint=f"pass --gpu NAME (one of: {', '.join(gpus_mod.names())}) or --free-gib PRE[,POST]")
     pre = gpu.total_gib - overhead_gib
     return Memory(pre, pre - weights_rank, weights_rank, "estimated", [
         f"total memory of {gpu.name}: {gpu.total_mib:,} MiB = {gpu.total_gib:.2f} GiB ({gpu.source})",
-        f"free before the weights: total - {overhead_gib} GiB assumed start-up overhead (CUDA context, NCCL, "
-        f"workspaces; the incident measured 1.35 GiB on an RTX PRO 6000 at TP1) = {pre:.2f} GiB",
+        f"free before the weights (\"Load weight begin\"): total - {overhead_gib} GiB assumed start-up overhead "
+        f"(CUDA context, NCCL, workspaces; the incident measured 1.35 GiB on an RTX PRO 6000 at TP1) = {pre:.2f} GiB; "
+        f"the sizing's own readings are derived from it and the free memory after the weights as from a log's",
         f"weights per rank: {mi.weights_source}, divided by TP {tp} = {weights_rank:.2f} GiB "
         f"(assumes an even split)",
-    ])
+    ], ReadingKind.LOGGED)

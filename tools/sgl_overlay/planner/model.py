@@ -55,10 +55,13 @@ class ModelInput:
         dtype = str(t.get("torch_dtype") or self.config.get("torch_dtype") or t.get("dtype")
                     or self.config.get("dtype") or "bfloat16")
         if self.kind == "qwen3_5":
-            return {"kind": "qwen3_5", "architectures": [self.architecture], "context_len": context_len,
-                    "dtype": dtype, "text_config": dict(t)}
+            out = {"kind": "qwen3_5", "architectures": [self.architecture], "context_len": context_len,
+                   "dtype": dtype, "text_config": dict(t)}
+            if isinstance(self.config.get("vision_config"), dict):   # its RoPE cache (else the release's default)
+                out["vision_config"] = dict(self.config["vision_config"])
+            return out
         heads = int(t["num_attention_heads"])
-        return {
+        out = {
             "kind": "dense",
             "architectures": [self.architecture],
             "num_hidden_layers": int(t["num_hidden_layers"]),
@@ -66,7 +69,13 @@ class ModelInput:
             "head_dim": int(t.get("head_dim") or int(t["hidden_size"]) // heads),
             "context_len": context_len,
             "dtype": dtype,
+            # the RoPE cache the release pre-expands after "Load weight end" (harness/rope_reserve.py)
+            "max_position_embeddings": int(t.get("max_position_embeddings") or 2048),
         }
+        for key in ("partial_rotary_factor", "rope_scaling", "rope_parameters"):
+            if t.get(key) is not None:
+                out[key] = t[key]
+        return out
 
 
 def _config_path(p: Path) -> Path:

@@ -10,6 +10,8 @@ ROWS = (
     ("free_before_weights_gib", "free before weights (GiB)"),
     ("weights_per_rank_gib", "weights per rank (GiB)"),
     ("free_after_weights_gib", "free after weights (GiB)"),
+    ("sizing_pre_reading_gib", "sizing's pre-load reading (GiB)"),
+    ("sizing_post_reading_gib", "sizing's post-load reading (GiB)"),
     ("mem_fraction_static", "--mem-fraction-static"),
     ("headroom_gib", "headroom, not for KV/state (GiB)"),
     ("kv_and_state_budget_gib", "KV + state budget (GiB)"),
@@ -59,6 +61,24 @@ def resolution_line(c: dict) -> str:
     return f"{c['flag']}: {short(c['given'])} -> {short(c['resolved'])}, by {c['rule']}"
 
 
+def readings_lines(r: dict) -> list[str]:
+    """The readings' span in words: what widens it, and each figure's least and most over it."""
+    rd, rng = r.get("readings") or {}, r.get("range")
+    if not rd or (rd.get("kind") == "sizing" and rd.get("exact")):
+        return []
+    out = ["", "the sizing's own readings, from the given ones (the ledger: the pessimistic end, the smallest budget):"]
+    out += [f"  {t['reading']} {t['name']}: {t['lo_bytes'] / (1 << 20):+g} to {t['hi_bytes'] / (1 << 20):+g} MiB "
+            f"({t['source']})" if t["lo_bytes"] != t["hi_bytes"] else
+            f"  {t['reading']} {t['name']}: {t['lo_bytes'] / (1 << 20):+g} MiB ({t['source']})" for t in rd["terms"]]
+    out += [f"  note: {n}" for n in rd.get("notes") or []]
+    if rng:
+        spans = ", ".join(f"{k} {lo:,}-{hi:,}" if lo != hi else f"{k} {lo:,}" for k, (lo, hi) in rng["figures"].items())
+        out.append(f"  over the span ({rng['runs']} runs): {spans or 'no start'}"
+                   + (f"; at the optimistic end: {rng['optimistic']['outcome']}"
+                      if rng["optimistic"]["outcome"] != r["outcome"] else ""))
+    return out
+
+
 def text(report: dict) -> str:
     r = report
     settings = describe(r.get("environment") or {})
@@ -77,6 +97,7 @@ def text(report: dict) -> str:
         lines += [f"  {resolution_line(c)}" for c in r["resolution"]]
         lines.append("")
     lines.append(table(ledger_rows([r["ledger"]]), ["ledger", "value"]))
+    lines += readings_lines(r)
     lines.append("")
     lines.append(f"VERDICT: {r['verdict'].text.upper()}")
     lines += [f"  {w}" for w in r["why"]]

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from ..harness.case import Case
 from ..harness.outcome import Outcome, classify
-from ..harness.run import run_child
+from ..harness.report import EndRun, figure_range
+from ..harness.run import run_span
 from .inputs import Deployment, Memory
 from .verdict import Verdict, judge, ledger, shortfall
 
@@ -34,6 +35,11 @@ class Sizing:
     environment: dict = field(default_factory=dict)
     # the drafter's weights in the sizing's reading (harness/draft_reading.py)
     drafter_reading: dict | None = None
+    # the sizing's own readings (harness/readings.py); this run is at the pessimistic end of their span
+    readings: dict | None = None
+    # where the readings span a width and the whole span was run: each figure's [least, most] over it,
+    # and the optimistic end's outcome (the verdict is the pessimistic end's)
+    range: dict | None = None
 
     @property
     def rank(self) -> int:
@@ -46,11 +52,14 @@ class Sizing:
                 "error": {k: (self.error or {}).get(k) for k in ("type", "message", "where")} if self.error else None}
 
 
-def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None = None) -> Sizing:
-    """One run of the tree's real sizing code (one fresh interpreter)."""
+def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None = None, span: bool = False) -> Sizing:
+    """One run of the tree's real sizing code (one fresh interpreter), at the pessimistic end of the
+    readings' span (harness/readings.py: the smallest budget the readings allow), which the verdict is
+    based on.  ``span``: where the readings span a width, run the rest of it too (harness.run.run_span)
+    and give each figure's least and most (``range``)."""
     overrides = dict(overrides or {})
     with _SLOTS:
-        child = run_child(dep.tree.root, dep.request(overrides, memory))
+        child, *others = run_span(dep.tree.root, dep.request(overrides, memory), both=span)
     c = classify(child)
     figures = child.get("figures", {}) or {}
     m = memory or dep.memory
@@ -59,20 +68,27 @@ def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None =
     tree_ledger = child.get("ledger") or {}
     verdict, why = judge(c.outcome, c.reason, figures, ctx, child.get("error"), explicit, tree_ledger)
     short = shortfall(figures, ctx, explicit) if c.outcome is Outcome.OK else []
+    rng = None
+    if others:
+        ends = [EndRun.of(x) for x in others]
+        started = [e.figures for e in [EndRun.of(child), *ends] if e.outcome is Outcome.OK]
+        rng = {"optimistic": {"outcome": ends[0].outcome, "reason": ends[0].reason},
+               "runs": 1 + len(ends), "figures": figure_range(started)}
     return Sizing(overrides, c.outcome, c.reason, figures, child.get("error"), verdict, why,
-                  ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static"))),
+                  ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static")),
+                         child.get("readings")),
                   Case.of(tree_ledger), short, child.get("environment", {}),
-                  child.get("drafter_reading"))
+                  child.get("drafter_reading"), child.get("readings"), rng)
 
 
 def sensitivity(dep: Deployment, base: Sizing, step_gib: float = 0.1) -> dict:
     """Tokens gained or lost per ``step_gib`` of error, each figure a re-run."""
     m = dep.memory
     shifted = {
-        "free_memory_plus": Memory(m.pre_free_gib + step_gib, m.post_free_gib + step_gib, m.weights_gib, m.source),
-        "free_memory_minus": Memory(m.pre_free_gib - step_gib, m.post_free_gib - step_gib, m.weights_gib, m.source),
-        "weights_plus": Memory(m.pre_free_gib, m.post_free_gib - step_gib, m.weights_gib + step_gib, m.source),
-        "weights_minus": Memory(m.pre_free_gib, m.post_free_gib + step_gib, m.weights_gib - step_gib, m.source),
+        "free_memory_plus": m.shifted(step_gib, step_gib),
+        "free_memory_minus": m.shifted(-step_gib, -step_gib),
+        "weights_plus": m.shifted(0.0, -step_gib, step_gib),
+        "weights_minus": m.shifted(0.0, step_gib, -step_gib),
     }
     with cf.ThreadPoolExecutor(4) as ex:
         runs = dict(zip(shifted, ex.map(lambda mm: size(dep, {}, mm), shifted.values())))

@@ -150,28 +150,36 @@ def shortfall(f: dict, context_len: int, requests_given: bool = True) -> list[st
     return why
 
 
-def ledger(f: dict, m: Memory, context_len: int, mfs) -> dict:
+def ledger(f: dict, m: Memory, context_len: int, mfs, readings: dict | None = None) -> dict:
     """The figures of one run, in words.  Byte figures are upstream's returned values;
-    the derived lines (differences, products) only re-express them."""
+    the derived lines (differences, products) only re-express them.  ``readings``: the run's
+    readings (harness/readings.py), whose used values are the sizing's own."""
     out: dict = {
         "free_before_weights_gib": round(m.pre_free_gib, 4),
         "free_after_weights_gib": round(m.post_free_gib, 4),
         "weights_per_rank_gib": round(m.weights_gib, 4),
         "memory_source": m.source,
+        "readings": str(m.kind),
         "mem_fraction_static": mfs,
     }
+    post = m.post_free_gib
+    if readings and (readings.get("kind") != "sizing" or not readings.get("exact")):
+        # the sizing's own readings at the span's pessimistic end, which this run used
+        out["sizing_pre_reading_gib"] = round(readings["pre_used_gib"], 4)
+        out["sizing_post_reading_gib"] = round(readings["post_used_gib"], 4)
+        post = readings["post_used_gib"]
     avail = f.get("available_bytes")
     before, after = f.get("rest_before_mamba_gib"), f.get("rest_after_mamba_gib")
     if isinstance(before, (int, float)) and isinstance(after, (int, float)):
         # v0.5.11-v0.5.15 handle_max_mamba_cache(rest GiB) -> rest GiB: what the headroom
         # leaves for KV + state, and what the Mamba/speculative state took from it
-        out["headroom_gib"] = round(m.post_free_gib - before, 4)
+        out["headroom_gib"] = round(post - before, 4)
         out["kv_and_state_budget_gib"] = round(before, 4)
         out["mamba_reserved_gib"] = round(before - after, 4)
         out["kv_budget_gib"] = round(after, 4)
     elif isinstance(avail, (int, float)) and not f.get("mamba_cache_per_req_bytes"):
         # no state pools: upstream's available bytes are the KV budget
-        out["headroom_gib"] = round(m.post_free_gib - avail / GIB, 4)
+        out["headroom_gib"] = round(post - avail / GIB, 4)
         out["kv_budget_gib"] = round(avail / GIB, 4)
     elif isinstance(avail, (int, float)):
         out["kv_budget_gib"] = round(avail / GIB, 4)

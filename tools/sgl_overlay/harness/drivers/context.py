@@ -19,7 +19,7 @@ import contextlib
 import types
 from pathlib import Path
 
-from .. import draft_reading, loader
+from .. import draft_reading, loader, readings, release_window, rope_reserve
 from ..layout import Layout
 from ..standins import GPU, transformers_standin, triton_standin
 
@@ -104,13 +104,44 @@ class Context:
                        per_rank=[float(x) - lowered for x in per_rank] if per_rank else None)
         if self.drafter_reading["note"]:
             self.notes.append(self.drafter_reading["note"])
+        # the given pre-load reading; for a scenario's "logged" readings take_readings replaces it (and
+        # shifts the post-load one) by the sizing's own, once the release has resolved its flags
         self.pre_load = float(gpu["pre_load_free_gib"])
+        self.readings: dict | None = None
         with contextlib.ExitStack() as installing:  # unwound only when a step fails: nothing is left half done
             self.transformers_standin = installing.enter_context(transformers_standin())
             installing.enter_context(triton_standin())  # GPU compiler: imported at module level from v0.5.18
             self.finder = installing.enter_context(
                 loader.installed(root, real_modules(root, layout), scenario_fakes(self.gpu, request)))
             self._installed = installing.pop_all()
+
+    def take_readings(self, sa) -> None:
+        """The sizing's own readings (``readings.derive``), at the request's position along their span
+        (``span_at``: 0, the default, the pessimistic end; 1 the optimistic end), from the scenario's and the release's resolved flags (``sa``: the context
+        length and the speculative rows its RoPE pre-expansion reads)."""
+        gpu, server = self.req["gpu"], self.req["server"]
+        kind = readings.ReadingKind(gpu.get("readings") or readings.ReadingKind.SIZING)
+        tp = int(server.get("tp_size", 1))
+        window = None
+        if kind is readings.ReadingKind.LOGGED:
+            model = self.req["model"]
+            context = getattr(sa, "context_length", None) or model["context_len"]
+            try:
+                window = release_window.window(self.root, model, int(context), tp,
+                                               getattr(sa, "speculative_num_steps", 0),
+                                               getattr(sa, "speculative_num_draft_tokens", 0))
+            except rope_reserve.RopeInputsError as e:
+                raise Untestable(f"logged readings: the RoPE pre-expansion cannot be derived: {e}") from None
+        rounding = kind.default_rounding_gib
+        derived = readings.derive(
+            kind, float(gpu["pre_load_free_gib"]), float(gpu["post_load_free_gib"]),
+            float(gpu.get("pre_rounding_gib", rounding)), float(gpu.get("post_rounding_gib", rounding)),
+            device_name=gpu.get("device_name"), tp=tp, window=window, integrated=bool(gpu.get("integrated")))
+        position = float(self.req.get("span_at", readings.End.PESSIMISTIC.position))
+        pre, post = derived.at(position)
+        self.pre_load = pre
+        self.gpu.shift(post - float(gpu["post_load_free_gib"]))
+        self.readings = dict(derived.to_json(), span_at=position, pre_used_gib=pre, post_used_gib=post)
 
     def close(self) -> None:
         """Undo the constructor's installs: the finder and every ``sglang``

@@ -277,6 +277,7 @@ def runner_inputs(ctx: Context) -> RunnerInputs:
         ctx.patch(loader.load("sglang.srt.speculative.dflash_utils"))
     mc, mambaish, num_layers = model(ctx)
     sa = server_args(ctx, mc)
+    ctx.take_readings(sa)  # the sizing's own readings, from the resolved flags (readings.py)
     accessors = _install_runtime_context(ctx, sa)
     if mambaish is not None:  # after the runtime context: v0.5.16+ read the TP layout through it
         params = mambaish.mamba2_cache_params
