@@ -95,8 +95,7 @@ def test_specforge_drafter_and_loss_on_cpu(tmp_path):
     sf = specforge_tree(tmp_path / "sf")
     code = r'''
 import json, sys, torch
-sys.path.insert(0, sys.argv[1])
-import spec_pair as p
+import spec_pair as p          # tools/gpu, on PYTHONPATH
 from transformers import LlamaConfig, LlamaForCausalLM
 from safetensors.torch import load_file
 cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
@@ -114,7 +113,7 @@ print(json.dumps({"names": sorted(st) == sorted(want), "shapes": all(tuple(st[n]
                   "dtype": str(st["fc.weight"].dtype), "loss": [c["loss"] for c in rec["curve"]], "sha": rec["sha256"]}))
 '''
     r = subprocess.run([sys.executable, "-c", code, str(GPU), str(tmp_path)], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=str(sf)), timeout=600)
+                       env=dict(os.environ, PYTHONPATH=f"{GPU}{os.pathsep}{sf}"), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["names"] and out["shapes"] and out["dtype"] == "torch.bfloat16"

@@ -295,10 +295,10 @@ def run(args):
         tdir = pdir / "target"
         if not (tdir / "model.safetensors").exists():
             g = pdir / mf["file"]
-            r = GROUPS.run([sys.executable, "-c", "import json, sys; sys.path.insert(0, sys.argv[1]); import spec_pair; "
+            r = GROUPS.run([sys.executable, "-c", "import json, sys; import spec_pair; "
                             "print(json.dumps(spec_pair.convert_target(sys.argv[2], sys.argv[3])))",
                             str(HERE), str(g), str(tdir)], capture_output=True, text=True,
-                           env=dict(os.environ, PYTHONPATH=str(work / "deps")))
+                           env=dict(os.environ, PYTHONPATH=f"{HERE}{os.pathsep}{work / 'deps'}"))
             if r.returncode != 0:
                 raise SystemExit(f"spec_value: converting the target failed:\n{r.stderr[-3000:]}")
             report["target"] = json.loads(r.stdout.strip().splitlines()[-1])
@@ -328,7 +328,7 @@ def run(args):
         GROUPS.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--target",
                     str(work / "specforge"), str(sf)], check=True)
         cfg = pair.drafter_config(json.loads((tdir / "config.json").read_text()), layers=args.draft_layers)
-        code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import spec_pair as p; "
+        code = ("import json, sys; import spec_pair as p; "
                 "seqs = [tuple(s) for s in json.load(open(sys.argv[3]))]; "
                 "r = p.train_drafter(sys.argv[2], seqs, json.loads(sys.argv[4]), sys.argv[5], steps=int(sys.argv[6]), "
                 "batch=int(sys.argv[7])); print('RESULT ' + json.dumps(r))")
@@ -337,7 +337,7 @@ def run(args):
         report["training"] = {"command": " ".join(cmd[:2]) + " ... (spec_pair.train_drafter)", "config": cfg,
                               "specforge": sf.name}
         r = GROUPS.run(cmd, capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=f"{work / 'specforge'}:{work / 'deps'}"))
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (HERE, work / "specforge", work / "deps")))))
         print(r.stdout[-2000:], flush=True)
         res = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
         if r.returncode != 0 or not res:
