@@ -245,4 +245,8 @@ def _drive_configurator(ctx: Context) -> dict:
     ctx.figures["max_running_requests"] = cfg.max_running_requests
     ctx.figures["entry"] = "KVCacheConfigurator._resolve_memory_pool_config"
     ctx.figures["max_mamba_cache_size"] = sa.max_mamba_cache_size if mambaish is not None else None
+    if ctx.req.get("measure_allocation"):
+        from .. import allocation
+
+        ctx.figures["allocation"] = allocation.measure_configurator(ctx, kvc, cfg, kmod)
     return ctx.figures
