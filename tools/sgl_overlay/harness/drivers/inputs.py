@@ -168,6 +168,7 @@ def _install_runtime_context(ctx: Context, sa) -> dict:
         # v0.5.22+: get_exec().graph.cuda_graph_config.prefill.* (no prefill graph capture)
         mamba=_Group(sa, enable_linear_replayssm=False, enable_linear_replayssm_spec=False,
                      linear_replayssm_cache_len=0),  # v0.5.17+: get_exec().mamba.*
+        features=_Group(sa),  # v0.5.17+: get_exec().features.* (the pools' enable_memory_saver)
         graph=_ns(cuda_graph_config=_ns(prefill=_ns(full_prefill_max_req=None, backend=None))),
     ).items():
         if getattr(sa, k, None) is None:
