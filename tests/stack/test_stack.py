@@ -179,3 +179,61 @@ def test_write_updates_the_lock_verified_against_the_tag(project, patches, tmp_p
 ])
 def test_classify_precedence(tried, status):
     assert stack.classify(*tried) == status
+
+
+def test_write_locks_a_release_whose_artifact_leaves_a_directory_out(project, patches, tmp_path):
+    """v0.5.17's wheel ships nothing of the tag's python/sglang/srt/aot (the AOT kernels'
+    C++ sources, 309 files): the lock records such a directory as unshipped, with its
+    normalized tree id, and the proof grafts it back by that id. Emulated on 0.5.13: its tag
+    here holds the release tree plus srt/aot (a source and an executable script)."""
+    repo = tmp_path / "upstream"
+    for version in ("0.5.12.post1", "0.5.13"):
+        d = tmp_path / f"base-{version}"
+        base_tree.base_from_release(version, d, symlinks={"srt/mem_cache/cpp_radix_tree/.clang-format":
+                                                       "../../../../../sgl-kernel/.clang-format"})
+        if not repo.exists():
+            gitcmd.run(None, "clone", "-q", str(d), str(repo))
+        else:
+            gitcmd.run(repo, "fetch", "-q", str(d), "upstream")
+            gitcmd.run(repo, "read-tree", "-u", "--reset", "FETCH_HEAD")
+            aot = repo / "python/sglang/srt/aot"
+            (aot / "csrc").mkdir(parents=True)
+            (aot / "csrc" / "gemm.cu").write_text("// kernel source, not in the wheel\n")
+            (aot / "bench.py").write_text("print('bench')\n")
+            (aot / "bench.py").chmod(0o755)
+            gitcmd.run(repo, "add", "-A")
+            gitcmd.run(repo, "update-index", "--chmod=+x", "python/sglang/srt/aot/bench.py")
+            tree = gitcmd.out(repo, "write-tree")
+            c = gitcmd.out(repo, "commit-tree", tree, "-p", "HEAD", "-m", f"release {version}")
+            gitcmd.run(repo, "reset", "-q", "--hard", c)
+        gitcmd.run(repo, "tag", f"v{version}")
+    kept, _ = patches.make([(HOOKS, "import fnmatch\n", "import fnmatch  # kept\n")], subject="Kept")
+    project.series(["kept.patch"], {"kept.patch": kept})
+    r = run(project, "rebase", "--onto", "0.5.13", "--repo", str(repo), "--write", "--json")
+    assert r.returncode == 0, r.stderr
+    from sgl_overlay import lock as lockmod
+    new = lockmod.load(project.root / "upstream.lock")
+    aot_tree = gitcmd.out(repo, "rev-parse", "v0.5.13:python/sglang/srt/aot")
+    assert new.unshipped == {"srt/aot": base_tree.normalized_tree(repo, aot_tree)}
+    assert new.tree == gitcmd.out(repo, "rev-parse", "v0.5.13:python/sglang")
+    assert "srt/aot/bench.py" not in new.executable      # not shipped: no exec bit to reconcile
+    assert new.wheels == {}                                   # the old release's wheel records are not carried
+    b = project.apply("--json")
+    assert b.returncode == 0, b.stderr
+    # a wrong id for the unshipped directory fails the proof: nothing is built
+    text = (project.root / "upstream.lock").read_text()
+    (project.root / "upstream.lock").write_text(text.replace(new.unshipped["srt/aot"], "0" * 40))
+    b = project.apply("--json")
+    assert b.returncode == 3, b.stderr
+    assert "mode-normalized tree" in b.stderr
+
+
+def test_unshipped_dirs_are_whole_directories():
+    from sgl_overlay.errors import ApplyError
+    from sgl_overlay.stack.rebase import unshipped_dirs
+    names = {"sglang/a.py", "sglang/kernels/x.py"}
+    assert unshipped_dirs(["a.py", "kernels/x.py", "kernels/aot/c/d.cu", "kernels/aot/e"], names, "sglang", "v") \
+        == ["kernels/aot"]
+    assert unshipped_dirs(["a.py", "docs/r.md"], names, "sglang", "v") == ["docs"]
+    with pytest.raises(ApplyError, match="ships other files of its directory"):
+        unshipped_dirs(["a.py", "b.py"], names, "sglang", "v")

@@ -7,7 +7,8 @@ Two sources give the same tree:
   (artifacts.py: checked against the lock's sha256), unpacked with every
   member checked (archive.py), reconciled with the git tree as the lock's
   ``[artifact.reconcile]`` lists, and proven by the mode-normalized tree id
-  (``tree_normalized``);
+  (``tree_normalized``; a directory the artifact does not ship, ``unshipped``,
+  enters the proof by its recorded tree id, ``graft``);
 * git (``--repo URL_OR_PATH``): the commit itself, fetched through a cached
   bare clone (clones.py); its ``python/sglang`` tree id must equal the
   lock's exactly.
@@ -60,6 +61,12 @@ def _reconciled(lock, artifact, repo_dir):
                                       "do not build from it")
     exact = gitcmd.out(repo_dir, "write-tree", f"--prefix={lock.subdir}/")
     normalized = normalized_tree(repo_dir, exact)
+    for path, tree in sorted(lock.unshipped.items()):
+        if gitcmd.run(repo_dir, "rev-parse", "--verify", "--quiet", f"{normalized}:{path}", check=False).returncode == 0:
+            raise IntegrityError(f"{where}: {path!r}, listed in the lock as not shipped, is in the artifact",
+                                 hint="the artifact does not match the lock's [artifact.reconcile] lists; "
+                                      "do not build from it")
+        normalized = graft(repo_dir, normalized, path, tree)
     if normalized != lock.tree_normalized:
         raise IntegrityError(
             f"{where}: the mode-normalized tree of {lock.subdir} is {normalized}, the lock says {lock.tree_normalized}",
@@ -151,6 +158,37 @@ def base_from_git(lock, repo_dir, url, cache=None, progress=None, commit=None):
         raise IntegrityError(f"{url}: normalized tree {normalized} does not match the lock's {lock.tree_normalized}",
                              hint="the lock's two tree ids disagree with each other; fix the lock")
     return {"source": "git", "repo": url, "base_commit": commit, "tree": tree, "tree_normalized": normalized}
+
+
+def graft(repo_dir, tree, path, subtree):
+    """The id of ``tree`` with directory ``path`` (relative, "/"-separated)
+    set to the tree id ``subtree``, made with ``git mktree --missing``: the
+    subtree's objects need not be in ``repo_dir`` (a directory the release
+    artifact does not ship is proven by its id alone, ``unshipped`` in the
+    lock). Missing intermediate directories are made."""
+    head, _, rest = path.partition("/")
+    entries = {}
+    if tree is not None:
+        ls = gitcmd.run(repo_dir, "ls-tree", "-z", tree, binary=True).stdout
+        for rec in filter(None, ls.split(b"\0")):
+            meta, name = rec.split(b"\t", 1)
+            entries[name] = meta
+    key = head.encode()
+    if rest:
+        meta = entries.get(key)
+        child = None
+        if meta is not None:
+            mode, kind, sha = meta.split()
+            if kind != b"tree":
+                raise IntegrityError(f"graft: {head!r} is a {kind.decode()}, not a directory",
+                                     hint="the lock's unshipped path does not fit the artifact's tree")
+            child = sha.decode()
+        sub = graft(repo_dir, child, rest, subtree)
+    else:
+        sub = subtree
+    entries[key] = b"040000 tree " + sub.encode()
+    text = b"".join(meta + b"\t" + name + b"\0" for name, meta in entries.items())
+    return gitcmd.run(repo_dir, "mktree", "-z", "--missing", input=text, binary=True).stdout.decode().strip()
 
 
 def normalized_tree(repo_dir, tree):

@@ -57,6 +57,9 @@ class Lock:
     # the release's wheels for other Python tags: {filename: sha256}, each
     # recorded the first time it is fetched (trust on first use, docs/lock.md)
     wheels: dict = dataclasses.field(default_factory=dict)
+    # directories of the tag's subdir the artifact does not ship: path ->
+    # their normalized tree id, grafted back by id for the proof
+    unshipped: dict = dataclasses.field(default_factory=dict)
 
     @property
     def wheel_tags(self):
@@ -73,7 +76,8 @@ class Lock:
         """The fields a build depends on (for the build manifest)."""
         return {"repo": self.repo, "commit": self.commit, "tree": self.tree,
                 "tree_normalized": self.tree_normalized,
-                "artifact_sha256": self.artifact_sha256}
+                "artifact_sha256": self.artifact_sha256,
+                **({"unshipped": dict(sorted(self.unshipped.items()))} if self.unshipped else {})}
 
 
 def _field(table, section, key, kind, pattern=None, where=None):
@@ -120,6 +124,20 @@ def _wheels(art, where):
     return dict(table)
 
 
+def _unshipped(rec, where):
+    table = rec.get("unshipped", {})
+    if not isinstance(table, dict):
+        raise UsageError(f"{where}: field 'artifact.reconcile.unshipped' must be a table",
+                         hint="see docs/lock.md")
+    for path, tree in table.items():
+        relpath(path, "artifact.reconcile.unshipped", where)
+        if not isinstance(tree, str) or not HEX40.match(tree):
+            raise UsageError(f"{where}: field 'artifact.reconcile.unshipped' is malformed at {path!r}: {tree!r} "
+                             "(expected a directory = its normalized git tree id of 40 hex digits)",
+                             hint="see docs/lock.md for the format")
+    return dict(table)
+
+
 def load(path):
     path = Path(path)
     where = str(path)
@@ -159,6 +177,7 @@ def load(path):
         executable=tuple(_field(rec, "artifact.reconcile", "executable", list, where=where)),
         dependencies=dict(_field(data, "", "dependencies", dict, where=where)),
         wheels=_wheels(art, where),
+        unshipped=_unshipped(rec, where),
     )
     relpath(lock.subdir, "upstream.subdir", where)
     for what in ("generated", "executable"):
@@ -273,6 +292,10 @@ def render(lock, text=None):
     _set(rec, "compiled", list(lock.compiled))
     _set(rec, "symlinks", dict(sorted(lock.symlinks.items())))
     _set(rec, "executable", sorted(lock.executable))
+    if lock.unshipped and "unshipped" not in rec:   # after executable, before the comments that trail the table
+        rec.value._insert_after("executable", "unshipped", tomlkit.inline_table())
+    if "unshipped" in rec:
+        _set(rec, "unshipped", dict(sorted(lock.unshipped.items())))
     art.setdefault("wheels", tomlkit.table())
     wheels = art["wheels"]
     for key in [k for k in wheels if k not in lock.wheels]:

@@ -132,6 +132,38 @@ def rebase(lock, stack, onto, cache=None, progress=None, keep=None):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _paths(ls):
+    for rec in filter(None, ls.split(b"\0")):
+        yield rec.split(b"\t", 1)[1]
+
+
+def _under(path, dirs):
+    return any(path.startswith(d + "/") for d in dirs)
+
+
+def unshipped_dirs(tag_paths, artifact_names, root, version):
+    """The directories of the tag's tree (paths relative to the subdir) that
+    the release artifact ships nothing of, each the topmost such directory
+    that holds a missing file; a missing file whose own directory the
+    artifact does ship from cannot be reconciled (ApplyError)."""
+    shipped = {n[len(root) + 1:] for n in artifact_names if n.startswith(root + "/")}
+    shipped_dirs = set()
+    for n in shipped:
+        parts = n.split("/")[:-1]
+        shipped_dirs.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    tops = set()
+    for p in tag_paths:
+        if p in shipped or _under(p, tops):
+            continue
+        parts = p.split("/")
+        top = next(("/".join(parts[:i]) for i in range(1, len(parts)) if "/".join(parts[:i]) not in shipped_dirs), None)
+        if top is None:
+            raise ApplyError(f"release {version}: the artifact lacks {p}, but ships other files of its directory",
+                             hint="the lock can leave out whole directories only (artifact.reconcile.unshipped)")
+        tops.add(top)
+    return sorted(tops)
+
+
 def new_lock(lock, onto, cache=None, progress=None):
     """The lock for release ``onto.version``, every field recomputed from
     the release artifact and the tag in ``onto.repo``, and verified: the
@@ -162,6 +194,9 @@ def new_lock(lock, onto, cache=None, progress=None):
                          hint="the patched wheel needs a release wheel to start from")
     with zipfile.ZipFile(artifact.path) as z:
         names = set(z.namelist())
+    unshipped = unshipped_dirs([p.decode() for p in _paths(ls)], names, lock.artifact_root, onto.version)
+    executable = [p for p in executable if not _under(p, unshipped)]
+    symlinks = {p: v for p, v in symlinks.items() if not _under(p, unshipped)}
     meta = archive.release_metadata(artifact.path)
     deps = {"python": lock.dependencies.get("python", "cp311"), **versions.pins(meta, versions.wheel(artifact.name)[2])}
     candidate = dataclasses.replace(
@@ -169,12 +204,16 @@ def new_lock(lock, onto, cache=None, progress=None):
         artifact_filename=artifact.name, artifact_sha256=artifact.sha256,
         generated=tuple(g for g in ("_version.py",) if f"sglang/{g}" in names),
         compiled=lock.compiled, symlinks=symlinks, executable=tuple(sorted(executable)), dependencies=deps,
-        tree_normalized=base_tree.normalized_tree(bare, tree))
+        tree_normalized=base_tree.normalized_tree(bare, tree), wheels={},   # other Pythons' wheels: recorded at first use
+        unshipped={d: base_tree.normalized_tree(bare, gitcmd.out(bare, "rev-parse", f"{tree}:{d}")) for d in unshipped})
     with tempfile.TemporaryDirectory(prefix="sgl-overlay-lock-") as t:
         base = base_tree.base_from_artifact(candidate, Path(t) / "tree", cache, progress)
-    if base["tree"] != tree:
+        shipped = base["tree"]
+        for d in unshipped:   # the exact ids too: the artifact plus the unshipped directories is the tag
+            shipped = base_tree.graft(Path(t) / "tree", shipped, d, gitcmd.out(bare, "rev-parse", f"{tree}:{d}"))
+    if shipped != tree:
         raise ApplyError(f"release {onto.version}: the artifact reconciled with the new lock gives tree "
-                         f"{base['tree']}, the tag's is {tree}", hint="the release artifact differs from its tag")
+                         f"{shipped}, the tag's is {tree}", hint="the release artifact differs from its tag")
     for dep in ("torch", "transformers", "sglang-kernel", "flashinfer_python"):
         if dep not in deps:
             raise UsageError(f"release {onto.version}: METADATA pins no {dep}",
