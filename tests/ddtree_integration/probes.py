@@ -33,29 +33,42 @@ def _install(root: str, real: list[str]):
 
 
 def algorithm(root: str) -> dict:
-    """What ``SpeculativeAlgorithm.from_string("DDTREE")`` gives in this tree."""
-    _, loader = _install(root, [f"{SPEC}.spec_info", f"{SPEC}.spec_registry", f"{SPEC}.ddtree_tree", f"{SPEC}.ddtree_algo"])
+    """What ``SpeculativeAlgorithm.from_string("DDTREE")`` gives in this tree, and
+    what the scheduler and the graph runners ask of it."""
+    _, loader = _install(root, [f"{SPEC}.spec_info", f"{SPEC}.spec_registry", f"{SPEC}.ddtree_tree", f"{SPEC}.ddtree_algo",
+                                f"{SPEC}.ddtree_worker"])
+    loader.set_fakes({"get_spec": lambda: SimpleNamespace(speculative_dflash_block_size=16)})
     spec_info = loader.load(f"{SPEC}.spec_info")
     algo = spec_info.SpeculativeAlgorithm.from_string("ddtree")
+    # every method the builtin algorithms offer that the scheduler, the overlap relay or
+    # the graph runners call on the configured algorithm
+    enum_methods = sorted(n for n, v in vars(spec_info.SpeculativeAlgorithm).items()
+                          if callable(v) and not n.startswith("_") and n not in ("from_string", "register"))
     out = {
         "class": type(algo).__name__,
         "name": algo.name,
         "is_dflash": algo.is_dflash(),
+        "is_dflash_family": algo.is_dflash_family(),
         "is_ddtree": getattr(algo, "is_ddtree", lambda: False)(),
         "is_eagle": algo.is_eagle(),
         "is_speculative": algo.is_speculative(),
-        "supports_spec_v2": algo.supports_spec_v2(),
+        "supports_target_verify_for_draft": algo.supports_target_verify_for_draft(),
+        "supports_overlap": getattr(algo, "supports_overlap", None),
         "has_validator": getattr(algo, "validate_server_args", None) is not None,
+        "missing_methods": [n for n in enum_methods if not callable(getattr(algo, n, None))],
+        "need_topk": algo.need_topk() if hasattr(algo, "need_topk") else None,
+        "verify_width": {"target": algo.get_num_tokens_per_req_for_target_verify(64, False),
+                         "drafter": algo.get_num_tokens_per_req_for_target_verify(64, True)},
     }
 
-    class _Args:  # the two fields create_worker reads
+    class _Args:  # the field create_worker reads: overlap on (SGLang's default)
         disable_overlap_schedule = False
 
     try:
-        algo.create_worker(_Args())
-        out["overlap_refusal"] = None
-    except ValueError as e:
-        out["overlap_refusal"] = str(e)
+        worker = algo.create_worker(_Args())
+        out["overlap_worker"] = getattr(worker, "__name__", repr(worker))
+    except Exception as e:  # noqa: BLE001 - a refusal is a result
+        out["overlap_worker"] = f"{type(e).__name__}: {e}"
     return out
 
 
@@ -69,12 +82,18 @@ def _remember(loader) -> None:
 
 def server_rules(root: str, argv: list[str]) -> dict:
     """Parse ``argv`` with the tree's own ServerArgs.add_cli_args, then run its
-    grammar-backend and speculative-decoding rules (the registry's validator
-    hook included) on an instance holding the parsed values."""
+    grammar-backend rule and its speculative-decoding rules
+    (``arg_groups/speculative_hook.handle_speculative_decoding``: the registry's
+    validator hook and the algorithm's ``handle_server_args``) on an instance
+    holding the parsed values (device cuda, as on the GPU)."""
     _, loader = _SERVER_ARGS_LOADER or _install(
         root,
         [
             "sglang.srt.server_args",
+            "sglang.srt.arg_groups.speculative_hook",
+            "sglang.srt.arg_groups.arg_utils",
+            "sglang.srt.arg_groups.argparse_actions",
+            "sglang.srt.arg_groups.overrides",
             "sglang.srt.environ",
             f"{SPEC}.spec_info",
             f"{SPEC}.spec_registry",
@@ -85,9 +104,10 @@ def server_rules(root: str, argv: list[str]) -> dict:
     # argparse choices built from constants of modules that stay stand-ins
     loader.set_fakes(ARGPARSE_CONSTANTS)
     sa_mod = loader.load("sglang.srt.server_args")
+    hook = loader.load("sglang.srt.arg_groups.speculative_hook")
     _remember(loader)
     # The alias resolver opens the draft model's config (network/disk); DDTREE has no alias.
-    sa_mod._resolve_speculative_algorithm_alias = lambda algo, *a, **k: algo
+    hook._resolve_speculative_algorithm_alias = lambda algo, *a, **k: algo
     cls = sa_mod.ServerArgs
     parser = argparse.ArgumentParser()
     cls.add_cli_args(parser)
@@ -106,8 +126,10 @@ def server_rules(root: str, argv: list[str]) -> dict:
         else:
             value = None
         object.__setattr__(obj, f.name, value)
+    if obj.device is None:
+        object.__setattr__(obj, "device", "cuda")
     obj._handle_grammar_backend()
-    obj._handle_speculative_decoding()
+    hook.handle_speculative_decoding(obj)
     keys = (
         "speculative_algorithm",
         "speculative_ddtree_budget",
@@ -119,6 +141,7 @@ def server_rules(root: str, argv: list[str]) -> dict:
         "max_running_requests",
         "grammar_backend",
         "disable_cuda_graph",
+        "linear_attn_decode_backend",
     )
     return {k: getattr(obj, k, "<no such field>") for k in keys}
 
