@@ -159,7 +159,7 @@ def server_rules_many(root: str, argvs: list[list[str]]) -> list[dict]:
 
 
 # --------------------------------------------------------------------------
-# Decode steps of the DFlash / DDTREE workers on CPU stand-ins (standins.py)
+# Decode steps of the spec-v2 DFLASH / DDTREE workers on CPU stand-ins (standins.py)
 # --------------------------------------------------------------------------
 
 WORKER_MODULES = [
@@ -168,61 +168,93 @@ WORKER_MODULES = [
     f"{SPEC}.ddtree_algo",
     f"{SPEC}.ddtree_tree",
     f"{SPEC}.ddtree_worker",
-    f"{SPEC}.dflash_worker",
+    f"{SPEC}.dflash_worker_v2",
     f"{SPEC}.dflash_info",
+    f"{SPEC}.dflash_info_v2",
     f"{SPEC}.dflash_utils",
+    f"{SPEC}.draft_worker_common",
     f"{SPEC}.eagle_info",
-    f"{SPEC}.eagle_info_v2",
-    f"{SPEC}.eagle_worker",
+    f"{SPEC}.eagle_utils",
+    f"{SPEC}.spec_utils",
 ]
 
 
-def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, extra_attrs):
+def _device():
+    import torch
+
+    return torch.device("cpu")  # the GPU of a real server (syncs.py: a host copy names "cpu")
+
+
+DEVICE = None  # set by _worker_setup
+
+
+def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, N, hybrid=True):
+    """The real spec-v2 worker class ``cls_name`` (an instance made without its
+    GPU ``__init__``) over the stand-ins, with a batch of ``prompts`` whose KV
+    (every token but the last, the bonus) is in the target cache."""
     import sys
+    import types
 
     import torch
 
     from tests.ddtree_integration import standins as st
 
-    record = []
+    global DEVICE
+    DEVICE = _device()
+    record, events = [], []
     module_file = Path(root).joinpath(*cls_module.split(".")).with_suffix(".py")
     if not module_file.is_file():
         raise ModuleNotFoundError(f"{cls_module}: no {module_file} in this tree")
-    if cls_name == "DDTreeWorker" and "triton" not in sys.modules:
-        # eagle_worker.py (EAGLE's Mamba tree commit) applies torch.compile at import;
-        # torch's compiler stack must be imported while triton is genuinely absent
-        # (before the loader stubs it).
-        torch.compile(lambda x: x, dynamic=True)  # imports the compiler stack; compiles nothing
+    if "triton" not in sys.modules:
+        # spec_utils / overlap code applies torch.compile at import; torch's compiler stack
+        # must be imported while triton is genuinely absent (before the loader stubs it).
+        torch.compile(lambda x: x, dynamic=True)
+    torch.Tensor.record_stream = lambda self, stream: None  # CUDA streams: nothing to record on a CPU
 
+    spec = SimpleNamespace(speculative_num_draft_tokens=N, speculative_dflash_block_size=block,
+                           speculative_accept_threshold_single=1.0, speculative_accept_threshold_acc=1.0,
+                           speculative_use_rejection_sampling=False, speculative_eagle_topk=2)
     _, loader = _install(root, WORKER_MODULES)
     fakes = st.kernel_fakes(record)
-    allocator = st.Allocator()
-    fakes["alloc_token_slots"] = lambda tree_cache, n, *a, **k: allocator.alloc(int(n))
+    fakes["get_spec"] = lambda: spec
+    fakes["mambaish_config"] = (lambda cfg: SimpleNamespace()) if hybrid else (lambda cfg: None)
     loader.set_fakes(fakes)
+    sgl_kernel = types.ModuleType("sgl_kernel")
+    for name in ("tree_speculative_sampling_target_only", "top_k_renorm_prob", "top_p_renorm_prob"):
+        setattr(sgl_kernel, name, fakes[name])
+    sys.modules["sgl_kernel"] = sgl_kernel
     mod = loader.load(cls_module)
-    import sys
-
     for m, loaded in list(sys.modules.items()):
         if not m.startswith("sglang.") or loader.is_stub(loaded):
             continue
         for name, fake in fakes.items():
             if name in loaded.__dict__ and loader.is_stub(loaded.__dict__[name]):
                 setattr(loaded, name, fake)
+    spec_utils = loader.load(f"{SPEC}.spec_utils")
+    eagle_utils = loader.load(f"{SPEC}.eagle_utils")
+    v2 = loader.load(f"{SPEC}.dflash_worker_v2")
+    # the CPU branches of the kernels' dispatch, and no simulated acceptance
+    spec_utils._is_cpu = True
+    spec_utils.assign_extend_cache_locs_cpu = fakes["assign_extend_cache_locs_cpu"]
+    spec_utils.SIMULATE_ACC_LEN = v2.SIMULATE_ACC_LEN = -1.0
+    eagle_utils.verify_tree_greedy_func = fakes["verify_tree_greedy_func"]
+
     cls = getattr(mod, cls_name)
     reqs = [st.Req(p) for p in prompts]
-    req_to_token = torch.full((len(reqs), 256), -1, dtype=torch.int64)
+    req_to_token = torch.full((len(reqs), 512), -1, dtype=torch.int64)
+    allocator = st.Allocator()
     batch = st.Batch(reqs, req_to_token, allocator)
-    # the prompt's KV (all tokens but the bonus) is in the cache already
-    for b, r in enumerate(reqs):
-        n = len(r.tokens()) - 1
+    batch.device = DEVICE
+    for b, r in enumerate(reqs):  # the prefill's KV: every prompt token but the bonus
+        n = r.kv_committed_len
         req_to_token[b, :n] = allocator.alloc(n)
+        for p_, (slot, tok) in enumerate(zip(req_to_token[b, :n].tolist(), r.tokens()[:n])):
+            allocator.kv[int(slot)] = (int(tok), p_)
     batch_ref = [batch]
     drafter = st.OracleDrafter(batch_ref, block, truth_rank, seed)
-    drafter.token_to_kv_pool_allocator = allocator
-    drafter.req_to_token_pool = batch.req_to_token_pool
-    draft_kv = st.DraftKV()
+    draft_kv = st.DraftKV(events)
     drafter.token_to_kv_pool = draft_kv.pool
-    target = st.ToyTarget()
+    target = st.ToyTarget(batch_ref, allocator)
     mamba = st.MambaBackend()
     embed = torch.nn.Embedding(st.VOCAB, 4)
     lm_head = SimpleNamespace(
@@ -232,37 +264,52 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
                                       added_vocab_start_index=st.VOCAB),
     )
     model = SimpleNamespace(get_input_embeddings=lambda: embed, lm_head=lm_head)
-    model_runner = SimpleNamespace(model=model, attn_backend=mamba, device="cpu",
-                                   model_config=SimpleNamespace(vocab_size=st.VOCAB))
-    target_worker = SimpleNamespace(model_runner=model_runner,
-                                    forward_batch_generation=target.forward_batch_generation)
+    mamba_pool = SimpleNamespace(replayssm_spec_fold=False, replayssm_is_kda=False, replayssm_cache_base=None)
+    model_runner = SimpleNamespace(
+        model=model, attn_backend=mamba, device=DEVICE, decode_cuda_graph_runner=None,
+        model_config=SimpleNamespace(vocab_size=st.VOCAB, context_len=512),
+        req_to_token_pool=SimpleNamespace(req_to_token=req_to_token, mamba_pool=mamba_pool),
+        server_args=SimpleNamespace(attention_backend="triton"))
+    target_worker = SimpleNamespace(model_runner=model_runner, forward_batch_generation=target.forward_batch_generation,
+                                    device=DEVICE)
     w = object.__new__(cls)
+    cap = len(reqs)
     attrs = dict(
-        server_args=SimpleNamespace(mamba_track_interval=256), target_worker=target_worker,
-        model_runner=model_runner, draft_model_runner=drafter, draft_model=draft_kv.model, page_size=1,
-        block_size=block, device="cpu", draft_window_size=None, use_compact_draft_cache=False,
+        server_args=SimpleNamespace(), _target_worker=target_worker, target_worker=target_worker,
+        model_runner=model_runner,
+        draft_model_runner=drafter, draft_model=draft_kv.model, page_size=1, block_size=block,
+        speculative_num_draft_tokens=block, device=DEVICE, draft_window_size=None, use_compact_draft_cache=False,
         _mask_token_id=st.VOCAB - 1, _block_pos_offsets=torch.arange(block, dtype=torch.int64),
-        _draft_block_ids_buf=None, _draft_block_positions_buf=None, _draft_block_tokens_buf=None,
-        _draft_block_end_buf=None, _draft_seq_lens_cpu_buf=None, _draft_block_spec_info=None,
-        _use_fused_kv_materialize=False, _fused_kv_helper=None, tp_rank=0,
+        ps=SimpleNamespace(tp_rank=0), _draft_sampler=None, _need_mamba_verify_commit=hybrid,
         _warned_sampling_fallback=False, _logged_first_verify=True,
+        _draft_block_spec_info=SimpleNamespace(draft_token_num=block),
+        # the draft block's buffers, at the batch's capacity; the host one is a host tensor
+        _draft_block_ids_buf=torch.empty((cap, block), dtype=torch.long),
+        _draft_block_positions_buf=torch.empty((cap, block), dtype=torch.int64),
+        _draft_block_tokens_buf=torch.empty((cap, block), dtype=torch.long),
+        _draft_verify_out_cache_loc_buf=torch.empty((cap, block), dtype=torch.int64),
+        _draft_block_end_buf=torch.empty((cap,), dtype=torch.int32),
+        _draft_seq_lens_cpu_buf=st.host(torch.empty((cap,), dtype=torch.int32)),
+        _use_fused_kv_materialize=False, _fused_kv_helper=None,
+        _use_triton_prepare_block=False, _use_triton_accept_bonus=False, _use_triton_compact_rebuild=False,
+        _accept_bonus_buffer_cap=0, _accept_bonus_buffer_slot=0, _accept_len_buf=None, _commit_lens_bufs=[],
+        _bonus_id_bufs=[], _out_tokens_bufs=[], _new_seq_lens_bufs=[],
         _draft_greedy_gathered_max_buf=None, _draft_greedy_gathered_ids_buf=None, _draft_greedy_gather_cap=0,
+        _draft_greedy_local_max_buf=None, _draft_greedy_local_arg_buf=None, _draft_greedy_local_cap=0,
         _draft_greedy_best_rank_buf=None, _draft_greedy_rank_index_buf=None,
         _draft_greedy_selected_ids_buf=None, _draft_greedy_index_cap=0,
     )
-    attrs.update(extra_attrs)
+    if cls_name == "DDTreeWorker":
+        attrs.update(budget=N - 1, num_verify_tokens=N, num_draft_positions=block - 1)
     for k, v in attrs.items():
         object.__setattr__(w, k, v)
-    dflash_info = loader.load(f"{SPEC}.dflash_info")
-    draft_input = dflash_info.DFlashDraftInput(
-        bonus_tokens=torch.tensor([r.tokens()[-1] for r in reqs], dtype=torch.int64),
-        target_hidden=torch.zeros((0, 3)),
-        ctx_lens=torch.zeros(len(reqs), dtype=torch.int32),
-        draft_seq_lens=batch.seq_lens.to(torch.int32),
-    )
-    batch.spec_info = draft_input
-    env = SimpleNamespace(record=record, allocator=allocator, batch=batch, reqs=reqs, req_to_token=req_to_token,
-                          draft_kv=draft_kv, target=target, mamba=mamba, loader=loader, mod=mod)
+    info_v2 = loader.load(f"{SPEC}.dflash_info_v2")
+    common = loader.load(f"{SPEC}.draft_worker_common")
+    batch.spec_info = common.make_draft_input_v2(
+        bonus_tokens=torch.tensor([r.tokens()[-1] for r in reqs], dtype=torch.int64), new_seq_lens=batch.seq_lens)
+    env = SimpleNamespace(record=record, events=events, allocator=allocator, batch=batch, reqs=reqs,
+                          req_to_token=req_to_token, draft_kv=draft_kv, target=target, drafter=drafter, mamba=mamba,
+                          loader=loader, mod=mod, info_v2=info_v2, spec=spec)
     return w, env
 
 
@@ -270,73 +317,113 @@ def _t(x):
     return {"dtype": str(x.dtype), "shape": list(x.shape), "values": x.tolist()}
 
 
-def dflash_chain_step(root: str, prompts, block=5, seed=0) -> dict:
-    """DFlashWorker._prepare_for_speculative_decoding on the stand-ins: the chain
-    verify input it builds (same inputs on any tree -> same result)."""
-    w, env = _worker_setup(root, f"{SPEC}.dflash_worker", "DFlashWorker", prompts, block, [0, 1], seed, {})
-    w._prepare_for_speculative_decoding(env.batch, env.batch.spec_info)
-    vi = env.batch.spec_info
-    return {"draft_token": _t(vi.draft_token), "positions": _t(vi.positions),
-            "has_run_draft_block": hasattr(type(w), "_run_draft_block")}
+def _schedule(env, overlap: bool) -> None:
+    """What the scheduler does before a spec-v2 decode step: the overlap
+    scheduler's KV reservation (the tree's own DFlashDraftInputV2.prepare_for_decode),
+    and the host mirror of the sequence lengths (exact, or none for backends on the
+    GPU-only path, where the worker takes the reservation's bound)."""
+    from tests.ddtree_integration import standins as st
+
+    batch = env.batch
+    batch.forward_mode = st.ForwardMode.DECODE
+    batch.spec_info.prepare_for_decode(batch)
+    batch.spec_info.reserved_seq_lens_cpu = st.host(batch.spec_info.reserved_seq_lens_cpu)
+    batch.seq_lens_cpu = st.host(batch.seq_lens_cpu) if not overlap else None
+    if overlap:
+        batch.seq_lens_sum = None
+
+
+def _apply(env, res) -> dict:
+    """What the output processor and the overlap relay do with the result."""
+    from tests.ddtree_integration import standins as st
+
+    batch = env.batch
+    stride = res.speculative_num_draft_tokens
+    accept = res.accept_lens.tolist()
+    toks = res.next_token_ids.tolist()
+    for i, req in enumerate(env.reqs):
+        new = toks[i * stride: i * stride + accept[i]]
+        req.output_ids.extend(new)
+        req.kv_committed_len += accept[i]
+    batch.seq_lens = res.new_seq_lens.clone()
+    batch.seq_lens_cpu = st.host(res.new_seq_lens.clone())
+    batch.seq_lens_sum = int(res.new_seq_lens.sum())
+    batch.spec_info = res.next_draft_input
+    return {"stride": stride, "accept_lens": accept}
 
 
 def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_rank=(0, 1, 0, 2), seed=0,
-                        sampling=False) -> dict:
+                        sampling=False, overlap=True, hybrid=True) -> dict:
     """DDTREE decode steps (draft, tree, verify, commit) through the worker's real
-    forward_batch_generation on the stand-ins; returns what each step fed the
-    kernels and what it committed."""
-    import torch
+    forward_batch_generation on the stand-ins, each under the sync counter; returns
+    what each step fed the kernels and what it committed."""
 
-    w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed,
-                           dict(budget=budget, num_verify_tokens=budget + 1, num_draft_positions=block - 1))
+    from tests.ddtree_integration import standins as st
+    from tests.ddtree_integration.syncs import SyncCounter
+
+    N = budget + 1
+    w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed, N,
+                           hybrid=hybrid)
     if sampling:
-        from tests.ddtree_integration import standins as st
-
         env.batch.sampling_info = st.Sampled(len(prompts))
-        # eagle_info imports these from sgl_kernel only on CUDA builds (is_cuda())
-        eagle_info = env.loader.load(f"{SPEC}.eagle_info")
-        fakes = st.kernel_fakes(env.record)
-        for name in ("tree_speculative_sampling_target_only", "top_k_renorm_prob", "top_p_renorm_prob"):
-            setattr(eagle_info, name, fakes[name])
     out = []
     for _ in range(steps):
         batch = env.batch
+        _schedule(env, overlap)
         seq_before = batch.seq_lens.tolist()
+        reserved = batch.spec_info.reserved_seq_lens_cpu.tolist()
         outputs_before = [list(r.output_ids) for r in env.reqs]
-        n_freed = len(env.allocator.freed)
-        n_slots = len(env.draft_kv.slots)
-        w.forward_batch_generation(batch)
+        r2t_before = env.req_to_token.clone()
+        n_slots, n_moves, n_commits = len(env.draft_kv.slots), len(env.allocator.moves), len(env.mamba.commits)
+        published = []
+        env.events.clear()
+
+        def on_publish(new_seq_lens):
+            env.events.append("publish")
+            published.append(new_seq_lens.tolist())
+
+        with SyncCounter(root) as counter:
+            res = w.forward_batch_generation(batch, on_publish=on_publish)
+        events = list(env.events)
+        applied = _apply(env, res)
         call = env.target.calls[-1]
         vi = call["spec_info"]
         k = env.record[-1]
         out.append({
             "verify_input": {
                 "mro": [c.__name__ for c in type(vi).__mro__],
-                "spec_input_type": int(vi.spec_input_type),
                 "draft_token": _t(vi.draft_token), "positions": _t(vi.positions),
                 "retrieve_index": _t(vi.retrieve_index), "retrieve_next_token": _t(vi.retrieve_next_token),
                 "retrieve_next_sibling": _t(vi.retrieve_next_sibling),
                 "custom_mask": _t(vi.custom_mask),
                 "spec_steps": vi.spec_steps, "topk": vi.topk, "draft_token_num": vi.draft_token_num,
-                "seq_lens_sum": vi.seq_lens_sum,
+                "max_tree_depth": vi.max_tree_depth, "capture_hidden_mode": str(vi.capture_hidden_mode),
             },
+            "forward_batch_type": call["forward_batch_type"],
+            "attn_init": env.mamba.inits[-1] if env.mamba.inits else None,
             "kernel": {"accept_index": _t(k["accept_index"]), "accept_token_num": _t(k["accept_token_num"]),
                        "predicts": _t(k["predicts"]), "sampling": k.get("sampling", False),
                        "draft_probs_all_zero": k.get("draft_probs_all_zero"),
                        "thresholds": [k.get("threshold_single"), k.get("threshold_acc")]},
+            "draft_block": env.drafter.blocks[-1],
             "verify_slots": call["out_cache_loc"].tolist(),
             "seq_before": seq_before,
-            "seq_after": batch.seq_lens.tolist(),
-            "seq_lens_cpu_after": batch.seq_lens_cpu.tolist(),
-            "seq_lens_sum_after": batch.seq_lens_sum,
+            "reserved": reserved,
+            "seq_after": env.batch.seq_lens.tolist(),
+            "published": published,
+            "events": events,
+            "applied": applied,
             "outputs_before": outputs_before,
             "outputs_after": [list(r.output_ids) for r in env.reqs],
-            "freed": env.allocator.freed[n_freed:],
-            "req_to_token": env.req_to_token[:, :64].tolist(),
-            "mamba_commit": env.mamba.commits[-1],
+            "req_to_token_before": r2t_before[:, :128].tolist(),
+            "req_to_token": env.req_to_token[:, :128].tolist(),
+            "target_kv": {str(s): list(v) for s, v in env.allocator.kv.items()},
+            "moves": env.allocator.moves[n_moves:],
+            "mamba_commit": env.mamba.commits[n_commits:],
             "draft_kv": {str(s): v for s, v in list(env.draft_kv.slots.items())[n_slots:]},
-            "spec_info_after": type(batch.spec_info).__name__,
-            "bonus_after": batch.spec_info.bonus_tokens.tolist(),
+            "spec_info_after": type(env.batch.spec_info).__name__,
+            "bonus_after": env.batch.spec_info.bonus_tokens.tolist(),
+            "syncs": counter.syncs,
         })
     return {"steps": out, "prompts": prompts}
 
@@ -354,6 +441,149 @@ def ddtree_decode_configs(root: str, prompts, configs) -> list:
                         "traceback": traceback.format_exc()[-3000:]})
     return out
 
+
+def dflash_chain_steps(root: str, prompts, block=5, steps=2, seed=0, compact_window=None) -> dict:
+    """DFLASH's own spec-v2 decode steps (DFlashWorkerV2.forward_batch_generation) on
+    the same stand-ins: the chain it verifies, what it commits, and the syncs of
+    each step (with ``compact_window``: the draft's sliding-window view rebuilt on
+    the eager path, which reads lengths on the host)."""
+    from tests.ddtree_integration.syncs import SyncCounter
+
+    w, env = _worker_setup(root, f"{SPEC}.dflash_worker_v2", "DFlashWorkerV2", prompts, block, [0, 1], seed, block)
+    if compact_window is not None:
+        w.draft_window_size, w.use_compact_draft_cache = int(compact_window), True
+        w.draft_model_runner.req_to_token_pool = SimpleNamespace(req_to_token=env.req_to_token.clone())
+    out = []
+    for _ in range(steps):
+        _schedule(env, overlap=False)
+        seq_before = env.batch.seq_lens.tolist()
+        with SyncCounter(root) as counter:
+            res = w.forward_batch_generation(env.batch)
+        call = env.target.calls[-1]
+        applied = _apply(env, res)
+        out.append({"draft_token": call["spec_info"].draft_token.tolist(),
+                    "positions": call["spec_info"].positions.tolist(),
+                    "verify_slots": call["out_cache_loc"].tolist(), "seq_before": seq_before,
+                    "applied": applied, "outputs_after": [list(r.output_ids) for r in env.reqs],
+                    "syncs": counter.syncs})
+    return {"steps": out, "has_run_draft_block": any("_run_draft_block" in vars(c) for c in type(w).__mro__)}
+
+
+def tp_topk(root: str, tp=3, bs=2, L=3, vocab=50, hidden=8, budget=9, seed=0) -> dict:
+    """DDTreeWorker._draft_topk_logprobs on ``tp`` simulated ranks, each holding a
+    vocabulary shard of the LM head (the last one short), with an all-gather
+    that concatenates the ranks' inputs; compared with the single-rank result
+    over the whole vocabulary."""
+    import torch
+
+    _, loader = _install(root, WORKER_MODULES)
+    shard = -(-vocab // tp)
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn((vocab, hidden), generator=g)
+    Hs = torch.randn((bs, L, hidden), generator=g) * 3
+
+    class Group:
+        def __init__(self, rank, inputs):
+            self.world_size, self.rank, self.inputs, self.calls = tp, rank, inputs, 0
+
+        def all_gather_into_tensor(self, out, inp):
+            key = self.calls
+            self.calls += 1
+            self.inputs.setdefault(key, {})[self.rank] = inp.clone()
+            if len(self.inputs[key]) == tp:
+                out.copy_(torch.cat([self.inputs[key][r] for r in range(tp)]))
+
+    def run(rank, inputs, world):
+        lo, hi = rank * shard, min(vocab, (rank + 1) * shard)
+        w = torch.zeros((shard, hidden))
+        w[: hi - lo] = W[lo:hi]
+        lm_head = SimpleNamespace(weight=w, shard_indices=SimpleNamespace(
+            num_org_elements=hi - lo, num_org_elements_padded=shard, num_added_elements=0,
+            org_vocab_start_index=lo, added_vocab_start_index=vocab))
+        mod = loader.load(f"{SPEC}.ddtree_worker")
+        mod.get_tp_group = lambda: world
+        worker = object.__new__(mod.DDTreeWorker)
+        object.__setattr__(worker, "budget", budget)
+        object.__setattr__(worker, "model_runner", SimpleNamespace(model_config=SimpleNamespace(vocab_size=vocab)))
+        return worker._draft_topk_logprobs(Hs, lm_head)
+
+    inputs = {}
+    # pass 1: every rank contributes its shard's candidates (outputs not used)
+    for r in range(tp):
+        run(r, inputs, Group(r, inputs))
+    # pass 2: every rank gathers all contributions
+    results = []
+    for r in range(tp):
+        grp = Group(r, {k: dict(v) for k, v in inputs.items()})
+        results.append(run(r, grp.inputs, grp))
+    tree_mod = loader.load(f"{SPEC}.ddtree_tree")
+    ref_ids, ref_lps = tree_mod.topk_logprobs(torch.matmul(Hs.reshape(-1, hidden), W.T).view(bs, L, vocab), budget)
+    return {
+        "ranks_identical": all(torch.equal(results[0][0], x[0]) and torch.equal(results[0][1], x[1]) for x in results),
+        "ids_equal": torch.equal(results[0][0], ref_ids),
+        "max_lp_diff": float((results[0][1] - ref_lps).abs().max()),
+        "shapes": [list(results[0][0].shape), str(results[0][0].dtype), str(results[0][1].dtype)],
+    }
+
+
+def tp_topk_many(root: str, tps) -> list:
+    return [tp_topk(root, tp=tp) for tp in tps]
+
+
+def worker_init(root: str, block=16, budget=63) -> dict:
+    """DDTreeWorker.__init__ with DFlashWorkerV2.__init__ (which loads the drafter
+    on the GPU through a TpModelWorker) stood in by a recorder of the server
+    arguments it sees: the drafter must be built as DFlash's (N = block, topk 1),
+    the target's arguments restored afterwards (N = budget + 1, topk 2), through
+    ServerArgs.override (the resolved arguments are read-only); arguments that
+    skipped DDTREE's rules are refused."""
+    _, loader = _install(root, WORKER_MODULES)
+    mod = loader.load(f"{SPEC}.ddtree_worker")
+    seen = {}
+
+    def dflash_init(self, server_args, **kw):
+        seen.update(num_draft_tokens=server_args.speculative_num_draft_tokens,
+                    topk=server_args.speculative_eagle_topk, kwargs=sorted(kw))
+        self.block_size = int(server_args.speculative_num_draft_tokens)
+        self.ps = kw["ps"]
+
+    mod.DFlashWorkerV2.__init__ = dflash_init
+
+    class Args(SimpleNamespace):
+        """ServerArgs after resolution: fields change only through override()."""
+
+        def __init__(self, **kw):
+            object.__setattr__(self, "overrides", [])
+            for k, v in kw.items():
+                object.__setattr__(self, k, v)
+
+        def __setattr__(self, name, value):
+            raise AttributeError(f"server_args.{name} assigned after resolution")
+
+        def override(self, source, **fields):
+            self.overrides.append(source)
+            for k, v in fields.items():
+                object.__setattr__(self, k, v)
+
+    sa = Args(speculative_dflash_block_size=block, speculative_ddtree_budget=budget,
+              speculative_num_draft_tokens=budget + 1, speculative_eagle_topk=2)
+    def construct():  # the class's base derives from a stand-in: its metaclass would absorb a call
+        w = object.__new__(mod.DDTreeWorker)
+        mod.DDTreeWorker.__init__(w, sa, 0, SimpleNamespace(tp_rank=0), 12345, SimpleNamespace())
+        return w
+
+    w = construct()
+    out = {"seen": seen, "after": [sa.speculative_num_draft_tokens, sa.speculative_eagle_topk],
+           "overrides": list(sa.overrides),
+           "worker": [w.block_size, w.budget, w.num_verify_tokens, w.num_draft_positions],
+           "draft_sampler": w._maybe_build_draft_sampler()}
+    sa.override("test", speculative_num_draft_tokens=16)  # arguments that skipped finish_ddtree_server_args
+    try:
+        construct()
+        out["unfinished"] = None
+    except RuntimeError as e:
+        out["unfinished"] = str(e)
+    return out
 
 def _mamba_slot(req_pool_indices):
     """The stand-in request pool's map from request to Mamba state slot (request + 1)."""
@@ -435,97 +665,6 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
     except Exception as e:  # noqa: BLE001
         out["ddtree"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
     return out
-
-
-def tp_topk(root: str, tp=3, bs=2, L=3, vocab=50, hidden=8, budget=9, seed=0) -> dict:
-    """DDTreeWorker._draft_topk_logprobs on ``tp`` simulated ranks, each holding a
-    vocabulary shard of the LM head (the last one short), with an all-gather
-    that concatenates the ranks' inputs; compared with the single-rank result
-    over the whole vocabulary."""
-    import torch
-
-    _, loader = _install(root, WORKER_MODULES)
-    shard = -(-vocab // tp)
-    g = torch.Generator().manual_seed(seed)
-    W = torch.randn((vocab, hidden), generator=g)
-    Hs = torch.randn((bs, L, hidden), generator=g) * 3
-
-    class Group:
-        def __init__(self, rank, inputs):
-            self.world_size, self.rank, self.inputs, self.calls = tp, rank, inputs, 0
-
-        def all_gather_into_tensor(self, out, inp):
-            key = self.calls
-            self.calls += 1
-            self.inputs.setdefault(key, {})[self.rank] = inp.clone()
-            if len(self.inputs[key]) == tp:
-                out.copy_(torch.cat([self.inputs[key][r] for r in range(tp)]))
-
-    def run(rank, inputs, world):
-        lo, hi = rank * shard, min(vocab, (rank + 1) * shard)
-        w = torch.zeros((shard, hidden))
-        w[: hi - lo] = W[lo:hi]
-        lm_head = SimpleNamespace(weight=w, shard_indices=SimpleNamespace(
-            num_org_elements=hi - lo, num_org_elements_padded=shard, num_added_elements=0,
-            org_vocab_start_index=lo, added_vocab_start_index=vocab))
-        mod = loader.load(f"{SPEC}.ddtree_worker")
-        mod.get_tp_group = lambda: world
-        worker = object.__new__(mod.DDTreeWorker)
-        object.__setattr__(worker, "budget", budget)
-        object.__setattr__(worker, "model_runner", SimpleNamespace(model_config=SimpleNamespace(vocab_size=vocab)))
-        return worker._draft_topk_logprobs(Hs, lm_head)
-
-    inputs = {}
-    # pass 1: every rank contributes its shard's candidates (outputs not used)
-    for r in range(tp):
-        run(r, inputs, Group(r, inputs))
-    # pass 2: every rank gathers all contributions
-    results = []
-    for r in range(tp):
-        grp = Group(r, {k: dict(v) for k, v in inputs.items()})
-        results.append(run(r, grp.inputs, grp))
-    tree_mod = loader.load(f"{SPEC}.ddtree_tree")
-    ref_ids, ref_lps = tree_mod.topk_logprobs(torch.matmul(Hs.reshape(-1, hidden), W.T).view(bs, L, vocab), budget)
-    return {
-        "ranks_identical": all(torch.equal(results[0][0], x[0]) and torch.equal(results[0][1], x[1]) for x in results),
-        "ids_equal": torch.equal(results[0][0], ref_ids),
-        "max_lp_diff": float((results[0][1] - ref_lps).abs().max()),
-        "shapes": [list(results[0][0].shape), str(results[0][0].dtype), str(results[0][1].dtype)],
-    }
-
-
-def worker_init(root: str, block=16, budget=63) -> dict:
-    """DDTreeWorker.__init__ with DFlashWorker.__init__ (which loads the drafter on
-    the GPU through a TpModelWorker) stood in by a recorder of the server
-    arguments it sees: the drafter must be built as DFlash's (N = block, topk 1),
-    the target's arguments restored afterwards (N = budget + 1, topk 2)."""
-    _, loader = _install(root, WORKER_MODULES)
-    mod = loader.load(f"{SPEC}.ddtree_worker")
-    seen = {}
-
-    def dflash_init(self, server_args, **kw):
-        seen.update(num_draft_tokens=server_args.speculative_num_draft_tokens,
-                    topk=server_args.speculative_eagle_topk, kwargs=sorted(kw))
-        self.block_size = int(server_args.speculative_num_draft_tokens)
-        self.tp_rank = 0
-
-    mod.DFlashWorker.__init__ = dflash_init
-    sa = SimpleNamespace(speculative_dflash_block_size=block, speculative_ddtree_budget=budget,
-                         speculative_num_draft_tokens=budget + 1, speculative_eagle_topk=2)
-    w = mod.DDTreeWorker(sa, 0, 0, None, 0, 0, 0, 12345, SimpleNamespace())
-    out = {"seen": seen, "after": [sa.speculative_num_draft_tokens, sa.speculative_eagle_topk],
-           "worker": [w.block_size, w.budget, w.num_verify_tokens, w.num_draft_positions]}
-    sa.speculative_num_draft_tokens = 16  # arguments that skipped finish_ddtree_server_args
-    try:
-        mod.DDTreeWorker(sa, 0, 0, None, 0, 0, 0, 12345, SimpleNamespace())
-        out["unfinished"] = None
-    except RuntimeError as e:
-        out["unfinished"] = str(e)
-    return out
-
-
-def tp_topk_many(root: str, tps) -> list:
-    return [tp_topk(root, tp=tp) for tp in tps]
 
 
 GRAPH_MODULES = WORKER_MODULES + [
