@@ -590,11 +590,13 @@ def _mamba_slot(req_pool_indices):
     return req_pool_indices.int() + 1
 
 
-def _linear_backend(hyb, server_args):
+def _linear_backend(hyb, server_args, device="cpu"):
     """The tree's real ``MambaAttnBackendBase`` on CPU over the stand-in request pool."""
     backend = object.__new__(hyb.MambaAttnBackendBase)
+    pool = SimpleNamespace(get_mamba_indices=_mamba_slot, translate_mamba_indices=lambda x: x, mamba_pool=None)
     hyb.MambaAttnBackendBase.__init__(backend, SimpleNamespace(
-        server_args=server_args, device="cpu", req_to_token_pool=SimpleNamespace(get_mamba_indices=_mamba_slot)))
+        server_args=SimpleNamespace(enable_unified_memory=False, **vars(server_args)), device=device,
+        is_draft_worker=False, req_to_token_pool=pool, token_to_kv_pool=None))
     return backend
 
 
@@ -602,7 +604,8 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
     """The hybrid linear-attention backend's TARGET_VERIFY metadata (the tree
     path that makes its conv / GDN / Mamba kernels follow each node's parent),
     for (a) the verify input the model runner's warm-up builds for a
-    DFlash-drafted algorithm and (b) a DDTree verify input."""
+    DFlash-drafted algorithm (``spec_info.create_dummy_verify_input``) and
+    (b) a DDTree verify input."""
     import torch
 
     from tests.ddtree_integration import standins as st
@@ -611,27 +614,17 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
         "sglang.srt.layers.attention.hybrid_linear_attn_backend",
         "sglang.srt.layers.attention.mamba.mamba2_metadata",
     ] + WORKER_MODULES)
+    loader.set_fakes({"ForwardMode": st.ForwardMode})
     hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
-    dflash_info = loader.load(f"{SPEC}.dflash_info")
+    spec_info = loader.load(f"{SPEC}.spec_info")
     N = budget + 1
     backend = _linear_backend(hyb, SimpleNamespace(speculative_eagle_topk=topk))
 
-    class VerifyMode:
-        def is_decode_or_idle(self):
-            return False
-
-        def is_extend(self, include_draft_extend_v2=False):
-            return True
-
-        def is_draft_extend_v2(self):
-            return False
-
-        def is_target_verify(self):
-            return True
-
-    def metadata(spec_info):
-        fb = SimpleNamespace(batch_size=bs, forward_mode=VerifyMode(), input_ids=torch.zeros(bs * N, dtype=torch.int64),
-                             spec_info=spec_info, req_pool_indices=torch.arange(bs), mamba_track_mask=None)
+    def metadata(info):
+        fb = SimpleNamespace(batch_size=bs, forward_mode=st.ForwardMode.TARGET_VERIFY,
+                             input_ids=torch.zeros(bs * N, dtype=torch.int64), spec_info=info,
+                             req_pool_indices=torch.arange(bs), mamba_track_indices=None, mamba_track_mask=None,
+                             _original_batch_size=None, seq_lens_cpu=None)
         md = backend._forward_metadata(fb)
         return {
             "query_start_loc": md.query_start_loc.tolist(),
@@ -642,8 +635,10 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
         }
 
     out = {"topk": backend.topk}
-    # (a) model_runner._dummy_run's verify input for is_dflash() algorithms
-    warmup = dflash_info.DFlashVerifyInput(draft_token=None, positions=None, draft_token_num=N, custom_mask=None)
+    # (a) the dummy-run verify input of a DFlash-family algorithm (base_runner's warm-up)
+    algo = spec_info.SpeculativeAlgorithm.from_string("DFLASH")
+    warmup = spec_info.create_dummy_verify_input(algo, SimpleNamespace(speculative_num_draft_tokens=N), None, N, False)
+    out["warmup_type"] = type(warmup).__name__
     try:
         out["warmup"] = {"ok": True, "value": metadata(warmup)}
     except Exception as e:  # noqa: BLE001
@@ -657,7 +652,7 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
         ids, lps = tree_mod.topk_logprobs(logits, budget)
         tree = tree_mod.build_ddtree(ids, lps, budget)
         seq = torch.tensor([5, 9][:bs], dtype=torch.int64)
-        vi = worker.make_verify_input(tree, torch.tensor([1, 2][:bs]), seq, seq.clone(), int(seq.sum()), block - 1)
+        vi = worker.make_verify_input(tree, torch.tensor([1, 2][:bs]), seq, int(seq.sum()), block - 1)
         md = metadata(vi)
         md["same_arrays"] = (md["retrieve_next_token"] == vi.retrieve_next_token.tolist()
                              and md["retrieve_next_sibling"] == vi.retrieve_next_sibling.tolist())
@@ -668,58 +663,64 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
 
 
 GRAPH_MODULES = WORKER_MODULES + [
-    "sglang.srt.model_executor.cuda_graph_runner",
-    "sglang.srt.model_executor.forward_batch_info",
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner",
     "sglang.srt.layers.attention.hybrid_linear_attn_backend",
     "sglang.srt.layers.attention.mamba.mamba2_metadata",
     "sglang.srt.layers.attention.triton_backend",
+    "sglang.srt.layers.attention.verify_mask",
 ]
 
 
 def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1, 4), vocab=64) -> dict:
     """DDTREE's target verify through the tree's real CUDA-graph code, on CPU:
 
-    (a) ``CudaGraphRunner.get_spec_info``: the verify input the target's graphs are
-        captured with, for a triton and a flashinfer target backend (named by class,
-        which is what DFlash's mask policy reads), and the drafter's;
-    (b) capture metadata of the real ``HybridLinearAttnBackend`` (a real
-        ``TritonAttnBackend`` for the full-attention layers, a real
-        ``MambaAttnBackendBase`` for the linear ones) at the largest captured bs;
-    (c) ``CudaGraphRunner.replay_prepare`` of a DDTree verify batch of
-        ``len(seq_lens)`` requests, padded to a captured bs: what reaches the static
-        buffers the graph reads (``DecodeInputBuffers.create`` allocates them, on CPU).
+    (a) ``DecodeCudaGraphRunner.get_spec_info``: the verify input the target's
+        graphs are captured with, for a triton and a flashinfer target backend
+        (named by class, which is what DFlash's mask policy reads), and the drafter's;
+    (b) the real ``TritonAttnBackend``'s graph buffers for a DDTree verify replayed
+        at a captured batch size (``_update_target_verify_buffers``, which replay's
+        ``init_forward_metadata_out_graph`` runs): the step's FULL_MASK copied into
+        its static verify mask, ``mask_indptr`` and ``qo_indptr``;
+    (c) the real ``MambaAttnBackendBase`` (the hybrid models' linear layers) at the
+        same replay (``_replay_metadata``, padding = bs - the verify's requests, as
+        the graph runner passes it): the tree's LCRS arrays in its static buffers,
+        the Mamba slots of the real requests and -1 for the padded rows.
 
-    Only the Triton kernel that fills kv_indices is a stand-in (absorbed)."""
+    Only the Triton kernels that fill kv_indices are stand-ins (absorbed)."""
     import torch
 
+    from tests.ddtree_integration import standins as st
+
     _, loader = _install(root, GRAPH_MODULES)
-    loader.set_fakes({"get_moe_expert_parallel_world_size": lambda: 1})  # one GPU, no expert parallelism
-    fbi = loader.load("sglang.srt.model_executor.forward_batch_info")
-    cgr = loader.load("sglang.srt.model_executor.cuda_graph_runner")
+    loader.set_fakes({"ForwardMode": st.ForwardMode, "CaptureHiddenMode": st.CaptureHiddenMode,
+                      "get_spec": lambda: SimpleNamespace(speculative_num_draft_tokens=budget + 1,
+                                                          speculative_num_steps=1, speculative_eagle_topk=2)})
+    dcgr = loader.load("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
     hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
     tri = loader.load("sglang.srt.layers.attention.triton_backend")
+    vmask = loader.load("sglang.srt.layers.attention.verify_mask")
     spec_mod = loader.load(f"{SPEC}.spec_info")
     algo = spec_mod.SpeculativeAlgorithm.from_string("DDTREE")
     eagle_info = loader.load(f"{SPEC}.eagle_info")
     worker = loader.load(f"{SPEC}.ddtree_worker")
     tree_mod = loader.load(f"{SPEC}.ddtree_tree")
+    Runner = dcgr.DecodeCudaGraphRunner
     N = budget + 1
     max_bs = max(capture_bs)
     target_args = SimpleNamespace(speculative_ddtree_budget=budget, speculative_dflash_block_size=block,
-                                  speculative_num_draft_tokens=N, speculative_eagle_topk=2, speculative_num_steps=1,
-                                  enable_return_hidden_states=False)
-    # what DFlashWorker.__init__ deep-copies for its draft runner (ddtree_worker._as_dflash_drafter)
+                                  speculative_num_draft_tokens=N, speculative_eagle_topk=2, speculative_num_steps=1)
     draft_args = SimpleNamespace(**{**vars(target_args), "speculative_num_draft_tokens": block,
                                     "speculative_eagle_topk": 1})
 
-    def runner(backend_name, is_draft):
+    def runner(backend_name, is_draft, width):
         args = draft_args if is_draft else target_args
-        r = object.__new__(cgr.CudaGraphRunner)
-        r.model_runner = SimpleNamespace(spec_algorithm=algo, is_draft_worker=is_draft, server_args=args,
-                                         attn_backend=type(backend_name, (), {})(), hisparse_coordinator=None)
-        n = args.speculative_num_draft_tokens
-        r.speculative_num_steps, r.speculative_num_draft_tokens, r.num_tokens_per_bs = 1, n, n
-        r.buffers = SimpleNamespace(custom_mask=torch.ones((max_bs + max_bs * n) * n, dtype=torch.bool))
+        r = object.__new__(Runner)
+        r.__dict__.update(
+            model_runner=SimpleNamespace(spec_algorithm=algo, is_draft_worker=is_draft, server_args=args,
+                                         attn_backend=type(backend_name, (), {})()),
+            speculative_num_steps=1, speculative_num_draft_tokens=N, captured_req_width=width,
+            ragged_verify_mode=None,
+            buffers=SimpleNamespace(custom_mask=torch.ones((max_bs + max_bs * width) * width, dtype=torch.bool)))
         return r
 
     def describe(r, info):
@@ -729,141 +730,68 @@ def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1
             "static_mask": info.custom_mask is not None and info.custom_mask is r.buffers.custom_mask,
             "draft_token_num": info.draft_token_num,
             "topk": getattr(info, "topk", None),
-            "capture_hidden_mode": fbi.CaptureHiddenMode(info.capture_hidden_mode).name,
+            "capture_hidden_mode": st.CaptureHiddenMode(info.capture_hidden_mode).name,
         }
 
     out = {"capture": {}}
     for name in ("TritonAttnBackend", "FlashInferAttnBackend"):
-        r = runner(name, False)
-        out["capture"][name] = describe(r, cgr.CudaGraphRunner.get_spec_info(r, max_bs * N))
-    r = runner("TritonAttnBackend", True)
-    out["capture"]["drafter"] = describe(r, cgr.CudaGraphRunner.get_spec_info(r, max_bs * block))
+        r = runner(name, False, N)
+        out["capture"][name] = describe(r, Runner.get_spec_info(r, max_bs * N))
+    r = runner("TritonAttnBackend", True, block)
+    out["capture"]["drafter"] = describe(r, Runner.get_spec_info(r, max_bs * block))
     # a target runner whose verify width is not budget + 1 (server arguments that skipped DDTREE's rules)
-    r = runner("TritonAttnBackend", False)
-    r.num_tokens_per_bs = block
+    r = runner("TritonAttnBackend", False, block)
     try:
-        cgr.CudaGraphRunner.get_spec_info(r, max_bs * block)
+        Runner.get_spec_info(r, max_bs * block)
         out["capture"]["wrong_width"] = None
     except RuntimeError as e:
         out["capture"]["wrong_width"] = str(e)
 
-    # ---- the backends, with their real graph state
-    req_pool_size, ctx = 8, 64
-    req_to_token = torch.arange(req_pool_size * ctx, dtype=torch.int32).view(req_pool_size, ctx)
-    linear = _linear_backend(hyb, target_args)
-    full = object.__new__(tri.TritonAttnBackend)
-    full.__dict__.update(
-        device="cpu", num_head=2, max_kv_splits=2, v_head_dim=4, swa_v_head_dim=None, max_context_len=ctx,
-        skip_prefill=False, sliding_window_size=None, num_draft_tokens=N, req_to_token=req_to_token,
-        kv_indptr=torch.zeros(max_bs + 1, dtype=torch.int32), qo_indptr=torch.zeros(max_bs + 1, dtype=torch.int32),
-        mask_indptr=torch.zeros(max_bs + 1, dtype=torch.int64), window_kv_indptr=None, speculative_num_steps=1)
-    backend = object.__new__(hyb.HybridLinearAttnBackend)  # its base is a stand-in: no class call
-    hyb.HybridLinearAttnBackend.__init__(backend, full, linear, [1])
-    backend.init_cuda_graph_state(max_bs, max_bs * N)
-
-    g = cgr.CudaGraphRunner
-    r = runner("TritonAttnBackend", False)
-    r.buffers = cgr.DecodeInputBuffers.__dict__["create"].__func__(
-        lambda **kw: _Buffers(cgr, kw), device="cpu", max_bs=max_bs, max_num_token=max_bs * N, hidden_size=8,
-        vocab_size=vocab, dtype=torch.float32, dp_size=1, pp_size=1, is_encoder_decoder=False,
-        require_mlp_tp_gather=False, seq_len_fill_value=backend.get_cuda_graph_seq_len_fill_value(),
-        encoder_len_fill_value=0, num_tokens_per_bs=N, cache_loc_dtype=torch.int64, enable_mamba_track=False)
-    r.__dict__.update(
-        attn_backend=backend, capture_bs=sorted(capture_bs), require_mlp_tp_gather=False, require_gathered_buffer=False,
-        nsa_enable_prefill_cp=False, enable_two_batch_overlap=False, enable_pdmux=False, is_encoder_decoder=False,
-        seq_len_fill_value=backend.get_cuda_graph_seq_len_fill_value(), capture_forward_mode=fbi.ForwardMode.TARGET_VERIFY,
-        capture_hidden_mode=fbi.CaptureHiddenMode.FULL)
-
-    # (b) capture at the largest bs, with what get_spec_info gives
-    cap_info = g.get_spec_info(r, max_bs * N)
-    backend.init_forward_metadata_capture_cuda_graph(
-        max_bs, max_bs * N, r.buffers.req_pool_indices[:max_bs], r.buffers.seq_lens[:max_bs], None,
-        fbi.ForwardMode.TARGET_VERIFY, cap_info)
-    fm, lm = full.forward_metadata, linear.forward_metadata
-    out["capture_metadata"] = {
-        "triton_static_mask": fm.custom_mask is not None and fm.custom_mask.data_ptr() == full.cuda_graph_custom_mask.data_ptr(),
-        "lcrs_static": lm.retrieve_next_token is linear.retrieve_next_token_list[max_bs - 1]
-        and lm.retrieve_next_sibling is linear.retrieve_next_sibling_list[max_bs - 1]
-        and lm.retrieve_parent_token is linear.retrieve_parent_token_list[max_bs - 1],
-    }
-
-    # (c) replay of one DDTree step
+    # ---- one DDTree verify step at replay, padded to a captured bs
     raw_bs = len(seq_lens)
+    bs = min(b for b in capture_bs if b >= raw_bs)
     gen = torch.Generator().manual_seed(0)
     ids, lps = tree_mod.topk_logprobs(torch.randn((raw_bs, block - 1, vocab), generator=gen), budget)
     tree = tree_mod.build_ddtree(ids, lps, budget)
     seq = torch.tensor(seq_lens, dtype=torch.int64)
-    vi = worker.make_verify_input(tree, torch.arange(raw_bs) + 1, seq, seq.clone(), int(seq.sum()), block - 1)
-    req_pool_indices = torch.tensor([3, 5, 6, 2, 7][:raw_bs], dtype=torch.int64)
-    fb = SimpleNamespace(
-        batch_size=raw_bs, input_ids=vi.draft_token, req_pool_indices=req_pool_indices, seq_lens=seq,
-        seq_lens_cpu=seq.clone(), seq_lens_sum=int(seq.sum()), out_cache_loc=torch.arange(raw_bs * N) + 100,
-        positions=vi.positions, spec_info=vi, forward_mode=fbi.ForwardMode.TARGET_VERIFY,
-        capture_hidden_mode=fbi.CaptureHiddenMode.FULL, mrope_positions=None, encoder_lens=None, input_embeds=None,
-        mamba_track_indices=None, mamba_track_mask=None, num_token_non_padded=torch.tensor([raw_bs * N]))
-    g.replay_prepare(r, fb)
-    bs = r.bs
+    vi = worker.make_verify_input(tree, torch.arange(raw_bs) + 1, seq, int(seq.sum()), block - 1)
+    fill = 1  # the graph runner's seq_len fill value for padded rows
+    seq_pad = torch.cat([seq, torch.full((bs - raw_bs,), fill, dtype=torch.int64)])
+    req_pool_indices = torch.tensor([3, 5, 6, 2, 7][:raw_bs] + [0] * (bs - raw_bs), dtype=torch.int64)
+
+    ctx = 64
+    full = object.__new__(tri.TritonAttnBackend)
+    full.__dict__.update(
+        device="cpu", num_draft_tokens=N, max_context_len=ctx, sliding_window_size=None,
+        qo_indptr=torch.zeros(max_bs + 1, dtype=torch.int32), mask_indptr=torch.zeros(max_bs + 1, dtype=torch.int64),
+        cuda_graph_kv_indices=torch.zeros(max_bs * N * ctx, dtype=torch.int64), window_kv_indptr=None,
+        _verify_mask=vmask.maybe_create_verify_mask(is_draft_runner=False, skip_prefill=False, max_bs=max_bs,
+                                                    max_context_len=ctx, num_draft_tokens=N, device="cpu",
+                                                    is_read=True, dtype=torch.uint8))
+    full._fill_kv_indptr_and_indices = lambda bs_, seq_lens_, rpi, kv_indices: torch.zeros(bs_ + 1, dtype=torch.int32)
+    qo, _, custom_mask, mask_indptr, *_ = tri.TritonAttnBackend._update_target_verify_buffers(
+        full, bs, seq_pad, req_pool_indices, vi)
     mask = vi.custom_mask.to(torch.uint8)
-    seq_mask_len = N * (seq + N)
-    out["replay"] = {
-        "raw_bs": r.raw_bs, "bs": bs, "num_tokens_per_bs": r.num_tokens_per_bs,
-        "input_ids": r.buffers.input_ids[:raw_bs * N].tolist() == vi.draft_token.tolist(),
-        "positions": r.buffers.positions[:raw_bs * N].tolist() == vi.positions.tolist(),
-        "mask_len": int(mask.numel()), "mask_expected_len": int(seq_mask_len.sum()),
-        "mask": full.cuda_graph_custom_mask[:mask.numel()].tolist() == mask.tolist(),
-        "mask_indptr": full.mask_indptr[1:raw_bs + 1].tolist() == torch.cumsum(seq_mask_len, 0).tolist(),
-        "qo_indptr": full.qo_indptr[:bs + 1].tolist(),
+    seq_mask_len = N * (seq_pad + N)
+    out["triton"] = {
+        "static_mask": custom_mask is not None and custom_mask.data_ptr() == full._verify_mask.buffer.data_ptr(),
+        "mask": custom_mask[:mask.numel()].tolist() == mask.tolist(),
+        "mask_indptr": mask_indptr[1:raw_bs + 1].tolist() == torch.cumsum(seq_mask_len, 0)[:raw_bs].tolist(),
+        "qo_indptr": qo.tolist(),
+        "mode": full._verify_mask.mode.name,
+    }
+
+    linear = _linear_backend(hyb, target_args)
+    linear.init_cuda_graph_state(max_bs, max_bs * N)
+    fm = linear._replay_metadata(bs, req_pool_indices.clone(), st.ForwardMode.TARGET_VERIFY, vi, seq_pad.clone(),
+                                 num_padding=bs - raw_bs)
+    out["hybrid"] = {
         "next_token": linear.retrieve_next_token_list[bs - 1][:raw_bs].tolist() == vi.retrieve_next_token.tolist(),
         "next_sibling": linear.retrieve_next_sibling_list[bs - 1][:raw_bs].tolist() == vi.retrieve_next_sibling.tolist(),
-        "state_indices": linear.state_indices_list[bs - 1].tolist(),
-        "expected_state_indices": _mamba_slot(req_pool_indices).tolist() + [-1] * (bs - raw_bs),
-        "query_start_loc": linear.forward_metadata.query_start_loc.tolist(),
-        "metadata_static": linear.forward_metadata.retrieve_next_token is linear.retrieve_next_token_list[bs - 1],
+        "metadata_static": fm.retrieve_next_token is linear.retrieve_next_token_list[bs - 1]
+        and fm.retrieve_parent_token is linear.retrieve_parent_token_list[bs - 1],
+        "state_indices": fm.mamba_cache_indices.tolist(),
+        "expected_state_indices": _mamba_slot(req_pool_indices[:raw_bs]).tolist() + [-1] * (bs - raw_bs),
+        "query_start_loc": fm.query_start_loc.tolist(),
     }
     return out
-
-
-def chain_verify_replay(root: str, seq_lens=(9, 1, 5), bs=4, draft_tokens=4) -> dict:
-    """A chain target verify (DFLASH's: topk 1, the real ``DFlashVerifyInput``) of
-    ``len(seq_lens)`` requests replayed in a CUDA graph captured for ``bs``, through the
-    real ``MambaAttnBackendBase`` of the hybrid models: the Mamba slot and query range of
-    every row.  The inputs are what ``CudaGraphRunner.replay_prepare`` hands the backend:
-    the requests, then padding rows with the runner's fill values (request 0, sequence
-    length ``get_cuda_graph_seq_len_fill_value()``)."""
-    import torch
-
-    _, loader = _install(root, GRAPH_MODULES)
-    loader.set_fakes({"get_moe_expert_parallel_world_size": lambda: 1})
-    fbi = loader.load("sglang.srt.model_executor.forward_batch_info")
-    hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
-    dflash_info = loader.load(f"{SPEC}.dflash_info")
-    N, raw_bs = draft_tokens, len(seq_lens)
-    linear = _linear_backend(hyb, SimpleNamespace(speculative_eagle_topk=1, speculative_num_draft_tokens=N))
-    linear.init_cuda_graph_state(bs, bs * N)
-    fill = linear.get_cuda_graph_seq_len_fill_value()
-    req_pool_indices = torch.tensor([3, 5, 6, 2, 7][:raw_bs] + [0] * (bs - raw_bs), dtype=torch.int64)
-    seq = torch.tensor(list(seq_lens) + [fill] * (bs - raw_bs), dtype=torch.int64)
-    info = dflash_info.DFlashVerifyInput(draft_token=torch.arange(raw_bs * N), positions=torch.arange(raw_bs * N),
-                                         draft_token_num=N)
-    linear.init_forward_metadata_replay_cuda_graph(bs, req_pool_indices.clone(), seq, int(seq.sum()), None,
-                                                   fbi.ForwardMode.TARGET_VERIFY, info, seq.clone())
-    return {
-        "fill": fill,
-        "state_indices": linear.forward_metadata.mamba_cache_indices.tolist(),
-        "expected_state_indices": _mamba_slot(req_pool_indices[:raw_bs]).tolist() + [-1] * (bs - raw_bs),
-        "query_start_loc": linear.forward_metadata.query_start_loc.tolist(),
-        "expected_query_start_loc": [i * N for i in range(raw_bs + 1)] + [raw_bs * N] * (bs - raw_bs),
-    }
-
-
-class _Buffers(SimpleNamespace):
-    """``DecodeInputBuffers`` with its real ``populate_from_forward_batch`` (the
-    class itself derives from a stand-in base here, so ``create`` is handed this
-    constructor)."""
-
-    def __init__(self, cgr, fields):
-        super().__init__(**fields)
-        self._populate = cgr.DecodeInputBuffers.__dict__["populate_from_forward_batch"]
-
-    def populate_from_forward_batch(self, **kw):
-        return self._populate(self, **kw)

@@ -61,13 +61,19 @@ def host(t: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------- enums / records
 
 class ForwardMode(Enum):
+    """The modes a decode step meets, with upstream's predicates (a target verify
+    is an extend: ``forward_batch_info.ForwardMode.is_extend``)."""
+
     EXTEND = 1
     DECODE = 2
     TARGET_VERIFY = 3
     IDLE = 4
 
     def is_extend(self, include_draft_extend_v2=False):
-        return self is ForwardMode.EXTEND
+        return self in (ForwardMode.EXTEND, ForwardMode.TARGET_VERIFY)
+
+    def is_draft_extend_v2(self):
+        return False
 
     def is_idle(self):
         return self is ForwardMode.IDLE
