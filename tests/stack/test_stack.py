@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.apply.support import MIXIN, POOL, ROOT
+from tests.apply.support import SIZING, POOL, ROOT
 from sgl_overlay import base_tree, gitcmd, release_trees, stack
 
 STACK = ROOT / "tools" / "stack.py"
@@ -65,7 +65,7 @@ def test_rebase_onto_0_5_13_classifies_each_patch(project, patches):
 
 def test_refresh_of_an_unchanged_tree_writes_nothing_and_one_line_rewrites_one_file(project, patches):
     p1, c1 = patches.make([(POOL, "import logging\n", "import logging  # one\n")], subject="One")
-    p2, _ = patches.make([(MIXIN, "import logging\n", "import logging  # two\n")], subject="Two", on=c1)
+    p2, _ = patches.make([(SIZING, "import logging\n", "import logging  # two\n")], subject="Two", on=c1)
     project.series(["one.patch", "two.patch"], {"one.patch": p1, "two.patch": p2})
     assert project.apply().returncode == 0
     mtimes = {f.name: f.stat().st_mtime_ns for f in (project.root / "patches").iterdir()}
@@ -101,7 +101,7 @@ def test_noise_free_ignores_index_lines_offsets_and_stat():
 
 
 def test_lint_findings(project, patches):
-    ws, _ = patches.make([(MIXIN, "import logging\n", "import logging   \n")], subject="Trailing space")
+    ws, _ = patches.make([(SIZING, "import logging\n", "import logging   \n")], subject="Trailing space")
     dbg, _ = patches.make([(POOL, "import logging\n", "import logging  # dbg\n")], subject="Debug",
                           trailers="Upstream-Status: Pending\nTopic: debug\n")
     project.series(["ws.patch", "dbg.patch"], {"ws.patch": ws, "dbg.patch": dbg})
