@@ -244,6 +244,9 @@ def model(ctx: Context):
             full_attention_layer_ids=list(range(m["num_hidden_layers"])), attention_arch="MHA",
             dtype=getattr(torch, m.get("dtype", "bfloat16")), is_hybrid_swa_compress=False,
             swa_attention_layer_ids=[],
+            # v0.5.17+ ModelConfig.has_asymmetric_kv: K and V rows of one width here (v_head_dim is
+            # head_dim, no sliding-window layers)
+            has_asymmetric_kv=False,
         )
         return mc, None, m["num_hidden_layers"]
     if kind == "qwen3_5":
@@ -265,6 +268,9 @@ def model(ctx: Context):
             full_attention_layer_ids=layers, attention_arch="MHA",
             dtype=getattr(torch, m.get("dtype", "bfloat16")), is_hybrid_swa_compress=False,
             swa_attention_layer_ids=[],
+            # v0.5.17+ ModelConfig.has_asymmetric_kv: K and V rows of one width here (v_head_dim is
+            # head_dim, no sliding-window layers)
+            has_asymmetric_kv=False,
         )
         return mc, text, text.num_hidden_layers
     raise Untestable(f"model kind {kind!r} is not one the harness builds (dense, qwen3_5)")
