@@ -201,11 +201,11 @@ def scratch(parent, prefix, what="an unfinished sgl-overlay build; safe to delet
     return d, held
 
 
-def fresh_scratch(parent, prefix):
-    """``scratch(parent, prefix)`` after ``clean_scratch(parent, prefix + "*")``:
+def fresh_scratch(parent, prefix, what="an unfinished sgl-overlay build; safe to delete"):
+    """``scratch(parent, prefix, what)`` after ``clean_scratch(parent, prefix + "*")``:
     what dead processes left under that prefix goes first."""
     clean_scratch(parent, prefix + "*")
-    return scratch(parent, prefix)
+    return scratch(parent, prefix, what)
 
 
 def clean_scratch(parent, pattern):

@@ -731,10 +731,9 @@ def start(root, onto, cache=None, progress=None, shown=str, tool="python tools/s
     new = new_lock(lock, onto, cache, progress, bare)
     build = places.session.parent
     build.mkdir(parents=True, exist_ok=True)
-    locking.clean_scratch(build, ".port.tmp-*")
     for leftover in build.glob(".port-removed-*"):
         shutil.rmtree(leftover, ignore_errors=True)
-    tmp, mark = locking.scratch(build, ".port.tmp-", what="an unfinished port session start; safe to delete")
+    tmp, mark = locking.fresh_scratch(build, ".port.tmp-", what="an unfinished port session start; safe to delete")
     try:
         tree = tmp / "tree"
         base = prepare_tree(lock, stack, onto, tree, cache, progress, bare)
