@@ -271,8 +271,3 @@ def rounding_of(text: str) -> float:
         return 0.0
     places = len(t.split(".", 1)[1]) if "." in t else 0
     return 0.5 * 10.0 ** -places
-
-
-def budget(pre: float, post: float, mem_fraction_static: float) -> float:
-    """The sizing's budget in GiB (``rest_memory`` before the Mamba and KV split)."""
-    return post - pre * (1 - mem_fraction_static)
