@@ -6,7 +6,6 @@ import os
 import math
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from sgl_overlay import gitcmd
