@@ -163,6 +163,10 @@ def test_hooks_traced_for_the_block_only(hook):
 
 
 def test_registered_fakes_for_the_block_only(ctx):
+    # server_args.py is what imports sglang.srt.utils (a stand-in here); loaded by
+    # this test itself, since under xdist the module's other tests may have run in
+    # another worker, or in this one before an earlier context was closed
+    ctx.load("sglang.srt.server_args")
     standin = sys.modules["sglang.srt.utils"]
     before = dict(loader.StubRegistry.fakes)
     answer = lambda *a, **k: "answered"  # noqa: E731
