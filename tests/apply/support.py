@@ -11,7 +11,7 @@ from sgl_overlay import gitcmd
 
 ROOT = Path(__file__).resolve().parents[2]
 APPLY = ROOT / "tools" / "apply.py"
-MIXIN = "python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py"
+SIZING = "python/sglang/srt/mem_cache/kv_cache_configurator.py"  # the pin's KV-cache sizing module
 POOL = "python/sglang/srt/model_executor/pool_configurator.py"
 TRAILERS = "Upstream-Status: Pending\nTopic: test\n"
 

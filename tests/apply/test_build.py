@@ -1,13 +1,13 @@
 """Fresh build, tree-id proof, warm no-op, --check, --list, manifest."""
 
-from tests.apply.support import MIXIN, POOL
+from tests.apply.support import SIZING, POOL
 
 
 def two_patches(patches):
     p1, c1 = patches.make([(POOL, 'msg = "Not enough memory. Please try to increase --mem-fraction-static."',
                             'msg = "Not enough memory for the KV cache. Please try to increase --mem-fraction-static."')],
                           subject="Say which memory is missing", date="2026-06-01T10:00:00+00:00")
-    p2, _ = patches.make([(MIXIN, "import logging\n", "import logging  # sizing\n")],
+    p2, _ = patches.make([(SIZING, "import logging\n", "import logging  # sizing\n")],
                          subject="Mark the sizing module", on=c1, author="Bo Example <bo@example.com>",
                          date="2026-06-02T11:30:00+00:00")
     return {"say-which-memory.patch": p1, "mark-sizing.patch": p2}
@@ -25,7 +25,7 @@ def test_fresh_build_proves_tree_and_records_history(project, patches, lock):
     # history: upstream base, one commit per patch in order, then the overlay
     log = project.git("log", "--format=%an|%aI|%s", "upstream..patched").splitlines()
     assert log == [
-        "sgl-overlay|2026-05-22T00:00:00+00:00|overlay: 1 file(s) from overlay/",
+        f"sgl-overlay|{lock.date}T00:00:00+00:00|overlay: 1 file(s) from overlay/",  # the pin's date
         "Bo Example|2026-06-02T11:30:00+00:00|Mark the sizing module",
         "Ada Example|2026-06-01T10:00:00+00:00|Say which memory is missing",
     ]
@@ -79,7 +79,7 @@ def test_list_shows_topic_status_files_and_lines(project, patches):
     assert lines[2].split() == ["1", "say-which-memory.patch", "test", "Pending", "1", "+1/-1"]
     assert lines[3].split() == ["2", "mark-sizing.patch", "test", "Pending", "1", "+1/-1"]
     j = project.apply("--list", "--json")
-    assert [p["files"] for p in j.data["patches"]] == [[POOL], [MIXIN]]
+    assert [p["files"] for p in j.data["patches"]] == [[POOL], [SIZING]]
 
 
 def test_existing_directory_not_made_by_the_tool_is_never_replaced(project):
@@ -95,10 +95,10 @@ def test_local_changes_in_the_build_are_protected(project, patches):
     files = two_patches(patches)
     project.series(list(files), files)
     assert project.apply().returncode == 0
-    (project.out / MIXIN).write_text("edited by hand\n")
+    (project.out / SIZING).write_text("edited by hand\n")
     r = project.apply()
     assert r.returncode == 2 and "local changes" in r.stderr and "--force" in r.stderr
-    assert (project.out / MIXIN).read_text() == "edited by hand\n"
+    assert (project.out / SIZING).read_text() == "edited by hand\n"
     forced = project.apply("--force")
     assert forced.returncode == 0, forced.stderr
-    assert (project.out / MIXIN).read_text() != "edited by hand\n"
+    assert (project.out / SIZING).read_text() != "edited by hand\n"

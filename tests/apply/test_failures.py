@@ -4,7 +4,7 @@ import signal
 import subprocess
 import sys
 
-from tests.apply.support import APPLY, MIXIN, POOL
+from tests.apply.support import APPLY, SIZING, POOL
 from sgl_overlay import gitcmd
 
 OLD = 'msg = "Not enough memory. Please try to increase --mem-fraction-static."'
@@ -42,7 +42,7 @@ def test_conflict_names_patch_file_hunk_context_and_nearest_place(project, patch
 
 def test_check_reports_every_patch_and_keeps_going(project, patches):
     p1, p2 = conflicting(patches)
-    p3, _ = patches.make([(MIXIN, "import logging\n", "import logging  # x\n")], subject="Independent")
+    p3, _ = patches.make([(SIZING, "import logging\n", "import logging  # x\n")], subject="Independent")
     project.series(["reword.patch", "annotate.patch", "independent.patch"],
                    {"reword.patch": p1, "annotate.patch": p2, "independent.patch": p3})
     r = project.apply("--check", "--json")
@@ -68,7 +68,7 @@ def test_patch_already_upstream_is_reported_as_applying_in_reverse(project, patc
 
 
 def test_failed_build_leaves_the_previous_tree_untouched(project, patches):
-    good, c = patches.make([(MIXIN, "import logging\n", "import logging  # ok\n")], subject="Good")
+    good, c = patches.make([(SIZING, "import logging\n", "import logging  # ok\n")], subject="Good")
     project.series(["good.patch"], {"good.patch": good})
     assert project.apply().returncode == 0
     head = project.git("rev-parse", "HEAD")
@@ -81,7 +81,7 @@ def test_failed_build_leaves_the_previous_tree_untouched(project, patches):
 
 
 def test_killed_run_leaves_the_old_tree_intact(project, patches):
-    first, c = patches.make([(MIXIN, "import logging\n", "import logging  # v1\n")], subject="v1")
+    first, c = patches.make([(SIZING, "import logging\n", "import logging  # v1\n")], subject="v1")
     project.series(["v1.patch"], {"v1.patch": first})
     assert project.apply().returncode == 0
     head = project.git("rev-parse", "HEAD")
@@ -89,7 +89,7 @@ def test_killed_run_leaves_the_old_tree_intact(project, patches):
     # a long series, so the kill lands while patches are being applied
     files, on = {}, "upstream"
     for i in range(25):
-        t, on = patches.make([(MIXIN, "import logging", f"import logging  # step {i}\nimport logging")],
+        t, on = patches.make([(SIZING, "import logging", f"import logging  # step {i}\nimport logging")],
                              subject=f"Step {i}", on=on)
         files[f"step-{i}.patch"] = t
     (project.root / "patches" / "v1.patch").unlink()
@@ -159,11 +159,11 @@ sys.exit(main(["apply", *sys.argv[1:]]))
 
 
 def test_killed_fallback_swap_is_recovered_by_the_next_run(project, patches):
-    first, c = patches.make([(MIXIN, "import logging\n", "import logging  # v1\n")], subject="v1")
+    first, c = patches.make([(SIZING, "import logging\n", "import logging  # v1\n")], subject="v1")
     project.series(["v1.patch"], {"v1.patch": first})
     assert project.apply().returncode == 0
     old_head = project.git("rev-parse", "HEAD")
-    second, _ = patches.make([(MIXIN, "import logging  # v1\n", "import logging  # v2\n")], subject="v2", on=c)
+    second, _ = patches.make([(SIZING, "import logging  # v1\n", "import logging  # v2\n")], subject="v2", on=c)
     project.series(["v1.patch", "v2.patch"], {"v2.patch": second})
     p = subprocess.run([sys.executable, "-c", KILL_BETWEEN_RENAMES, "--root", str(project.root),
                         "--out", str(project.out)], capture_output=True, text=True, timeout=600)
@@ -172,7 +172,7 @@ def test_killed_fallback_swap_is_recovered_by_the_next_run(project, patches):
     assert not project.out.exists()
     [scratch] = project.out.parent.glob(".sglang.tmp-*")
     assert gitcmd.out(scratch / "old", "rev-parse", "HEAD") == old_head
-    assert "# v2" in (scratch / "tree" / MIXIN).read_text()
+    assert "# v2" in (scratch / "tree" / SIZING).read_text()
     assert (scratch / "tree" / ".sgl-overlay-build.json").exists()
     # the next run builds the new tree and removes the scratch directory
     r = project.apply()
@@ -180,4 +180,4 @@ def test_killed_fallback_swap_is_recovered_by_the_next_run(project, patches):
     assert not list(project.out.parent.glob(".sglang.tmp-*"))
     assert project.git("log", "--format=%s", "upstream..patched").splitlines() == ["v2", "v1"]
     assert project.git("status", "--porcelain") == ""
-    assert "# v2" in (project.out / MIXIN).read_text()
+    assert "# v2" in (project.out / SIZING).read_text()

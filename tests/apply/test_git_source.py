@@ -2,7 +2,7 @@
 python/sglang tree id checked exactly against the lock."""
 import re
 
-from tests.apply.support import MIXIN
+from tests.apply.support import SIZING
 from sgl_overlay import gitcmd
 
 
@@ -23,7 +23,7 @@ def pin(project, commit, tree):
 def test_git_source_builds_and_checks_the_exact_tree(project, patches, base_tree, tmp_path):
     repo, commit, tree = local_upstream(base_tree, tmp_path)
     pin(project, commit, tree)
-    text, _ = patches.make([(MIXIN, "import logging\n", "import logging  # git\n")])
+    text, _ = patches.make([(SIZING, "import logging\n", "import logging  # git\n")])
     project.series(["g.patch"], {"g.patch": text})
     cache = tmp_path / "cache"
     r = project.apply("--repo", str(repo), "--cache", str(cache), "--json")
@@ -49,7 +49,7 @@ def test_git_source_builds_and_checks_the_exact_tree(project, patches, base_tree
 
 def test_git_source_with_a_different_tree_is_an_integrity_failure(project, base_tree, tmp_path):
     repo, commit, tree = local_upstream(base_tree, tmp_path)
-    (repo / MIXIN).write_text("changed\n")
+    (repo / SIZING).write_text("changed\n")
     gitcmd.run(repo, "commit", "-qam", "drift")
     drifted = gitcmd.out(repo, "rev-parse", "HEAD")
     pin(project, drifted, tree)

@@ -5,7 +5,7 @@ import zipfile
 
 import pytest
 
-from tests.apply.support import MIXIN
+from tests.apply.support import SIZING
 from sgl_overlay import archive, errors, gitcmd
 
 
@@ -31,9 +31,9 @@ def test_missing_lock_field_is_exit_2_naming_it(project, pattern, field):
     assert not project.out.exists()
 
 
-def test_malformed_lock_field_is_exit_2_naming_it(project):
-    lock = project.root / "upstream.lock"
-    lock.write_text(lock.read_text().replace('commit = "5a15cde8', 'commit = "zz15cde8'))
+def test_malformed_lock_field_is_exit_2_naming_it(project, lock):
+    path = project.root / "upstream.lock"
+    path.write_text(path.read_text().replace(f'commit = "{lock.commit[:8]}', f'commit = "zz{lock.commit[2:8]}'))
     r = project.apply("--json")
     assert r.returncode == 2
     assert "field 'upstream.commit' is malformed" in r.data["error"]
@@ -43,7 +43,7 @@ def test_series_entry_without_file_and_stray_patch(project, patches):
     project.series(["missing.patch"])
     r = project.apply()
     assert r.returncode == 2 and "series entry 'missing.patch' has no file" in r.stderr
-    text, _ = patches.make([(MIXIN, "import logging\n", "import logging  # s\n")])
+    text, _ = patches.make([(SIZING, "import logging\n", "import logging  # s\n")])
     project.series([], {"stray.patch": text})
     r = project.apply()
     assert r.returncode == 2 and "patches/stray.patch is not in the series" in r.stderr
@@ -59,7 +59,7 @@ def test_series_entry_without_file_and_stray_patch(project, patches):
     ("Upstream-Status: Pending\n", "missing trailer 'Topic:'"),
 ])
 def test_patch_trailers_are_checked(project, patches, trailers, message):
-    text, _ = patches.make([(MIXIN, "import logging\n", "import logging  # t\n")], trailers=trailers)
+    text, _ = patches.make([(SIZING, "import logging\n", "import logging  # t\n")], trailers=trailers)
     project.series(["t.patch"], {"t.patch": text})
     r = project.apply()
     assert r.returncode == 2 and message in r.stderr and "patches/t.patch" in r.stderr
@@ -68,7 +68,7 @@ def test_patch_trailers_are_checked(project, patches, trailers, message):
 
 
 def test_patch_body_is_required(project, patches):
-    text, _ = patches.make([(MIXIN, "import logging\n", "import logging  # t\n")], body="")
+    text, _ = patches.make([(SIZING, "import logging\n", "import logging  # t\n")], body="")
     project.series(["t.patch"], {"t.patch": text})
     r = project.apply()
     assert r.returncode == 2 and "has no body" in r.stderr
@@ -81,8 +81,8 @@ def test_patch_body_is_required(project, patches):
     ("python/.git/config", "points into a .git directory"),
 ])
 def test_patch_paths_are_checked_before_anything_is_written(project, patches, path, why, tmp_path):
-    text, _ = patches.make([(MIXIN, "import logging\n", "import logging  # t\n")])
-    evil = text.replace(MIXIN, path)
+    text, _ = patches.make([(SIZING, "import logging\n", "import logging  # t\n")])
+    evil = text.replace(SIZING, path)
     project.series(["evil.patch"], {"evil.patch": evil})
     r = project.apply()
     assert r.returncode == 2, r.stderr

@@ -84,13 +84,14 @@ def test_dropped_dependency_leaves_the_file(lock, tmp_path):
     ("filename", "sglang-0.5.12.post1-py3-none.whl", False),
     ("filename", "sglang-0.5.12.post1-cp311-cp311-manylinux_2_34_x86_64.tar.gz", False),
 ])
-def test_version_and_wheel_name_fields(tmp_path, field, value, ok):
+def test_version_and_wheel_name_fields(lock, tmp_path, field, value, ok):
     text = COMMITTED
     if field == "version":
-        text = text.replace('version = "0.5.12.post1"', f'version = "{value}"').replace(
-            "sglang-0.5.12.post1-", f"sglang-{value}-")
+        text = text.replace(f'version = "{lock.version}"', f'version = "{value}"').replace(
+            f"sglang-{lock.version}-", f"sglang-{value}-")
     else:
-        text = text.replace('"sglang-0.5.12.post1-cp311-cp311-manylinux_2_34_x86_64.whl"', f'"{value}"')
+        text = text.replace(f'"{lock.artifact_filename}"', f'"{value}"')
+    assert text != COMMITTED
     path = tmp_path / "upstream.lock"
     path.write_text(text, encoding="utf-8")
     if ok:
@@ -98,3 +99,43 @@ def test_version_and_wheel_name_fields(tmp_path, field, value, ok):
     else:
         with pytest.raises(UsageError, match=f"'(upstream.version|artifact.filename)' is malformed"):
             lockmod.load(path)
+
+
+# ---- artifact.reconcile.excluded: the tag's directories the wheel does not ship --
+
+def test_excluded_directories_are_the_outermost_without_a_shipped_file():
+    tag = ["a.py", "kernels/aot/csrc/x.cu", "kernels/aot/build.sh", "kernels/ops/y.py", "srt/gone.py", "srt/z.py",
+           "docs/deep/r.md", "docs/deep/s.md"]
+    shipped = {"a.py", "kernels/ops/y.py", "srt/z.py"}
+    # kernels/ holds a shipped file, so kernels/aot is the directory left out; a single
+    # missing file beside shipped ones (srt/gone.py) is not a directory left out
+    assert lockmod.excluded_directories(tag, shipped) == ("docs", "kernels/aot")
+    assert lockmod.excluded_directories(tag, set(tag)) == ()
+
+
+def test_a_lock_without_excluded_loads_and_gets_it_after_executable(lock, tmp_path):
+    old = "".join(l for l in COMMITTED.splitlines(keepends=True)
+                  if not l.startswith("excluded =") and "exclude-package-data" not in l
+                  and "out of the trees proven" not in l)
+    path = tmp_path / "upstream.lock"
+    path.write_text(old, encoding="utf-8")
+    assert lockmod.load(path).excluded == ()
+    lockmod.write(lock, path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    at = lines.index("excluded = " + '["kernels/aot"]')
+    assert lines[at - 1] == "]" and "executable = [" in lines[at - 1 - len(lock.executable) - 1]
+    assert same(lockmod.load(path), lock)
+
+
+def test_the_pin_leaves_out_kernels_aot_and_an_artifact_shipping_one_is_refused(lock, tmp_path):
+    """v0.5.17 moved sgl-kernel's sources under python/sglang/kernels/aot and keeps
+    them out of its wheel (pyproject exclude-package-data): the lock says so, the
+    artifact proves the tree without them; a lock listing a directory the
+    artifact does ship refuses the artifact."""
+    from sgl_overlay import errors
+    from sgl_overlay.base_tree import base_from_artifact
+
+    assert lock.excluded == ("kernels/aot",)
+    wrong = dataclasses.replace(lock, excluded=("kernels/aot", "srt/layers"))
+    with pytest.raises(errors.IntegrityError, match=r"python/sglang/srt/layers is in the artifact"):
+        base_from_artifact(wrong, tmp_path / "tree")

@@ -4,12 +4,12 @@ import shutil
 
 import pytest
 
-from tests.apply.support import MIXIN, ROOT
+from tests.apply.support import SIZING, ROOT
 from tests.conftest import build_without
 from sgl_overlay import errors, series
 
 
-@pytest.mark.parametrize("name", ["ddtree-cuda-graph.patch", "sm120-communication.patch"])
+@pytest.mark.parametrize("name", ["over-budget-start.patch", "sm120-communication.patch"])
 def test_without_is_the_stack_of_a_series_lacking_the_patch(name, tmp_path):
     """Oracle: the same project copied with the entry and its file removed, loaded by series.load."""
     whole = series.load(ROOT)
@@ -38,8 +38,8 @@ def test_without_a_patch_not_in_the_series_is_a_usage_error():
 def test_a_series_that_needs_the_dropped_patch_fails_naming_both(project, patches, lock, tmp_path):
     """b.patch edits the line a.patch adds: without a.patch the build fails with the
     builder's diagnosis of b.patch, and nothing is left at the destination."""
-    a, _ = patches.make([(MIXIN, "import logging\n", "import logging\n# added by a\n")], subject="Add a line")
-    b, _ = patches.make([(MIXIN, "import logging\n# added by a\n", "import logging\n# changed by b\n")],
+    a, _ = patches.make([(SIZING, "import logging\n", "import logging\n# added by a\n")], subject="Add a line")
+    b, _ = patches.make([(SIZING, "import logging\n# added by a\n", "import logging\n# changed by b\n")],
                         subject="Change that line", on="HEAD")
     project.series(["a.patch", "b.patch"], {"a.patch": a, "b.patch": b})
     dest = tmp_path / "out" / "sglang"
@@ -47,7 +47,7 @@ def test_a_series_that_needs_the_dropped_patch_fails_naming_both(project, patche
         build_without(lock, project.root, "a.patch", dest)
     text = str(e.value)
     assert text.startswith("the series without a.patch does not apply to the pin")
-    assert "patch 1/1 b.patch ('Change that line') does not apply" in text and f"file: {MIXIN}" in text, text
+    assert "patch 1/1 b.patch ('Change that line') does not apply" in text and f"file: {SIZING}" in text, text
     assert not dest.exists()
     assert build_without(lock, project.root, "b.patch", dest) == dest
-    assert "# added by a" in (dest / MIXIN).read_text()
+    assert "# added by a" in (dest / SIZING).read_text()

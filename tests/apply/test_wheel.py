@@ -5,7 +5,7 @@ import subprocess
 import sys
 import zipfile
 
-from tests.apply.support import MIXIN, POOL
+from tests.apply.support import SIZING, POOL
 
 PROBE = r"""
 import base64, hashlib, json, sys
@@ -23,7 +23,7 @@ root = d.locate_file("sglang")
 print(json.dumps({
     "version": d.version, "requires": d.requires, "bad": bad, "nfiles": len(d.files),
     "pool": (root / "srt/model_executor/pool_configurator.py").read_text(),
-    "mixin": (root / "srt/model_executor/model_runner_kv_cache_mixin.py").read_text(),
+    "sizing": (root / "srt/mem_cache/kv_cache_configurator.py").read_text(),
     "added": (root / "srt/speculative/extra_module.py").read_text(),
     "so": [str(f) for f in d.files if str(f).endswith(".so")],
     "version_py": (root / "_version.py").read_text(),
@@ -33,7 +33,7 @@ print(json.dumps({
 
 def test_patched_wheel_installs_with_the_patched_files(project, patches, lock, tmp_path):
     text, _ = patches.make([(POOL, 'msg = "Not enough memory.', 'msg = "Not enough memory (patched).')])
-    gone, _ = patches.make([(MIXIN, "import logging\n", "import logging  # wheel\n")], subject="Second")
+    gone, _ = patches.make([(SIZING, "import logging\n", "import logging  # wheel\n")], subject="Second")
     project.series(["p.patch", "q.patch"], {"p.patch": text, "q.patch": gone})
     project.overlay("python/sglang/srt/speculative/extra_module.py", "ADDED = True\n")
     out = tmp_path / "dist"
@@ -43,7 +43,7 @@ def test_patched_wheel_installs_with_the_patched_files(project, patches, lock, t
     digest = r.data["manifest"]["stack_digest"]
     assert w["version"] == f"{lock.version}+overlay.{digest[:12]}"
     assert w["path"].endswith(f"sglang-{w['version']}-{lock.wheel_tags}.whl")
-    assert sorted(w["changed"]) == ["sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
+    assert sorted(w["changed"]) == ["sglang/srt/mem_cache/kv_cache_configurator.py",
                                     "sglang/srt/model_executor/pool_configurator.py",
                                     "sglang/srt/speculative/extra_module.py"]
     assert [p.name for p in out.iterdir()] == [w["path"].rsplit("/", 1)[1]]   # no temp files left
@@ -56,7 +56,7 @@ def test_patched_wheel_installs_with_the_patched_files(project, patches, lock, t
     got = json.loads(subprocess.run([py, "-c", PROBE], capture_output=True, text=True, check=True).stdout)
     assert got["version"] == w["version"]
     assert "Not enough memory (patched)." in got["pool"]
-    assert "import logging  # wheel" in got["mixin"]
+    assert "import logging  # wheel" in got["sizing"]
     assert got["added"] == "ADDED = True\n"
     assert got["bad"] == []                      # every RECORD hash and size matches the installed file
     assert got["so"], "the release's compiled modules are kept"

@@ -13,9 +13,10 @@ import tomlkit
 
 from sgl_overlay import artifacts, lock as lockmod
 from sgl_overlay.project import CACHE_ENV
-from tests.apply.support import POOL
+from tests.apply.support import POOL, ROOT
 
-CP312 = "sglang-0.5.12.post1-cp312-cp312-manylinux_2_34_x86_64.whl"
+# the pin's cp312 wheel (the GPU machine's Python), as the lock names it
+CP312 = artifacts.wheel_filename(lockmod.load(ROOT / "upstream.lock"), "3.12")
 
 
 def _wheel_files(path):

@@ -17,15 +17,37 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-FLA = "sglang.srt.layers.attention.fla"
-MAMBA = "sglang.srt.layers.attention.mamba"
-GDN_MODULES = [f"{FLA}.{m}" for m in (
-    "utils", "index", "op", "chunk", "chunk_delta_h", "chunk_fwd", "chunk_o", "cumsum", "l2norm", "wy_fast",
-    "fused_recurrent", "fused_sigmoid_gating_recurrent", "fused_gdn_gating", "layernorm_gated",
-)] + [f"{MAMBA}.causal_conv1d_triton", "sglang.srt.configs.mamba_utils", "sglang.srt.environ",
-      "sglang.jit_kernel.triton.gdn_fused_proj", "sglang.srt.layers.attention.triton_ops.extend_attention",
-      "sglang.srt.layers.attention.triton_ops.prefill_attention",
-      "sglang.srt.speculative.triton_ops.fused_kv_materialize"]
+FLA_MODULES = ("utils", "index", "op", "chunk", "chunk_delta_h", "chunk_fwd", "chunk_o", "cumsum", "l2norm", "wy_fast",
+               "fused_recurrent", "fused_sigmoid_gating_recurrent", "fused_gdn_gating", "layernorm_gated")
+# Where the kernels live: up to v0.5.16 under srt/layers/attention and jit_kernel;
+# from v0.5.17 under sglang/kernels/ops (the kernels package, #32648).
+LAYOUTS = {
+    "srt": dict(fla="sglang.srt.layers.attention.fla", conv="sglang.srt.layers.attention.mamba.causal_conv1d_triton",
+                proj="sglang.jit_kernel.triton.gdn_fused_proj",
+                extend="sglang.srt.layers.attention.triton_ops.extend_attention",
+                prefill="sglang.srt.layers.attention.triton_ops.prefill_attention",
+                kv_materialize="sglang.srt.speculative.triton_ops.fused_kv_materialize"),
+    "kernels": dict(fla="sglang.kernels.ops.attention.fla", conv="sglang.kernels.ops.mamba.causal_conv1d_triton",
+                    proj="sglang.kernels.ops.attention.triton_gdn_fused_proj",
+                    extend="sglang.kernels.ops.attention.extend_attention",
+                    prefill="sglang.kernels.ops.attention.prefill_attention",
+                    kv_materialize="sglang.kernels.ops.speculative.fused_kv_materialize",
+                    # the extend kernel's helpers (KV strides, score_mod tensors) live beside it
+                    helpers=("sglang.kernels.ops.attention.decode_attention",
+                             "sglang.kernels.ops.attention.score_mod")),
+}
+
+
+def layout(root) -> dict:
+    """The module names of the tree's kernels (``LAYOUTS``)."""
+    kernels = Path(root, "sglang", "kernels", "ops", "attention", "fla", "chunk.py").is_file()
+    return LAYOUTS["kernels" if kernels else "srt"]
+
+
+def gdn_modules(mods: dict) -> list:
+    return [f"{mods['fla']}.{m}" for m in FLA_MODULES] + [
+        mods["conv"], "sglang.srt.configs.mamba_utils", "sglang.srt.environ", mods["proj"], mods["extend"],
+        mods["prefill"], mods["kv_materialize"], *mods.get("helpers", ())]
 
 
 def _loader(root: str, real: list[str]):
@@ -34,7 +56,11 @@ def _loader(root: str, real: list[str]):
     base = Path(root)
     common = loader.definitions(base, "sglang.srt.utils.common", ["cdiv", "next_power_of_2"], {})
     fakes = dict(torch_release=(2, 13), device_context=lambda device: contextlib.nullcontext(),
-                 is_cuda=lambda: True, is_hip=lambda: False, **common)
+                 is_cuda=lambda: True, is_hip=lambda: False,
+                 # v0.5.17's gated norm sizes its blocks from these (no batch-invariant mode,
+                 # no piecewise prefill graphs: a server's defaults)
+                 is_batch_invariant_mode_enabled=lambda: False,
+                 check_cuda_graph_backend=lambda *a, **k: False, **common)
     return loader, loader.installed(base, real, fakes)
 
 
@@ -68,6 +94,20 @@ def _extend_verify(mod, rnd, dt, bs, n, prefix, heads):
         n, 1.0, 1.0)
 
 
+def _fused_norm_rope(mod, rnd, dt, T, heads, head_dim):
+    """DFlash's drafter KV materialization (fused k_norm + RoPE) for one layer:
+    ``_fused_norm_rope`` up to v0.5.16, the stacked form (all draft layers at
+    once, here one) from v0.5.17."""
+    import torch
+
+    cos_sin = rnd(4096, head_dim, dtype=torch.float32)
+    if hasattr(mod, "_fused_norm_rope"):
+        return mod._fused_norm_rope(rnd(T, 2 * heads * head_dim), torch.ones(head_dim, dtype=dt), cos_sin,
+                                    torch.arange(T), heads, head_dim, head_dim)
+    return mod._fused_norm_rope_stacked(rnd(T, 1, 2 * heads * head_dim), torch.ones(1, head_dim, dtype=dt),
+                                        torch.full((1,), 1e-6), cos_sin, torch.arange(T), heads, head_dim, head_dim)
+
+
 def hybrid_kernels(root: str, dtype: str = "float32", env: dict | None = None, calls: list | None = None) -> dict:
     """Each call's outcome ("returned" or the exception) and every kernel it
     compiled: name, ok or the compiler's error, its dots' input precisions and
@@ -82,7 +122,11 @@ def hybrid_kernels(root: str, dtype: str = "float32", env: dict | None = None, c
     from tests.ddtree_integration import triton_frontend as fe
 
     fe.activate()
-    loader, installed = _loader(root, GDN_MODULES)
+    mods = layout(root)
+    FLA = mods["fla"]
+    # the SM count a kernel wrapper asks torch for: the H200's, the target triton_frontend compiles for
+    torch.cuda.get_device_properties = lambda device=None: SimpleNamespace(multi_processor_count=132)
+    loader, installed = _loader(root, gdn_modules(mods))
     dt = getattr(torch, dtype)
     s = _hybrid_shapes()
     Hk, Hv, K, V, W = s["Hk"], s["Hv"], s["K"], s["V"], s["W"]
@@ -91,7 +135,7 @@ def hybrid_kernels(root: str, dtype: str = "float32", env: dict | None = None, c
     with installed:
         L = loader.load
         chunk, fsg, fr = L(f"{FLA}.chunk"), L(f"{FLA}.fused_sigmoid_gating_recurrent"), L(f"{FLA}.fused_recurrent")
-        gating, lng, conv = L(f"{FLA}.fused_gdn_gating"), L(f"{FLA}.layernorm_gated"), L(f"{MAMBA}.causal_conv1d_triton")
+        gating, lng, conv = L(f"{FLA}.fused_gdn_gating"), L(f"{FLA}.layernorm_gated"), L(mods["conv"])
         state_dtype = L("sglang.srt.configs.mamba_utils").mamba2_state_dtype(None)
         conv_dt = state_dtype.conv
         out["conv_state_dtype"] = str(conv_dt)
@@ -150,17 +194,14 @@ def hybrid_kernels(root: str, dtype: str = "float32", env: dict | None = None, c
                 intermediate_state_indices=slots, cache_steps=N,
                 retrieve_parent_token=tree["retrieve_parent_token"], **gate_kw),
             # the linear-attention layer's input split (models/qwen3_5.py, every forward)
-        "proj.fused_qkvzba_split": lambda: L("sglang.jit_kernel.triton.gdn_fused_proj")
+        "proj.fused_qkvzba_split": lambda: L(mods["proj"])
             .fused_qkvzba_split_reshape_cat_contiguous(rnd(bs, D + Hv * V), rnd(bs, 2 * Hv), Hk, Hv, K, V),
         # the attention layer's target verify: the Triton backend's extend kernel with the
         # verify's custom mask (DFlash's block of N over a prefix of 20 per request)
         "verify.extend_attention": lambda: _extend_verify(
-            L("sglang.srt.layers.attention.triton_ops.extend_attention"), rnd, dt, bs, N, 20, s["attn"]),
+            L(mods["extend"]), rnd, dt, bs, N, 20, s["attn"]),
         # DFlash's drafter: its KV cache materialized from the target's features (fused k_norm + RoPE)
-        "draft.fused_norm_rope": lambda: L("sglang.srt.speculative.triton_ops.fused_kv_materialize")._fused_norm_rope(
-            rnd(T, 2 * s["draft_kv"][0] * s["draft_kv"][1]), torch.ones(s["draft_kv"][1], dtype=dt),
-            rnd(4096, s["draft_kv"][1], dtype=torch.float32), torch.arange(T), s["draft_kv"][0], s["draft_kv"][1],
-            s["draft_kv"][1]),
+        "draft.fused_norm_rope": lambda: _fused_norm_rope(L(mods["kv_materialize"]), rnd, dt, T, *s["draft_kv"]),
         "norm.rms_norm_gated": lambda: lng.rms_norm_gated(
                 x=rnd(T * Hv, V), weight=torch.ones(V, dtype=dt), bias=None, z=rnd(T * Hv, V), eps=1e-6,
                 group_size=V, norm_before_gate=True, is_rms_norm=True),
@@ -185,10 +226,14 @@ def hybrid_kernels(root: str, dtype: str = "float32", env: dict | None = None, c
 
 
 def forward_extend_embeds(root: str, model_dtype: str, embeds_dtype: str) -> dict:
-    """ModelRunner.forward_extend (the tree's own) on a forward batch that
-    carries ``input_embeds`` (as DFlash's draft block does), for a runner of
-    ``model_dtype``: the dtype the model receives, and whether the model's
-    first projection (``F.linear`` with weights of the model's dtype, as the
+    """The tree's own extend path on a forward batch that carries
+    ``input_embeds`` (as DFlash's draft block does), for a runner of
+    ``model_dtype``: ModelRunner.forward_extend up to v0.5.16;
+    ModelRunner._extend_forward_kwargs from v0.5.17, whose kwargs the
+    EagerRunner (and the prefill CUDA-graph path) hands to
+    ``model.forward(input_ids, positions, forward_batch, **kwargs)``.
+    Returns the dtype the model receives, and whether the model's first
+    projection (``F.linear`` with weights of the model's dtype, as the
     drafter's unquantized ``qkv_proj`` runs it) accepts it."""
     import torch
     import torch.nn.functional as F
@@ -216,7 +261,11 @@ def forward_extend_embeds(root: str, model_dtype: str, embeds_dtype: str) -> dic
         batch = SimpleNamespace(input_embeds=torch.randn(4, 16).to(edt), replace_embeds=None, replace_positions=None,
                                 input_ids=torch.zeros(4, dtype=torch.int64), positions=torch.arange(4))
         try:
-            ModelRunner.forward_extend(runner, batch)
+            if hasattr(ModelRunner, "_extend_forward_kwargs"):  # v0.5.17+
+                kwargs = ModelRunner._extend_forward_kwargs(runner, batch, None)
+                runner.model.forward(batch.input_ids, batch.positions, batch, **kwargs)
+            else:
+                ModelRunner.forward_extend(runner, batch)
             seen["linear"] = "ok"
         except RuntimeError as e:
             seen["linear"] = str(e)

@@ -1,7 +1,7 @@
 """What the verify kernels DDTree feeds require, and what they compute, on a CPU.
 
-The CUDA kernels of the pin (sglang-kernel 0.4.2.post2, the version
-sglang 0.5.12.post1 requires) cannot run here.  This module holds, for tests only:
+The CUDA kernels of the pin (sglang-kernel 0.4.5, the version
+sglang 0.5.17 requires) cannot run here.  This module holds, for tests only:
 
 * ``CHECKS_FILE``: the argument checks of ``verify_tree_greedy`` and
   ``tree_speculative_sampling_target_only`` as compiled into the wheel's
@@ -14,7 +14,7 @@ sglang 0.5.12.post1 requires) cannot run here.  This module holds, for tests onl
 * ``parents_like_causal_conv1d``: the parent derivation the hybrid
   linear-attention backend's tree conv kernel performs from
   retrieve_next_token / retrieve_next_sibling
-  (python/sglang/srt/layers/attention/mamba/causal_conv1d_triton.py,
+  (python/sglang/kernels/ops/mamba/causal_conv1d_triton.py in v0.5.17,
   ``_causal_conv1d_update_kernel``, HAS_EAGLE_TREE_CUSTOM_ATTN_MASK), the
   parents the GDN / Mamba state updates then start each node from.
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-CHECKS_FILE = Path(__file__).resolve().parent / "data" / "sgl_kernel_0.4.2.post2_verify_checks.txt"
+CHECKS_FILE = Path(__file__).resolve().parent / "data" / "sgl_kernel_0.4.5_verify_checks.txt"
 
 
 class KernelContractError(RuntimeError):

@@ -33,29 +33,42 @@ def _install(root: str, real: list[str]):
 
 
 def algorithm(root: str) -> dict:
-    """What ``SpeculativeAlgorithm.from_string("DDTREE")`` gives in this tree."""
-    _, loader = _install(root, [f"{SPEC}.spec_info", f"{SPEC}.spec_registry", f"{SPEC}.ddtree_tree", f"{SPEC}.ddtree_algo"])
+    """What ``SpeculativeAlgorithm.from_string("DDTREE")`` gives in this tree, and
+    what the scheduler and the graph runners ask of it."""
+    _, loader = _install(root, [f"{SPEC}.spec_info", f"{SPEC}.spec_registry", f"{SPEC}.ddtree_tree", f"{SPEC}.ddtree_algo",
+                                f"{SPEC}.ddtree_worker"])
+    loader.set_fakes({"get_spec": lambda: SimpleNamespace(speculative_dflash_block_size=16)})
     spec_info = loader.load(f"{SPEC}.spec_info")
     algo = spec_info.SpeculativeAlgorithm.from_string("ddtree")
+    # every method the builtin algorithms offer that the scheduler, the overlap relay or
+    # the graph runners call on the configured algorithm
+    enum_methods = sorted(n for n, v in vars(spec_info.SpeculativeAlgorithm).items()
+                          if callable(v) and not n.startswith("_") and n not in ("from_string", "register"))
     out = {
         "class": type(algo).__name__,
         "name": algo.name,
         "is_dflash": algo.is_dflash(),
+        "is_dflash_family": algo.is_dflash_family(),
         "is_ddtree": getattr(algo, "is_ddtree", lambda: False)(),
         "is_eagle": algo.is_eagle(),
         "is_speculative": algo.is_speculative(),
-        "supports_spec_v2": algo.supports_spec_v2(),
+        "supports_target_verify_for_draft": algo.supports_target_verify_for_draft(),
+        "supports_overlap": getattr(algo, "supports_overlap", None),
         "has_validator": getattr(algo, "validate_server_args", None) is not None,
+        "missing_methods": [n for n in enum_methods if not callable(getattr(algo, n, None))],
+        "need_topk": algo.need_topk() if hasattr(algo, "need_topk") else None,
+        "verify_width": {"target": algo.get_num_tokens_per_req_for_target_verify(64, False),
+                         "drafter": algo.get_num_tokens_per_req_for_target_verify(64, True)},
     }
 
-    class _Args:  # the two fields create_worker reads
+    class _Args:  # the field create_worker reads: overlap on (SGLang's default)
         disable_overlap_schedule = False
 
     try:
-        algo.create_worker(_Args())
-        out["overlap_refusal"] = None
-    except ValueError as e:
-        out["overlap_refusal"] = str(e)
+        worker = algo.create_worker(_Args())
+        out["overlap_worker"] = getattr(worker, "__name__", repr(worker))
+    except Exception as e:  # noqa: BLE001 - a refusal is a result
+        out["overlap_worker"] = f"{type(e).__name__}: {e}"
     return out
 
 
@@ -69,12 +82,18 @@ def _remember(loader) -> None:
 
 def server_rules(root: str, argv: list[str]) -> dict:
     """Parse ``argv`` with the tree's own ServerArgs.add_cli_args, then run its
-    grammar-backend and speculative-decoding rules (the registry's validator
-    hook included) on an instance holding the parsed values."""
+    grammar-backend rule and its speculative-decoding rules
+    (``arg_groups/speculative_hook.handle_speculative_decoding``: the registry's
+    validator hook and the algorithm's ``handle_server_args``) on an instance
+    holding the parsed values (device cuda, as on the GPU)."""
     _, loader = _SERVER_ARGS_LOADER or _install(
         root,
         [
             "sglang.srt.server_args",
+            "sglang.srt.arg_groups.speculative_hook",
+            "sglang.srt.arg_groups.arg_utils",
+            "sglang.srt.arg_groups.argparse_actions",
+            "sglang.srt.arg_groups.overrides",
             "sglang.srt.environ",
             f"{SPEC}.spec_info",
             f"{SPEC}.spec_registry",
@@ -85,9 +104,10 @@ def server_rules(root: str, argv: list[str]) -> dict:
     # argparse choices built from constants of modules that stay stand-ins
     loader.set_fakes(ARGPARSE_CONSTANTS)
     sa_mod = loader.load("sglang.srt.server_args")
+    hook = loader.load("sglang.srt.arg_groups.speculative_hook")
     _remember(loader)
     # The alias resolver opens the draft model's config (network/disk); DDTREE has no alias.
-    sa_mod._resolve_speculative_algorithm_alias = lambda algo, *a, **k: algo
+    hook._resolve_speculative_algorithm_alias = lambda algo, *a, **k: algo
     cls = sa_mod.ServerArgs
     parser = argparse.ArgumentParser()
     cls.add_cli_args(parser)
@@ -106,8 +126,10 @@ def server_rules(root: str, argv: list[str]) -> dict:
         else:
             value = None
         object.__setattr__(obj, f.name, value)
+    if obj.device is None:
+        object.__setattr__(obj, "device", "cuda")
     obj._handle_grammar_backend()
-    obj._handle_speculative_decoding()
+    hook.handle_speculative_decoding(obj)
     keys = (
         "speculative_algorithm",
         "speculative_ddtree_budget",
@@ -119,6 +141,7 @@ def server_rules(root: str, argv: list[str]) -> dict:
         "max_running_requests",
         "grammar_backend",
         "disable_cuda_graph",
+        "linear_attn_decode_backend",
     )
     return {k: getattr(obj, k, "<no such field>") for k in keys}
 
@@ -136,7 +159,7 @@ def server_rules_many(root: str, argvs: list[list[str]]) -> list[dict]:
 
 
 # --------------------------------------------------------------------------
-# Decode steps of the DFlash / DDTREE workers on CPU stand-ins (standins.py)
+# Decode steps of the spec-v2 DFLASH / DDTREE workers on CPU stand-ins (standins.py)
 # --------------------------------------------------------------------------
 
 WORKER_MODULES = [
@@ -145,61 +168,93 @@ WORKER_MODULES = [
     f"{SPEC}.ddtree_algo",
     f"{SPEC}.ddtree_tree",
     f"{SPEC}.ddtree_worker",
-    f"{SPEC}.dflash_worker",
+    f"{SPEC}.dflash_worker_v2",
     f"{SPEC}.dflash_info",
+    f"{SPEC}.dflash_info_v2",
     f"{SPEC}.dflash_utils",
+    f"{SPEC}.draft_worker_common",
     f"{SPEC}.eagle_info",
-    f"{SPEC}.eagle_info_v2",
-    f"{SPEC}.eagle_worker",
+    f"{SPEC}.eagle_utils",
+    f"{SPEC}.spec_utils",
 ]
 
 
-def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, extra_attrs):
+def _device():
+    import torch
+
+    return torch.device("cpu")  # the GPU of a real server (syncs.py: a host copy names "cpu")
+
+
+DEVICE = None  # set by _worker_setup
+
+
+def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, N, hybrid=True):
+    """The real spec-v2 worker class ``cls_name`` (an instance made without its
+    GPU ``__init__``) over the stand-ins, with a batch of ``prompts`` whose KV
+    (every token but the last, the bonus) is in the target cache."""
     import sys
+    import types
 
     import torch
 
     from tests.ddtree_integration import standins as st
 
-    record = []
+    global DEVICE
+    DEVICE = _device()
+    record, events = [], []
     module_file = Path(root).joinpath(*cls_module.split(".")).with_suffix(".py")
     if not module_file.is_file():
         raise ModuleNotFoundError(f"{cls_module}: no {module_file} in this tree")
-    if cls_name == "DDTreeWorker" and "triton" not in sys.modules:
-        # eagle_worker.py (EAGLE's Mamba tree commit) applies torch.compile at import;
-        # torch's compiler stack must be imported while triton is genuinely absent
-        # (before the loader stubs it).
-        torch.compile(lambda x: x, dynamic=True)  # imports the compiler stack; compiles nothing
+    if "triton" not in sys.modules:
+        # spec_utils / overlap code applies torch.compile at import; torch's compiler stack
+        # must be imported while triton is genuinely absent (before the loader stubs it).
+        torch.compile(lambda x: x, dynamic=True)
+    torch.Tensor.record_stream = lambda self, stream: None  # CUDA streams: nothing to record on a CPU
 
+    spec = SimpleNamespace(speculative_num_draft_tokens=N, speculative_dflash_block_size=block,
+                           speculative_accept_threshold_single=1.0, speculative_accept_threshold_acc=1.0,
+                           speculative_use_rejection_sampling=False, speculative_eagle_topk=2)
     _, loader = _install(root, WORKER_MODULES)
     fakes = st.kernel_fakes(record)
-    allocator = st.Allocator()
-    fakes["alloc_token_slots"] = lambda tree_cache, n, *a, **k: allocator.alloc(int(n))
+    fakes["get_spec"] = lambda: spec
+    fakes["mambaish_config"] = (lambda cfg: SimpleNamespace()) if hybrid else (lambda cfg: None)
     loader.set_fakes(fakes)
+    sgl_kernel = types.ModuleType("sgl_kernel")
+    for name in ("tree_speculative_sampling_target_only", "top_k_renorm_prob", "top_p_renorm_prob"):
+        setattr(sgl_kernel, name, fakes[name])
+    sys.modules["sgl_kernel"] = sgl_kernel
     mod = loader.load(cls_module)
-    import sys
-
     for m, loaded in list(sys.modules.items()):
         if not m.startswith("sglang.") or loader.is_stub(loaded):
             continue
         for name, fake in fakes.items():
             if name in loaded.__dict__ and loader.is_stub(loaded.__dict__[name]):
                 setattr(loaded, name, fake)
+    spec_utils = loader.load(f"{SPEC}.spec_utils")
+    eagle_utils = loader.load(f"{SPEC}.eagle_utils")
+    v2 = loader.load(f"{SPEC}.dflash_worker_v2")
+    # the CPU branches of the kernels' dispatch, and no simulated acceptance
+    spec_utils._is_cpu = True
+    spec_utils.assign_extend_cache_locs_cpu = fakes["assign_extend_cache_locs_cpu"]
+    spec_utils.SIMULATE_ACC_LEN = v2.SIMULATE_ACC_LEN = -1.0
+    eagle_utils.verify_tree_greedy_func = fakes["verify_tree_greedy_func"]
+
     cls = getattr(mod, cls_name)
     reqs = [st.Req(p) for p in prompts]
-    req_to_token = torch.full((len(reqs), 256), -1, dtype=torch.int64)
+    req_to_token = torch.full((len(reqs), 512), -1, dtype=torch.int64)
+    allocator = st.Allocator()
     batch = st.Batch(reqs, req_to_token, allocator)
-    # the prompt's KV (all tokens but the bonus) is in the cache already
-    for b, r in enumerate(reqs):
-        n = len(r.tokens()) - 1
+    batch.device = DEVICE
+    for b, r in enumerate(reqs):  # the prefill's KV: every prompt token but the bonus
+        n = r.kv_committed_len
         req_to_token[b, :n] = allocator.alloc(n)
+        for p_, (slot, tok) in enumerate(zip(req_to_token[b, :n].tolist(), r.tokens()[:n])):
+            allocator.kv[int(slot)] = (int(tok), p_)
     batch_ref = [batch]
     drafter = st.OracleDrafter(batch_ref, block, truth_rank, seed)
-    drafter.token_to_kv_pool_allocator = allocator
-    drafter.req_to_token_pool = batch.req_to_token_pool
-    draft_kv = st.DraftKV()
+    draft_kv = st.DraftKV(events)
     drafter.token_to_kv_pool = draft_kv.pool
-    target = st.ToyTarget()
+    target = st.ToyTarget(batch_ref, allocator)
     mamba = st.MambaBackend()
     embed = torch.nn.Embedding(st.VOCAB, 4)
     lm_head = SimpleNamespace(
@@ -209,37 +264,52 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
                                       added_vocab_start_index=st.VOCAB),
     )
     model = SimpleNamespace(get_input_embeddings=lambda: embed, lm_head=lm_head)
-    model_runner = SimpleNamespace(model=model, attn_backend=mamba, device="cpu",
-                                   model_config=SimpleNamespace(vocab_size=st.VOCAB))
-    target_worker = SimpleNamespace(model_runner=model_runner,
-                                    forward_batch_generation=target.forward_batch_generation)
+    mamba_pool = SimpleNamespace(replayssm_spec_fold=False, replayssm_is_kda=False, replayssm_cache_base=None)
+    model_runner = SimpleNamespace(
+        model=model, attn_backend=mamba, device=DEVICE, decode_cuda_graph_runner=None,
+        model_config=SimpleNamespace(vocab_size=st.VOCAB, context_len=512),
+        req_to_token_pool=SimpleNamespace(req_to_token=req_to_token, mamba_pool=mamba_pool),
+        server_args=SimpleNamespace(attention_backend="triton"))
+    target_worker = SimpleNamespace(model_runner=model_runner, forward_batch_generation=target.forward_batch_generation,
+                                    device=DEVICE)
     w = object.__new__(cls)
+    cap = len(reqs)
     attrs = dict(
-        server_args=SimpleNamespace(mamba_track_interval=256), target_worker=target_worker,
-        model_runner=model_runner, draft_model_runner=drafter, draft_model=draft_kv.model, page_size=1,
-        block_size=block, device="cpu", draft_window_size=None, use_compact_draft_cache=False,
+        server_args=SimpleNamespace(), _target_worker=target_worker, target_worker=target_worker,
+        model_runner=model_runner,
+        draft_model_runner=drafter, draft_model=draft_kv.model, page_size=1, block_size=block,
+        speculative_num_draft_tokens=block, device=DEVICE, draft_window_size=None, use_compact_draft_cache=False,
         _mask_token_id=st.VOCAB - 1, _block_pos_offsets=torch.arange(block, dtype=torch.int64),
-        _draft_block_ids_buf=None, _draft_block_positions_buf=None, _draft_block_tokens_buf=None,
-        _draft_block_end_buf=None, _draft_seq_lens_cpu_buf=None, _draft_block_spec_info=None,
-        _use_fused_kv_materialize=False, _fused_kv_helper=None, tp_rank=0,
+        ps=SimpleNamespace(tp_rank=0), _draft_sampler=None, _need_mamba_verify_commit=hybrid,
         _warned_sampling_fallback=False, _logged_first_verify=True,
+        _draft_block_spec_info=SimpleNamespace(draft_token_num=block),
+        # the draft block's buffers, at the batch's capacity; the host one is a host tensor
+        _draft_block_ids_buf=torch.empty((cap, block), dtype=torch.long),
+        _draft_block_positions_buf=torch.empty((cap, block), dtype=torch.int64),
+        _draft_block_tokens_buf=torch.empty((cap, block), dtype=torch.long),
+        _draft_verify_out_cache_loc_buf=torch.empty((cap, block), dtype=torch.int64),
+        _draft_block_end_buf=torch.empty((cap,), dtype=torch.int32),
+        _draft_seq_lens_cpu_buf=st.host(torch.empty((cap,), dtype=torch.int32)),
+        _use_fused_kv_materialize=False, _fused_kv_helper=None,
+        _use_triton_prepare_block=False, _use_triton_accept_bonus=False, _use_triton_compact_rebuild=False,
+        _accept_bonus_buffer_cap=0, _accept_bonus_buffer_slot=0, _accept_len_buf=None, _commit_lens_bufs=[],
+        _bonus_id_bufs=[], _out_tokens_bufs=[], _new_seq_lens_bufs=[],
         _draft_greedy_gathered_max_buf=None, _draft_greedy_gathered_ids_buf=None, _draft_greedy_gather_cap=0,
+        _draft_greedy_local_max_buf=None, _draft_greedy_local_arg_buf=None, _draft_greedy_local_cap=0,
         _draft_greedy_best_rank_buf=None, _draft_greedy_rank_index_buf=None,
         _draft_greedy_selected_ids_buf=None, _draft_greedy_index_cap=0,
     )
-    attrs.update(extra_attrs)
+    if cls_name == "DDTreeWorker":
+        attrs.update(budget=N - 1, num_verify_tokens=N, num_draft_positions=block - 1)
     for k, v in attrs.items():
         object.__setattr__(w, k, v)
-    dflash_info = loader.load(f"{SPEC}.dflash_info")
-    draft_input = dflash_info.DFlashDraftInput(
-        bonus_tokens=torch.tensor([r.tokens()[-1] for r in reqs], dtype=torch.int64),
-        target_hidden=torch.zeros((0, 3)),
-        ctx_lens=torch.zeros(len(reqs), dtype=torch.int32),
-        draft_seq_lens=batch.seq_lens.to(torch.int32),
-    )
-    batch.spec_info = draft_input
-    env = SimpleNamespace(record=record, allocator=allocator, batch=batch, reqs=reqs, req_to_token=req_to_token,
-                          draft_kv=draft_kv, target=target, mamba=mamba, loader=loader, mod=mod)
+    info_v2 = loader.load(f"{SPEC}.dflash_info_v2")
+    common = loader.load(f"{SPEC}.draft_worker_common")
+    batch.spec_info = common.make_draft_input_v2(
+        bonus_tokens=torch.tensor([r.tokens()[-1] for r in reqs], dtype=torch.int64), new_seq_lens=batch.seq_lens)
+    env = SimpleNamespace(record=record, events=events, allocator=allocator, batch=batch, reqs=reqs,
+                          req_to_token=req_to_token, draft_kv=draft_kv, target=target, drafter=drafter, mamba=mamba,
+                          loader=loader, mod=mod, info_v2=info_v2, spec=spec)
     return w, env
 
 
@@ -247,73 +317,113 @@ def _t(x):
     return {"dtype": str(x.dtype), "shape": list(x.shape), "values": x.tolist()}
 
 
-def dflash_chain_step(root: str, prompts, block=5, seed=0) -> dict:
-    """DFlashWorker._prepare_for_speculative_decoding on the stand-ins: the chain
-    verify input it builds (same inputs on any tree -> same result)."""
-    w, env = _worker_setup(root, f"{SPEC}.dflash_worker", "DFlashWorker", prompts, block, [0, 1], seed, {})
-    w._prepare_for_speculative_decoding(env.batch, env.batch.spec_info)
-    vi = env.batch.spec_info
-    return {"draft_token": _t(vi.draft_token), "positions": _t(vi.positions),
-            "has_run_draft_block": hasattr(type(w), "_run_draft_block")}
+def _schedule(env, overlap: bool) -> None:
+    """What the scheduler does before a spec-v2 decode step: the overlap
+    scheduler's KV reservation (the tree's own DFlashDraftInputV2.prepare_for_decode),
+    and the host mirror of the sequence lengths (exact, or none for backends on the
+    GPU-only path, where the worker takes the reservation's bound)."""
+    from tests.ddtree_integration import standins as st
+
+    batch = env.batch
+    batch.forward_mode = st.ForwardMode.DECODE
+    batch.spec_info.prepare_for_decode(batch)
+    batch.spec_info.reserved_seq_lens_cpu = st.host(batch.spec_info.reserved_seq_lens_cpu)
+    batch.seq_lens_cpu = st.host(batch.seq_lens_cpu) if not overlap else None
+    if overlap:
+        batch.seq_lens_sum = None
+
+
+def _apply(env, res) -> dict:
+    """What the output processor and the overlap relay do with the result."""
+    from tests.ddtree_integration import standins as st
+
+    batch = env.batch
+    stride = res.speculative_num_draft_tokens
+    accept = res.accept_lens.tolist()
+    toks = res.next_token_ids.tolist()
+    for i, req in enumerate(env.reqs):
+        new = toks[i * stride: i * stride + accept[i]]
+        req.output_ids.extend(new)
+        req.kv_committed_len += accept[i]
+    batch.seq_lens = res.new_seq_lens.clone()
+    batch.seq_lens_cpu = st.host(res.new_seq_lens.clone())
+    batch.seq_lens_sum = int(res.new_seq_lens.sum())
+    batch.spec_info = res.next_draft_input
+    return {"stride": stride, "accept_lens": accept}
 
 
 def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_rank=(0, 1, 0, 2), seed=0,
-                        sampling=False) -> dict:
+                        sampling=False, overlap=True, hybrid=True) -> dict:
     """DDTREE decode steps (draft, tree, verify, commit) through the worker's real
-    forward_batch_generation on the stand-ins; returns what each step fed the
-    kernels and what it committed."""
-    import torch
+    forward_batch_generation on the stand-ins, each under the sync counter; returns
+    what each step fed the kernels and what it committed."""
 
-    w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed,
-                           dict(budget=budget, num_verify_tokens=budget + 1, num_draft_positions=block - 1))
+    from tests.ddtree_integration import standins as st
+    from tests.ddtree_integration.syncs import SyncCounter
+
+    N = budget + 1
+    w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed, N,
+                           hybrid=hybrid)
     if sampling:
-        from tests.ddtree_integration import standins as st
-
         env.batch.sampling_info = st.Sampled(len(prompts))
-        # eagle_info imports these from sgl_kernel only on CUDA builds (is_cuda())
-        eagle_info = env.loader.load(f"{SPEC}.eagle_info")
-        fakes = st.kernel_fakes(env.record)
-        for name in ("tree_speculative_sampling_target_only", "top_k_renorm_prob", "top_p_renorm_prob"):
-            setattr(eagle_info, name, fakes[name])
     out = []
     for _ in range(steps):
         batch = env.batch
+        _schedule(env, overlap)
         seq_before = batch.seq_lens.tolist()
+        reserved = batch.spec_info.reserved_seq_lens_cpu.tolist()
         outputs_before = [list(r.output_ids) for r in env.reqs]
-        n_freed = len(env.allocator.freed)
-        n_slots = len(env.draft_kv.slots)
-        w.forward_batch_generation(batch)
+        r2t_before = env.req_to_token.clone()
+        n_slots, n_moves, n_commits = len(env.draft_kv.slots), len(env.allocator.moves), len(env.mamba.commits)
+        published = []
+        env.events.clear()
+
+        def on_publish(new_seq_lens):
+            env.events.append("publish")
+            published.append(new_seq_lens.tolist())
+
+        with SyncCounter(root) as counter:
+            res = w.forward_batch_generation(batch, on_publish=on_publish)
+        events = list(env.events)
+        applied = _apply(env, res)
         call = env.target.calls[-1]
         vi = call["spec_info"]
         k = env.record[-1]
         out.append({
             "verify_input": {
                 "mro": [c.__name__ for c in type(vi).__mro__],
-                "spec_input_type": int(vi.spec_input_type),
                 "draft_token": _t(vi.draft_token), "positions": _t(vi.positions),
                 "retrieve_index": _t(vi.retrieve_index), "retrieve_next_token": _t(vi.retrieve_next_token),
                 "retrieve_next_sibling": _t(vi.retrieve_next_sibling),
                 "custom_mask": _t(vi.custom_mask),
                 "spec_steps": vi.spec_steps, "topk": vi.topk, "draft_token_num": vi.draft_token_num,
-                "seq_lens_sum": vi.seq_lens_sum,
+                "max_tree_depth": vi.max_tree_depth, "capture_hidden_mode": str(vi.capture_hidden_mode),
             },
+            "forward_batch_type": call["forward_batch_type"],
+            "attn_init": env.mamba.inits[-1] if env.mamba.inits else None,
             "kernel": {"accept_index": _t(k["accept_index"]), "accept_token_num": _t(k["accept_token_num"]),
                        "predicts": _t(k["predicts"]), "sampling": k.get("sampling", False),
                        "draft_probs_all_zero": k.get("draft_probs_all_zero"),
                        "thresholds": [k.get("threshold_single"), k.get("threshold_acc")]},
+            "draft_block": env.drafter.blocks[-1],
             "verify_slots": call["out_cache_loc"].tolist(),
             "seq_before": seq_before,
-            "seq_after": batch.seq_lens.tolist(),
-            "seq_lens_cpu_after": batch.seq_lens_cpu.tolist(),
-            "seq_lens_sum_after": batch.seq_lens_sum,
+            "reserved": reserved,
+            "seq_after": env.batch.seq_lens.tolist(),
+            "published": published,
+            "events": events,
+            "applied": applied,
             "outputs_before": outputs_before,
             "outputs_after": [list(r.output_ids) for r in env.reqs],
-            "freed": env.allocator.freed[n_freed:],
-            "req_to_token": env.req_to_token[:, :64].tolist(),
-            "mamba_commit": env.mamba.commits[-1],
+            "req_to_token_before": r2t_before[:, :128].tolist(),
+            "req_to_token": env.req_to_token[:, :128].tolist(),
+            "target_kv": {str(s): list(v) for s, v in env.allocator.kv.items()},
+            "moves": env.allocator.moves[n_moves:],
+            "mamba_commit": env.mamba.commits[n_commits:],
             "draft_kv": {str(s): v for s, v in list(env.draft_kv.slots.items())[n_slots:]},
-            "spec_info_after": type(batch.spec_info).__name__,
-            "bonus_after": batch.spec_info.bonus_tokens.tolist(),
+            "spec_info_after": type(env.batch.spec_info).__name__,
+            "bonus_after": env.batch.spec_info.bonus_tokens.tolist(),
+            "syncs": counter.syncs,
         })
     return {"steps": out, "prompts": prompts}
 
@@ -332,86 +442,31 @@ def ddtree_decode_configs(root: str, prompts, configs) -> list:
     return out
 
 
-def _mamba_slot(req_pool_indices):
-    """The stand-in request pool's map from request to Mamba state slot (request + 1)."""
-    return req_pool_indices.int() + 1
+def dflash_chain_steps(root: str, prompts, block=5, steps=2, seed=0, compact_window=None) -> dict:
+    """DFLASH's own spec-v2 decode steps (DFlashWorkerV2.forward_batch_generation) on
+    the same stand-ins: the chain it verifies, what it commits, and the syncs of
+    each step (with ``compact_window``: the draft's sliding-window view rebuilt on
+    the eager path, which reads lengths on the host)."""
+    from tests.ddtree_integration.syncs import SyncCounter
 
-
-def _linear_backend(hyb, server_args):
-    """The tree's real ``MambaAttnBackendBase`` on CPU over the stand-in request pool."""
-    backend = object.__new__(hyb.MambaAttnBackendBase)
-    hyb.MambaAttnBackendBase.__init__(backend, SimpleNamespace(
-        server_args=server_args, device="cpu", req_to_token_pool=SimpleNamespace(get_mamba_indices=_mamba_slot)))
-    return backend
-
-
-def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
-    """The hybrid linear-attention backend's TARGET_VERIFY metadata (the tree
-    path that makes its conv / GDN / Mamba kernels follow each node's parent),
-    for (a) the verify input the model runner's warm-up builds for a
-    DFlash-drafted algorithm and (b) a DDTree verify input."""
-    import torch
-
-    from tests.ddtree_integration import standins as st
-
-    _, loader = _install(root, [
-        "sglang.srt.layers.attention.hybrid_linear_attn_backend",
-        "sglang.srt.layers.attention.mamba.mamba2_metadata",
-    ] + WORKER_MODULES)
-    hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
-    dflash_info = loader.load(f"{SPEC}.dflash_info")
-    N = budget + 1
-    backend = _linear_backend(hyb, SimpleNamespace(speculative_eagle_topk=topk))
-
-    class VerifyMode:
-        def is_decode_or_idle(self):
-            return False
-
-        def is_extend(self, include_draft_extend_v2=False):
-            return True
-
-        def is_draft_extend_v2(self):
-            return False
-
-        def is_target_verify(self):
-            return True
-
-    def metadata(spec_info):
-        fb = SimpleNamespace(batch_size=bs, forward_mode=VerifyMode(), input_ids=torch.zeros(bs * N, dtype=torch.int64),
-                             spec_info=spec_info, req_pool_indices=torch.arange(bs), mamba_track_mask=None)
-        md = backend._forward_metadata(fb)
-        return {
-            "query_start_loc": md.query_start_loc.tolist(),
-            "retrieve_next_token": None if md.retrieve_next_token is None else md.retrieve_next_token.tolist(),
-            "retrieve_next_sibling": None if md.retrieve_next_sibling is None else md.retrieve_next_sibling.tolist(),
-            "retrieve_parent_token": None if md.retrieve_parent_token is None
-            else {"dtype": str(md.retrieve_parent_token.dtype), "shape": list(md.retrieve_parent_token.shape)},
-        }
-
-    out = {"topk": backend.topk}
-    # (a) model_runner._dummy_run's verify input for is_dflash() algorithms
-    warmup = dflash_info.DFlashVerifyInput(draft_token=None, positions=None, draft_token_num=N, custom_mask=None)
-    try:
-        out["warmup"] = {"ok": True, "value": metadata(warmup)}
-    except Exception as e:  # noqa: BLE001
-        out["warmup"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
-    # (b) a DDTree verify input
-    try:
-        worker = loader.load(f"{SPEC}.ddtree_worker")
-        tree_mod = loader.load(f"{SPEC}.ddtree_tree")
-        g = torch.Generator().manual_seed(0)
-        logits = torch.randn((bs, block - 1, st.VOCAB), generator=g)
-        ids, lps = tree_mod.topk_logprobs(logits, budget)
-        tree = tree_mod.build_ddtree(ids, lps, budget)
-        seq = torch.tensor([5, 9][:bs], dtype=torch.int64)
-        vi = worker.make_verify_input(tree, torch.tensor([1, 2][:bs]), seq, seq.clone(), int(seq.sum()), block - 1)
-        md = metadata(vi)
-        md["same_arrays"] = (md["retrieve_next_token"] == vi.retrieve_next_token.tolist()
-                             and md["retrieve_next_sibling"] == vi.retrieve_next_sibling.tolist())
-        out["ddtree"] = {"ok": True, "value": md}
-    except Exception as e:  # noqa: BLE001
-        out["ddtree"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
-    return out
+    w, env = _worker_setup(root, f"{SPEC}.dflash_worker_v2", "DFlashWorkerV2", prompts, block, [0, 1], seed, block)
+    if compact_window is not None:
+        w.draft_window_size, w.use_compact_draft_cache = int(compact_window), True
+        w.draft_model_runner.req_to_token_pool = SimpleNamespace(req_to_token=env.req_to_token.clone())
+    out = []
+    for _ in range(steps):
+        _schedule(env, overlap=False)
+        seq_before = env.batch.seq_lens.tolist()
+        with SyncCounter(root) as counter:
+            res = w.forward_batch_generation(env.batch)
+        call = env.target.calls[-1]
+        applied = _apply(env, res)
+        out.append({"draft_token": call["spec_info"].draft_token.tolist(),
+                    "positions": call["spec_info"].positions.tolist(),
+                    "verify_slots": call["out_cache_loc"].tolist(), "seq_before": seq_before,
+                    "applied": applied, "outputs_after": [list(r.output_ids) for r in env.reqs],
+                    "syncs": counter.syncs})
+    return {"steps": out, "has_run_draft_block": any("_run_draft_block" in vars(c) for c in type(w).__mro__)}
 
 
 def tp_topk(root: str, tp=3, bs=2, L=3, vocab=50, hidden=8, budget=9, seed=0) -> dict:
@@ -471,11 +526,17 @@ def tp_topk(root: str, tp=3, bs=2, L=3, vocab=50, hidden=8, budget=9, seed=0) ->
     }
 
 
+def tp_topk_many(root: str, tps) -> list:
+    return [tp_topk(root, tp=tp) for tp in tps]
+
+
 def worker_init(root: str, block=16, budget=63) -> dict:
-    """DDTreeWorker.__init__ with DFlashWorker.__init__ (which loads the drafter on
-    the GPU through a TpModelWorker) stood in by a recorder of the server
+    """DDTreeWorker.__init__ with DFlashWorkerV2.__init__ (which loads the drafter
+    on the GPU through a TpModelWorker) stood in by a recorder of the server
     arguments it sees: the drafter must be built as DFlash's (N = block, topk 1),
-    the target's arguments restored afterwards (N = budget + 1, topk 2)."""
+    the target's arguments restored afterwards (N = budget + 1, topk 2), through
+    ServerArgs.override (the resolved arguments are read-only); arguments that
+    skipped DDTREE's rules are refused."""
     _, loader = _install(root, WORKER_MODULES)
     mod = loader.load(f"{SPEC}.ddtree_worker")
     seen = {}
@@ -484,80 +545,182 @@ def worker_init(root: str, block=16, budget=63) -> dict:
         seen.update(num_draft_tokens=server_args.speculative_num_draft_tokens,
                     topk=server_args.speculative_eagle_topk, kwargs=sorted(kw))
         self.block_size = int(server_args.speculative_num_draft_tokens)
-        self.tp_rank = 0
+        self.ps = kw["ps"]
 
-    mod.DFlashWorker.__init__ = dflash_init
-    sa = SimpleNamespace(speculative_dflash_block_size=block, speculative_ddtree_budget=budget,
-                         speculative_num_draft_tokens=budget + 1, speculative_eagle_topk=2)
-    w = mod.DDTreeWorker(sa, 0, 0, None, 0, 0, 0, 12345, SimpleNamespace())
+    mod.DFlashWorkerV2.__init__ = dflash_init
+
+    class Args(SimpleNamespace):
+        """ServerArgs after resolution: fields change only through override()."""
+
+        def __init__(self, **kw):
+            object.__setattr__(self, "overrides", [])
+            for k, v in kw.items():
+                object.__setattr__(self, k, v)
+
+        def __setattr__(self, name, value):
+            raise AttributeError(f"server_args.{name} assigned after resolution")
+
+        def override(self, source, **fields):
+            self.overrides.append(source)
+            for k, v in fields.items():
+                object.__setattr__(self, k, v)
+
+    sa = Args(speculative_dflash_block_size=block, speculative_ddtree_budget=budget,
+              speculative_num_draft_tokens=budget + 1, speculative_eagle_topk=2)
+    def construct():  # the class's base derives from a stand-in: its metaclass would absorb a call
+        w = object.__new__(mod.DDTreeWorker)
+        mod.DDTreeWorker.__init__(w, sa, 0, SimpleNamespace(tp_rank=0), 12345, SimpleNamespace())
+        return w
+
+    w = construct()
     out = {"seen": seen, "after": [sa.speculative_num_draft_tokens, sa.speculative_eagle_topk],
-           "worker": [w.block_size, w.budget, w.num_verify_tokens, w.num_draft_positions]}
-    sa.speculative_num_draft_tokens = 16  # arguments that skipped finish_ddtree_server_args
+           "overrides": list(sa.overrides),
+           "worker": [w.block_size, w.budget, w.num_verify_tokens, w.num_draft_positions],
+           "draft_sampler": w._maybe_build_draft_sampler()}
+    sa.override("test", speculative_num_draft_tokens=16)  # arguments that skipped finish_ddtree_server_args
     try:
-        mod.DDTreeWorker(sa, 0, 0, None, 0, 0, 0, 12345, SimpleNamespace())
+        construct()
         out["unfinished"] = None
     except RuntimeError as e:
         out["unfinished"] = str(e)
     return out
 
+def _mamba_slot(req_pool_indices):
+    """The stand-in request pool's map from request to Mamba state slot (request + 1)."""
+    return req_pool_indices.int() + 1
 
-def tp_topk_many(root: str, tps) -> list:
-    return [tp_topk(root, tp=tp) for tp in tps]
+
+def _linear_backend(hyb, server_args, device="cpu"):
+    """The tree's real ``MambaAttnBackendBase`` on CPU over the stand-in request pool."""
+    backend = object.__new__(hyb.MambaAttnBackendBase)
+    pool = SimpleNamespace(get_mamba_indices=_mamba_slot, translate_mamba_indices=lambda x: x, mamba_pool=None)
+    hyb.MambaAttnBackendBase.__init__(backend, SimpleNamespace(
+        server_args=SimpleNamespace(enable_unified_memory=False, **vars(server_args)), device=device,
+        is_draft_worker=False, req_to_token_pool=pool, token_to_kv_pool=None))
+    return backend
+
+
+def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
+    """The hybrid linear-attention backend's TARGET_VERIFY metadata (the tree
+    path that makes its conv / GDN / Mamba kernels follow each node's parent),
+    for (a) the verify input the model runner's warm-up builds for a
+    DFlash-drafted algorithm (``spec_info.create_dummy_verify_input``) and
+    (b) a DDTree verify input."""
+    import torch
+
+    from tests.ddtree_integration import standins as st
+
+    _, loader = _install(root, [
+        "sglang.srt.layers.attention.hybrid_linear_attn_backend",
+        "sglang.srt.layers.attention.mamba.mamba2_metadata",
+    ] + WORKER_MODULES)
+    loader.set_fakes({"ForwardMode": st.ForwardMode})
+    hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
+    spec_info = loader.load(f"{SPEC}.spec_info")
+    N = budget + 1
+    backend = _linear_backend(hyb, SimpleNamespace(speculative_eagle_topk=topk))
+
+    def metadata(info):
+        fb = SimpleNamespace(batch_size=bs, forward_mode=st.ForwardMode.TARGET_VERIFY,
+                             input_ids=torch.zeros(bs * N, dtype=torch.int64), spec_info=info,
+                             req_pool_indices=torch.arange(bs), mamba_track_indices=None, mamba_track_mask=None,
+                             _original_batch_size=None, seq_lens_cpu=None)
+        md = backend._forward_metadata(fb)
+        return {
+            "query_start_loc": md.query_start_loc.tolist(),
+            "retrieve_next_token": None if md.retrieve_next_token is None else md.retrieve_next_token.tolist(),
+            "retrieve_next_sibling": None if md.retrieve_next_sibling is None else md.retrieve_next_sibling.tolist(),
+            "retrieve_parent_token": None if md.retrieve_parent_token is None
+            else {"dtype": str(md.retrieve_parent_token.dtype), "shape": list(md.retrieve_parent_token.shape)},
+        }
+
+    out = {"topk": backend.topk}
+    # (a) the dummy-run verify input of a DFlash-family algorithm (base_runner's warm-up)
+    algo = spec_info.SpeculativeAlgorithm.from_string("DFLASH")
+    warmup = spec_info.create_dummy_verify_input(algo, SimpleNamespace(speculative_num_draft_tokens=N), None, N, False)
+    out["warmup_type"] = type(warmup).__name__
+    try:
+        out["warmup"] = {"ok": True, "value": metadata(warmup)}
+    except Exception as e:  # noqa: BLE001
+        out["warmup"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
+    # (b) a DDTree verify input
+    try:
+        worker = loader.load(f"{SPEC}.ddtree_worker")
+        tree_mod = loader.load(f"{SPEC}.ddtree_tree")
+        g = torch.Generator().manual_seed(0)
+        logits = torch.randn((bs, block - 1, st.VOCAB), generator=g)
+        ids, lps = tree_mod.topk_logprobs(logits, budget)
+        tree = tree_mod.build_ddtree(ids, lps, budget)
+        seq = torch.tensor([5, 9][:bs], dtype=torch.int64)
+        vi = worker.make_verify_input(tree, torch.tensor([1, 2][:bs]), seq, int(seq.sum()), block - 1)
+        md = metadata(vi)
+        md["same_arrays"] = (md["retrieve_next_token"] == vi.retrieve_next_token.tolist()
+                             and md["retrieve_next_sibling"] == vi.retrieve_next_sibling.tolist())
+        out["ddtree"] = {"ok": True, "value": md}
+    except Exception as e:  # noqa: BLE001
+        out["ddtree"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
+    return out
 
 
 GRAPH_MODULES = WORKER_MODULES + [
-    "sglang.srt.model_executor.cuda_graph_runner",
-    "sglang.srt.model_executor.forward_batch_info",
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner",
     "sglang.srt.layers.attention.hybrid_linear_attn_backend",
     "sglang.srt.layers.attention.mamba.mamba2_metadata",
     "sglang.srt.layers.attention.triton_backend",
+    "sglang.srt.layers.attention.verify_mask",
 ]
 
 
 def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1, 4), vocab=64) -> dict:
     """DDTREE's target verify through the tree's real CUDA-graph code, on CPU:
 
-    (a) ``CudaGraphRunner.get_spec_info``: the verify input the target's graphs are
-        captured with, for a triton and a flashinfer target backend (named by class,
-        which is what DFlash's mask policy reads), and the drafter's;
-    (b) capture metadata of the real ``HybridLinearAttnBackend`` (a real
-        ``TritonAttnBackend`` for the full-attention layers, a real
-        ``MambaAttnBackendBase`` for the linear ones) at the largest captured bs;
-    (c) ``CudaGraphRunner.replay_prepare`` of a DDTree verify batch of
-        ``len(seq_lens)`` requests, padded to a captured bs: what reaches the static
-        buffers the graph reads (``DecodeInputBuffers.create`` allocates them, on CPU).
+    (a) ``DecodeCudaGraphRunner.get_spec_info``: the verify input the target's
+        graphs are captured with, for a triton and a flashinfer target backend
+        (named by class, which is what DFlash's mask policy reads), and the drafter's;
+    (b) the real ``TritonAttnBackend``'s graph buffers for a DDTree verify replayed
+        at a captured batch size (``_update_target_verify_buffers``, which replay's
+        ``init_forward_metadata_out_graph`` runs): the step's FULL_MASK copied into
+        its static verify mask, ``mask_indptr`` and ``qo_indptr``;
+    (c) the real ``MambaAttnBackendBase`` (the hybrid models' linear layers) at the
+        same replay (``_replay_metadata``, padding = bs - the verify's requests, as
+        the graph runner passes it): the tree's LCRS arrays in its static buffers,
+        the Mamba slots of the real requests and -1 for the padded rows.
 
-    Only the Triton kernel that fills kv_indices is a stand-in (absorbed)."""
+    Only the Triton kernels that fill kv_indices are stand-ins (absorbed)."""
     import torch
 
+    from tests.ddtree_integration import standins as st
+
     _, loader = _install(root, GRAPH_MODULES)
-    loader.set_fakes({"get_moe_expert_parallel_world_size": lambda: 1})  # one GPU, no expert parallelism
-    fbi = loader.load("sglang.srt.model_executor.forward_batch_info")
-    cgr = loader.load("sglang.srt.model_executor.cuda_graph_runner")
+    loader.set_fakes({"ForwardMode": st.ForwardMode, "CaptureHiddenMode": st.CaptureHiddenMode,
+                      "get_spec": lambda: SimpleNamespace(speculative_num_draft_tokens=budget + 1,
+                                                          speculative_num_steps=1, speculative_eagle_topk=2)})
+    dcgr = loader.load("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
     hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
     tri = loader.load("sglang.srt.layers.attention.triton_backend")
+    vmask = loader.load("sglang.srt.layers.attention.verify_mask")
     spec_mod = loader.load(f"{SPEC}.spec_info")
     algo = spec_mod.SpeculativeAlgorithm.from_string("DDTREE")
     eagle_info = loader.load(f"{SPEC}.eagle_info")
     worker = loader.load(f"{SPEC}.ddtree_worker")
     tree_mod = loader.load(f"{SPEC}.ddtree_tree")
+    Runner = dcgr.DecodeCudaGraphRunner
     N = budget + 1
     max_bs = max(capture_bs)
     target_args = SimpleNamespace(speculative_ddtree_budget=budget, speculative_dflash_block_size=block,
-                                  speculative_num_draft_tokens=N, speculative_eagle_topk=2, speculative_num_steps=1,
-                                  enable_return_hidden_states=False)
-    # what DFlashWorker.__init__ deep-copies for its draft runner (ddtree_worker._as_dflash_drafter)
+                                  speculative_num_draft_tokens=N, speculative_eagle_topk=2, speculative_num_steps=1)
     draft_args = SimpleNamespace(**{**vars(target_args), "speculative_num_draft_tokens": block,
                                     "speculative_eagle_topk": 1})
 
-    def runner(backend_name, is_draft):
+    def runner(backend_name, is_draft, width):
         args = draft_args if is_draft else target_args
-        r = object.__new__(cgr.CudaGraphRunner)
-        r.model_runner = SimpleNamespace(spec_algorithm=algo, is_draft_worker=is_draft, server_args=args,
-                                         attn_backend=type(backend_name, (), {})(), hisparse_coordinator=None)
-        n = args.speculative_num_draft_tokens
-        r.speculative_num_steps, r.speculative_num_draft_tokens, r.num_tokens_per_bs = 1, n, n
-        r.buffers = SimpleNamespace(custom_mask=torch.ones((max_bs + max_bs * n) * n, dtype=torch.bool))
+        r = object.__new__(Runner)
+        r.__dict__.update(
+            model_runner=SimpleNamespace(spec_algorithm=algo, is_draft_worker=is_draft, server_args=args,
+                                         attn_backend=type(backend_name, (), {})()),
+            speculative_num_steps=1, speculative_num_draft_tokens=N, captured_req_width=width,
+            ragged_verify_mode=None,
+            buffers=SimpleNamespace(custom_mask=torch.ones((max_bs + max_bs * width) * width, dtype=torch.bool)))
         return r
 
     def describe(r, info):
@@ -567,141 +730,68 @@ def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1
             "static_mask": info.custom_mask is not None and info.custom_mask is r.buffers.custom_mask,
             "draft_token_num": info.draft_token_num,
             "topk": getattr(info, "topk", None),
-            "capture_hidden_mode": fbi.CaptureHiddenMode(info.capture_hidden_mode).name,
+            "capture_hidden_mode": st.CaptureHiddenMode(info.capture_hidden_mode).name,
         }
 
     out = {"capture": {}}
     for name in ("TritonAttnBackend", "FlashInferAttnBackend"):
-        r = runner(name, False)
-        out["capture"][name] = describe(r, cgr.CudaGraphRunner.get_spec_info(r, max_bs * N))
-    r = runner("TritonAttnBackend", True)
-    out["capture"]["drafter"] = describe(r, cgr.CudaGraphRunner.get_spec_info(r, max_bs * block))
+        r = runner(name, False, N)
+        out["capture"][name] = describe(r, Runner.get_spec_info(r, max_bs * N))
+    r = runner("TritonAttnBackend", True, block)
+    out["capture"]["drafter"] = describe(r, Runner.get_spec_info(r, max_bs * block))
     # a target runner whose verify width is not budget + 1 (server arguments that skipped DDTREE's rules)
-    r = runner("TritonAttnBackend", False)
-    r.num_tokens_per_bs = block
+    r = runner("TritonAttnBackend", False, block)
     try:
-        cgr.CudaGraphRunner.get_spec_info(r, max_bs * block)
+        Runner.get_spec_info(r, max_bs * block)
         out["capture"]["wrong_width"] = None
     except RuntimeError as e:
         out["capture"]["wrong_width"] = str(e)
 
-    # ---- the backends, with their real graph state
-    req_pool_size, ctx = 8, 64
-    req_to_token = torch.arange(req_pool_size * ctx, dtype=torch.int32).view(req_pool_size, ctx)
-    linear = _linear_backend(hyb, target_args)
-    full = object.__new__(tri.TritonAttnBackend)
-    full.__dict__.update(
-        device="cpu", num_head=2, max_kv_splits=2, v_head_dim=4, swa_v_head_dim=None, max_context_len=ctx,
-        skip_prefill=False, sliding_window_size=None, num_draft_tokens=N, req_to_token=req_to_token,
-        kv_indptr=torch.zeros(max_bs + 1, dtype=torch.int32), qo_indptr=torch.zeros(max_bs + 1, dtype=torch.int32),
-        mask_indptr=torch.zeros(max_bs + 1, dtype=torch.int64), window_kv_indptr=None, speculative_num_steps=1)
-    backend = object.__new__(hyb.HybridLinearAttnBackend)  # its base is a stand-in: no class call
-    hyb.HybridLinearAttnBackend.__init__(backend, full, linear, [1])
-    backend.init_cuda_graph_state(max_bs, max_bs * N)
-
-    g = cgr.CudaGraphRunner
-    r = runner("TritonAttnBackend", False)
-    r.buffers = cgr.DecodeInputBuffers.__dict__["create"].__func__(
-        lambda **kw: _Buffers(cgr, kw), device="cpu", max_bs=max_bs, max_num_token=max_bs * N, hidden_size=8,
-        vocab_size=vocab, dtype=torch.float32, dp_size=1, pp_size=1, is_encoder_decoder=False,
-        require_mlp_tp_gather=False, seq_len_fill_value=backend.get_cuda_graph_seq_len_fill_value(),
-        encoder_len_fill_value=0, num_tokens_per_bs=N, cache_loc_dtype=torch.int64, enable_mamba_track=False)
-    r.__dict__.update(
-        attn_backend=backend, capture_bs=sorted(capture_bs), require_mlp_tp_gather=False, require_gathered_buffer=False,
-        nsa_enable_prefill_cp=False, enable_two_batch_overlap=False, enable_pdmux=False, is_encoder_decoder=False,
-        seq_len_fill_value=backend.get_cuda_graph_seq_len_fill_value(), capture_forward_mode=fbi.ForwardMode.TARGET_VERIFY,
-        capture_hidden_mode=fbi.CaptureHiddenMode.FULL)
-
-    # (b) capture at the largest bs, with what get_spec_info gives
-    cap_info = g.get_spec_info(r, max_bs * N)
-    backend.init_forward_metadata_capture_cuda_graph(
-        max_bs, max_bs * N, r.buffers.req_pool_indices[:max_bs], r.buffers.seq_lens[:max_bs], None,
-        fbi.ForwardMode.TARGET_VERIFY, cap_info)
-    fm, lm = full.forward_metadata, linear.forward_metadata
-    out["capture_metadata"] = {
-        "triton_static_mask": fm.custom_mask is not None and fm.custom_mask.data_ptr() == full.cuda_graph_custom_mask.data_ptr(),
-        "lcrs_static": lm.retrieve_next_token is linear.retrieve_next_token_list[max_bs - 1]
-        and lm.retrieve_next_sibling is linear.retrieve_next_sibling_list[max_bs - 1]
-        and lm.retrieve_parent_token is linear.retrieve_parent_token_list[max_bs - 1],
-    }
-
-    # (c) replay of one DDTree step
+    # ---- one DDTree verify step at replay, padded to a captured bs
     raw_bs = len(seq_lens)
+    bs = min(b for b in capture_bs if b >= raw_bs)
     gen = torch.Generator().manual_seed(0)
     ids, lps = tree_mod.topk_logprobs(torch.randn((raw_bs, block - 1, vocab), generator=gen), budget)
     tree = tree_mod.build_ddtree(ids, lps, budget)
     seq = torch.tensor(seq_lens, dtype=torch.int64)
-    vi = worker.make_verify_input(tree, torch.arange(raw_bs) + 1, seq, seq.clone(), int(seq.sum()), block - 1)
-    req_pool_indices = torch.tensor([3, 5, 6, 2, 7][:raw_bs], dtype=torch.int64)
-    fb = SimpleNamespace(
-        batch_size=raw_bs, input_ids=vi.draft_token, req_pool_indices=req_pool_indices, seq_lens=seq,
-        seq_lens_cpu=seq.clone(), seq_lens_sum=int(seq.sum()), out_cache_loc=torch.arange(raw_bs * N) + 100,
-        positions=vi.positions, spec_info=vi, forward_mode=fbi.ForwardMode.TARGET_VERIFY,
-        capture_hidden_mode=fbi.CaptureHiddenMode.FULL, mrope_positions=None, encoder_lens=None, input_embeds=None,
-        mamba_track_indices=None, mamba_track_mask=None, num_token_non_padded=torch.tensor([raw_bs * N]))
-    g.replay_prepare(r, fb)
-    bs = r.bs
+    vi = worker.make_verify_input(tree, torch.arange(raw_bs) + 1, seq, int(seq.sum()), block - 1)
+    fill = 1  # the graph runner's seq_len fill value for padded rows
+    seq_pad = torch.cat([seq, torch.full((bs - raw_bs,), fill, dtype=torch.int64)])
+    req_pool_indices = torch.tensor([3, 5, 6, 2, 7][:raw_bs] + [0] * (bs - raw_bs), dtype=torch.int64)
+
+    ctx = 64
+    full = object.__new__(tri.TritonAttnBackend)
+    full.__dict__.update(
+        device="cpu", num_draft_tokens=N, max_context_len=ctx, sliding_window_size=None,
+        qo_indptr=torch.zeros(max_bs + 1, dtype=torch.int32), mask_indptr=torch.zeros(max_bs + 1, dtype=torch.int64),
+        cuda_graph_kv_indices=torch.zeros(max_bs * N * ctx, dtype=torch.int64), window_kv_indptr=None,
+        _verify_mask=vmask.maybe_create_verify_mask(is_draft_runner=False, skip_prefill=False, max_bs=max_bs,
+                                                    max_context_len=ctx, num_draft_tokens=N, device="cpu",
+                                                    is_read=True, dtype=torch.uint8))
+    full._fill_kv_indptr_and_indices = lambda bs_, seq_lens_, rpi, kv_indices: torch.zeros(bs_ + 1, dtype=torch.int32)
+    qo, _, custom_mask, mask_indptr, *_ = tri.TritonAttnBackend._update_target_verify_buffers(
+        full, bs, seq_pad, req_pool_indices, vi)
     mask = vi.custom_mask.to(torch.uint8)
-    seq_mask_len = N * (seq + N)
-    out["replay"] = {
-        "raw_bs": r.raw_bs, "bs": bs, "num_tokens_per_bs": r.num_tokens_per_bs,
-        "input_ids": r.buffers.input_ids[:raw_bs * N].tolist() == vi.draft_token.tolist(),
-        "positions": r.buffers.positions[:raw_bs * N].tolist() == vi.positions.tolist(),
-        "mask_len": int(mask.numel()), "mask_expected_len": int(seq_mask_len.sum()),
-        "mask": full.cuda_graph_custom_mask[:mask.numel()].tolist() == mask.tolist(),
-        "mask_indptr": full.mask_indptr[1:raw_bs + 1].tolist() == torch.cumsum(seq_mask_len, 0).tolist(),
-        "qo_indptr": full.qo_indptr[:bs + 1].tolist(),
+    seq_mask_len = N * (seq_pad + N)
+    out["triton"] = {
+        "static_mask": custom_mask is not None and custom_mask.data_ptr() == full._verify_mask.buffer.data_ptr(),
+        "mask": custom_mask[:mask.numel()].tolist() == mask.tolist(),
+        "mask_indptr": mask_indptr[1:raw_bs + 1].tolist() == torch.cumsum(seq_mask_len, 0)[:raw_bs].tolist(),
+        "qo_indptr": qo.tolist(),
+        "mode": full._verify_mask.mode.name,
+    }
+
+    linear = _linear_backend(hyb, target_args)
+    linear.init_cuda_graph_state(max_bs, max_bs * N)
+    fm = linear._replay_metadata(bs, req_pool_indices.clone(), st.ForwardMode.TARGET_VERIFY, vi, seq_pad.clone(),
+                                 num_padding=bs - raw_bs)
+    out["hybrid"] = {
         "next_token": linear.retrieve_next_token_list[bs - 1][:raw_bs].tolist() == vi.retrieve_next_token.tolist(),
         "next_sibling": linear.retrieve_next_sibling_list[bs - 1][:raw_bs].tolist() == vi.retrieve_next_sibling.tolist(),
-        "state_indices": linear.state_indices_list[bs - 1].tolist(),
-        "expected_state_indices": _mamba_slot(req_pool_indices).tolist() + [-1] * (bs - raw_bs),
-        "query_start_loc": linear.forward_metadata.query_start_loc.tolist(),
-        "metadata_static": linear.forward_metadata.retrieve_next_token is linear.retrieve_next_token_list[bs - 1],
+        "metadata_static": fm.retrieve_next_token is linear.retrieve_next_token_list[bs - 1]
+        and fm.retrieve_parent_token is linear.retrieve_parent_token_list[bs - 1],
+        "state_indices": fm.mamba_cache_indices.tolist(),
+        "expected_state_indices": _mamba_slot(req_pool_indices[:raw_bs]).tolist() + [-1] * (bs - raw_bs),
+        "query_start_loc": fm.query_start_loc.tolist(),
     }
     return out
-
-
-def chain_verify_replay(root: str, seq_lens=(9, 1, 5), bs=4, draft_tokens=4) -> dict:
-    """A chain target verify (DFLASH's: topk 1, the real ``DFlashVerifyInput``) of
-    ``len(seq_lens)`` requests replayed in a CUDA graph captured for ``bs``, through the
-    real ``MambaAttnBackendBase`` of the hybrid models: the Mamba slot and query range of
-    every row.  The inputs are what ``CudaGraphRunner.replay_prepare`` hands the backend:
-    the requests, then padding rows with the runner's fill values (request 0, sequence
-    length ``get_cuda_graph_seq_len_fill_value()``)."""
-    import torch
-
-    _, loader = _install(root, GRAPH_MODULES)
-    loader.set_fakes({"get_moe_expert_parallel_world_size": lambda: 1})
-    fbi = loader.load("sglang.srt.model_executor.forward_batch_info")
-    hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
-    dflash_info = loader.load(f"{SPEC}.dflash_info")
-    N, raw_bs = draft_tokens, len(seq_lens)
-    linear = _linear_backend(hyb, SimpleNamespace(speculative_eagle_topk=1, speculative_num_draft_tokens=N))
-    linear.init_cuda_graph_state(bs, bs * N)
-    fill = linear.get_cuda_graph_seq_len_fill_value()
-    req_pool_indices = torch.tensor([3, 5, 6, 2, 7][:raw_bs] + [0] * (bs - raw_bs), dtype=torch.int64)
-    seq = torch.tensor(list(seq_lens) + [fill] * (bs - raw_bs), dtype=torch.int64)
-    info = dflash_info.DFlashVerifyInput(draft_token=torch.arange(raw_bs * N), positions=torch.arange(raw_bs * N),
-                                         draft_token_num=N)
-    linear.init_forward_metadata_replay_cuda_graph(bs, req_pool_indices.clone(), seq, int(seq.sum()), None,
-                                                   fbi.ForwardMode.TARGET_VERIFY, info, seq.clone())
-    return {
-        "fill": fill,
-        "state_indices": linear.forward_metadata.mamba_cache_indices.tolist(),
-        "expected_state_indices": _mamba_slot(req_pool_indices[:raw_bs]).tolist() + [-1] * (bs - raw_bs),
-        "query_start_loc": linear.forward_metadata.query_start_loc.tolist(),
-        "expected_query_start_loc": [i * N for i in range(raw_bs + 1)] + [raw_bs * N] * (bs - raw_bs),
-    }
-
-
-class _Buffers(SimpleNamespace):
-    """``DecodeInputBuffers`` with its real ``populate_from_forward_batch`` (the
-    class itself derives from a stand-in base here, so ``create`` is handed this
-    constructor)."""
-
-    def __init__(self, cgr, fields):
-        super().__init__(**fields)
-        self._populate = cgr.DecodeInputBuffers.__dict__["populate_from_forward_batch"]
-
-    def populate_from_forward_batch(self, **kw):
-        return self._populate(self, **kw)

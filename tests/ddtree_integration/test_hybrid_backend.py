@@ -8,8 +8,9 @@ the GDN / Mamba state updates start each node from (per-node intermediate SSM
 states; test_worker.py checks the parents those kernels derive from DDTree's arrays).
 
 The model runner's warm-up builds a DFlashVerifyInput for DFlash-drafted
-algorithms; without the patch it has no retrieve_* fields and the tree path
-raises AttributeError at start-up (flashinfer autotune warm-up of hybrid models).
+algorithms (v0.5.17: spec_info.create_dummy_verify_input, called by base_runner's
+dummy run; probed here through that function); without the patch it has no
+retrieve_* fields and the tree path raises AttributeError at start-up.
 The pin's DFlashVerifyInput already shows it (its tree path is upstream's); on the
 series without the patch (fixture ``stack_without``) the warm-up is the only
 failure: DDTree's own verify input goes through.
@@ -29,6 +30,7 @@ def hybrid_metadata(tree):
     r = probe(tree, "hybrid_verify_metadata", bs=2, budget=7, block=4)
     assert r["ok"], r
     assert r["value"]["topk"] == 2
+    assert r["value"]["warmup_type"] == "DFlashVerifyInput"
     return r["value"]
 
 

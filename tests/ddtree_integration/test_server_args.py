@@ -2,8 +2,9 @@
 pin's registry, `--speculative-ddtree-budget`, and the start-up rules.
 
 Runs the tree's own ServerArgs.add_cli_args, _handle_grammar_backend and
-_handle_speculative_decoding (the registry's validator hook included) through
-the regression harness's targeted loader.  Each check raises AssertionError
+arg_groups/speculative_hook.handle_speculative_decoding (the registry's validator
+hook and the algorithm's handle_server_args hook) through the regression
+harness's targeted loader.  Each check raises AssertionError
 when the behaviour is absent: it fails on the pristine pin and passes patched.
 On the pin the overlay's DDTREE modules are absent too; on the series without
 the patch (fixture ``stack_without``) they are in the tree, and DDTREE is still
@@ -18,7 +19,6 @@ BASE = [
     "--speculative-algorithm", "DDTREE",
     "--speculative-draft-model-path", "z-lab/Qwen3-8B-DFlash-b16",
     "--speculative-dflash-block-size", "16",
-    "--disable-overlap-schedule",
     "--grammar-backend", "none",
     "--disable-cuda-graph",
     "--attention-backend", "flashinfer",
@@ -32,7 +32,6 @@ def without(flag, argv=BASE, takes_value=True):
 
 # (command line, substrings the refusal must contain): each names the thing and the remedy.
 REFUSALS = {
-    "overlap": (without("--disable-overlap-schedule", takes_value=False), ["overlap scheduling", "--disable-overlap-schedule"]),
     "grammar": (without("--grammar-backend") + ["--grammar-backend", "outlines"],
                 ["grammar-constrained decoding (--grammar-backend outlines)", "--grammar-backend none"]),
     "attention": (BASE[:-1] + ["fa3"], ["attention backend fa3", "--attention-backend flashinfer"]),
@@ -42,8 +41,11 @@ REFUSALS = {
     "topk": (BASE + ["--speculative-eagle-topk", "4"], ["--speculative-eagle-topk 4"]),
     "budget": (BASE + ["--speculative-ddtree-budget", "0"], ["--speculative-ddtree-budget must be >= 1"]),
     "budget-below-block": (BASE + ["--speculative-ddtree-budget", "7"], ["--speculative-ddtree-budget 7", "at least 15"]),
-    "gdn-flashinfer": (BASE + ["--linear-attn-decode-backend", "flashinfer"], ["--linear-attn-decode-backend flashinfer", "tree mode"]),
     "hidden-states": (BASE + ["--enable-return-hidden-states"], ["--enable-return-hidden-states"]),
+    "rejection-sampling": (BASE + ["--speculative-use-rejection-sampling"],
+                           ["--speculative-use-rejection-sampling", "target-only"]),
+    "lazy-mamba-track": (BASE + ["--mamba-radix-cache-strategy", "extra_buffer_lazy"],
+                         ["extra_buffer_lazy", "--mamba-radix-cache-strategy extra_buffer"]),
 }
 
 
@@ -52,10 +54,16 @@ def check_registration(tree):
     assert r["ok"], f"DDTREE is not a speculative algorithm of {tree}: {r.get('message')}"
     v = r["value"]
     assert v["class"] == "DDTreeSpecAlgo" and v["name"] == "DDTREE", v
-    # DFlash's drafter: every is_dflash() branch (aux-hidden capture, draft KV sizing) applies
-    assert v["is_dflash"] and v["is_ddtree"] and not v["is_eagle"], v
-    assert v["has_validator"] and not v["supports_spec_v2"], v
-    assert v["overlap_refusal"] and "DDTREE" in v["overlap_refusal"], v
+    # DFlash's drafter: every DFlash-family branch (aux-hidden capture, draft KV sizing,
+    # the overlap scheduler's KV reservation) applies
+    assert v["is_dflash"] and v["is_dflash_family"] and v["is_ddtree"] and not v["is_eagle"], v
+    assert v["supports_target_verify_for_draft"], "the drafter's block forward runs in TARGET_VERIFY mode"
+    # what the scheduler asks of the configured algorithm (create_future_map, need_topk, ...)
+    assert v["missing_methods"] == [], f"DDTreeSpecAlgo lacks {v['missing_methods']} of SpeculativeAlgorithm"
+    assert v["need_topk"] is False, v
+    assert v["verify_width"] == {"target": 64, "drafter": 16}, v["verify_width"]
+    assert v["has_validator"] and v["supports_overlap"] is True, v
+    assert v["overlap_worker"] == "DDTreeWorker", f"with overlap on (the default): {v['overlap_worker']}"
 
 
 # SGLang's default flags for grammar (no --grammar-backend: xgrammar at the pin):
@@ -66,8 +74,14 @@ DEFAULT_GRAMMAR = without("--grammar-backend")
 GRAPHS = without("--disable-cuda-graph", takes_value=False)
 
 
+# overlap off: the same worker, driven synchronously
+NO_OVERLAP = BASE + ["--disable-overlap-schedule"]
+# GDN decode on FlashInfer: the tree verify takes the Triton kernel (sgl-project/sglang#29734)
+GDN_FLASHINFER = BASE + ["--linear-attn-decode-backend", "flashinfer"]
+
+
 def check_rules(tree):
-    argvs = [BASE + ["--speculative-ddtree-budget", "63"], BASE, DEFAULT_GRAMMAR, GRAPHS]
+    argvs = [BASE + ["--speculative-ddtree-budget", "63"], BASE, DEFAULT_GRAMMAR, GRAPHS, NO_OVERLAP, GDN_FLASHINFER]
     argvs += [argv for argv, _ in REFUSALS.values()]
     results = probe(tree, "server_rules_many", argvs=argvs)
     assert results["ok"], results
@@ -78,7 +92,8 @@ def check_rules(tree):
     assert v["speculative_dflash_block_size"] == 16, "the drafter's block must be kept"
     assert v["speculative_num_draft_tokens"] == 64, "verify width (and every sizing of it) = budget + 1"
     assert v["speculative_eagle_topk"] == 2 and v["speculative_num_steps"] == 1, v
-    assert v["disable_overlap_schedule"] is True and v["max_running_requests"] == 48, v
+    assert v["disable_overlap_schedule"] is False, "the overlap scheduler stays on (SGLang's default)"
+    assert v["max_running_requests"] == 48, v
     assert res[1]["ok"], res[1]
     assert res[1]["value"]["speculative_ddtree_budget"] == 15, "default budget = block - 1"
     assert res[1]["value"]["speculative_num_draft_tokens"] == 16
@@ -86,7 +101,9 @@ def check_rules(tree):
     assert res[2]["value"]["grammar_backend"] == "none", res[2]
     assert res[3]["ok"], f"DDTREE with CUDA graphs was refused: {res[3]}"
     assert res[3]["value"]["disable_cuda_graph"] is False, res[3]
-    for (name, (_, needles)), r in zip(REFUSALS.items(), res[4:]):
+    assert res[4]["ok"] and res[4]["value"]["disable_overlap_schedule"] is True, res[4]
+    assert res[5]["ok"] and res[5]["value"]["linear_attn_decode_backend"] == "flashinfer", res[5]
+    for (name, (_, needles)), r in zip(REFUSALS.items(), res[6:]):
         assert not r["ok"] and r["type"] == "ValueError", f"{name}: not refused: {r}"
         for needle in needles:
             assert needle in r["message"], f"{name}: refusal {r['message']!r} lacks {needle!r}"

@@ -1,13 +1,17 @@
-"""DDTREE decode steps through the tree's own worker code, up to the CUDA kernels.
+"""DDTREE spec-v2 decode steps through the tree's own worker code, up to the CUDA kernels.
 
-Patch dflash-draft-block: DFlashWorker._run_draft_block (DFlash's draft forward,
-split out of _prepare_for_speculative_decoding so DDTREE can reuse it).
-Overlay ddtree_worker.py: draft -> tree -> EagleVerifyInput -> verify -> commit.
+Patch dflash-draft-block: DFlashWorkerV2._run_draft_block (DFlash's draft forward,
+split out of forward_batch_generation so DDTREE can reuse it).
+Overlay ddtree_worker.py: DDTreeWorker(DFlashWorkerV2): draft -> tree -> verify ->
+device-side acceptance -> commit, with the overlap scheduler (the default) or without.
 
-The worker, EagleVerifyInput (allocation, verify bookkeeping, eviction),
-EAGLE's _mamba_verify_update and DFlash's draft-KV append are the tree's code;
-the GPU stack is stood in (standins.py) and the verify kernel runs as its CPU
-transliteration after the compiled argument checks (kernel_reference.py).
+The workers, DFlash's draft forward and draft-KV append, the overlap scheduler's
+KV reservation (DFlashDraftInputV2.prepare_for_decode), EAGLE's acceptance
+(eagle_sample) and tree commit (commit_mamba_states_after_verify,
+move_accept_tokens_to_target_kvcache) are the tree's code; the GPU stack is stood
+in (standins.py) and the verify kernels run as their CPU transliteration after
+the compiled argument checks (kernel_reference.py).  Every step runs under the
+sync counter (syncs.py): the step's own code must read no device value on the host.
 
 The pin shows dflash-draft-block's absence (no ``_run_draft_block``); the series
 without that patch (fixture ``stack_without``) shows why DDTREE needs it: its
@@ -38,30 +42,33 @@ def _tensor(d):
 
 
 def _mask_blocks(mask, seq_before, N):
-    """Per request, the [N, prefix + N] bool block of the flat FULL_MASK."""
+    """Per request, the [N, prefix + N] bool block of the flat FULL_MASK (blocks
+    at the offsets the device computes; the buffer may be sized by a host bound)."""
     out, off = [], 0
     for P in seq_before:
         out.append(mask[off: off + N * (P + N)].view(N, P + N))
         off += N * (P + N)
-    assert off == mask.numel(), "custom mask size != sum(prefix) * N + bs * N^2"
+    assert mask.numel() >= off, "custom mask smaller than sum(prefix) * N + bs * N^2"
     return out
 
 
-def check_decode(tree, configs=CONFIGS):
-    r = probe(tree, "ddtree_decode_configs", prompts=PROMPTS, configs=configs)
+def check_decode(tree, configs=CONFIGS, **common):
+    r = probe(tree, "ddtree_decode_configs", prompts=PROMPTS, configs=[dict(c, **common) for c in configs])
     assert r["ok"], f"DDTREE decode probe on {tree} failed: {r.get('type')}: {r.get('message')}"
     differ = 0
     for cfg, res in zip(configs, r["value"]):
-        assert res["ok"], f"DDTREE decode step on {tree} failed: {res.get('type')}: {res.get('message')}"
-        differ += _check_steps(res["value"]["steps"], cfg)
+        assert res["ok"], f"DDTREE decode step on {tree} failed: {res.get('type')}: {res.get('message')}\n{res.get('traceback')}"
+        differ += _check_steps(res["value"]["steps"], dict(cfg, **common))
     return differ
 
 
 def _check_steps(steps, cfg):
     block, budget = cfg["block"], cfg["budget"]
     N, L, bs = budget + 1, block - 1, len(PROMPTS)
+    hybrid = cfg.get("hybrid", True)
     tree_paths_differ = 0
     for s in steps:
+        assert s["syncs"] == [], f"host synchronisations in the decode step: {s['syncs']}"
         vi = s["verify_input"]
         assert "EagleVerifyInput" in vi["mro"], "the verify input must be EAGLE's tree-verify input"
         dt, pos = _tensor(vi["draft_token"]), _tensor(vi["positions"])
@@ -73,7 +80,9 @@ def _check_steps(steps, cfg):
             assert (t.dtype, tuple(t.shape)) == (torch.int64, (bs, N))
         assert mask.dtype == torch.bool
         assert vi["draft_token_num"] == N and vi["spec_steps"] == L and vi["topk"] == 2
-        assert vi["seq_lens_sum"] == sum(s["seq_before"])
+        assert vi["max_tree_depth"] == L + 1 and vi["capture_hidden_mode"].endswith("FULL")
+        assert s["forward_batch_type"] == "ForwardBatch" and s["attn_init"] == "DDTreeVerifyInput", \
+            "the verify forward is prepared as DFlash's (ForwardBatch.init_new, eager attention metadata)"
         acc = _tensor(s["kernel"]["accept_index"])
         nacc = _tensor(s["kernel"]["accept_token_num"])
         predicts = _tensor(s["kernel"]["predicts"])
@@ -81,10 +90,23 @@ def _check_steps(steps, cfg):
         conv_parents = kref.parents_like_causal_conv1d(nt, ns)
         blocks = _mask_blocks(mask, s["seq_before"], N)
         slots = torch.tensor(s["verify_slots"]).view(bs, N)
-        r2t = torch.tensor(s["req_to_token"])
-        freed_expected = set(s["verify_slots"])
+        r2t_before, r2t = torch.tensor(s["req_to_token_before"]), torch.tensor(s["req_to_token"])
+        kv = {int(k): tuple(v) for k, v in s["target_kv"].items()}
+        assert s["applied"]["stride"] == block, "committed tokens per request: stride L + 1"
+        assert s["published"] == [s["seq_after"]], "the new lengths are published to the overlap scheduler"
+        assert s["events"].index("publish") < s["events"].index("draft_kv"), \
+            "the lengths are published before the draft-KV append (the scheduler plans the next batch meanwhile)"
+        commits = s["mamba_commit"]
+        assert len(commits) == (1 if hybrid else 0), "one Mamba commit per step on a hybrid target, none on a dense one"
         for b in range(bs):
             P = s["seq_before"][b]
+            # the overlap scheduler reserved the tree's verify slots: budget + 1 (and twice that ahead)
+            assert s["reserved"][b] >= P + 2 * N, f"request {b}: reservation {s['reserved'][b]} < prefix + 2N"
+            assert slots[b].tolist() == r2t_before[b, P: P + N].tolist(), "verify slots = req_to_token[prefix, prefix + N)"
+            assert torch.equal(r2t[b], r2t_before[b]), "the step rewrites no req_to_token entry (over-allocation)"
+            db = s["draft_block"]
+            assert db["positions"][b * block: (b + 1) * block] == list(range(P, P + block))
+            assert db["out_cache_loc"][b * block: (b + 1) * block] == r2t_before[b, P: P + block].tolist()
             blk = blocks[b]
             assert bool(blk[:, :P].all()), "prefix columns must all be visible"
             tree_part = blk[:, P:]
@@ -93,6 +115,7 @@ def _check_steps(steps, cfg):
             assert torch.equal(pos.view(bs, N)[b], P + depth), "positions = prefix + depth"
             root_tok = (s["outputs_before"][b] or PROMPTS[b])[-1]
             assert int(dt.view(bs, N)[b, 0]) == root_tok, "the root is the bonus token"
+            assert db["input_ids"][b * block] == root_tok, "the draft block starts with the bonus token"
             # the parent the tree conv / SSM kernels derive == the mask's nearest ancestor
             for k in range(1, N):
                 anc = [j for j in range(k) if bool(tree_part[k, j])]
@@ -110,21 +133,21 @@ def _check_steps(steps, cfg):
             committed = [int(predicts[b * N + j]) for j in path]
             new = s["outputs_after"][b][len(s["outputs_before"][b]):]
             assert new == committed, "committed tokens = the kernel's predicts along the path"
+            assert s["applied"]["accept_lens"][b] == m + 1
             # SSM commit from the last accepted node (not the accept length)
-            assert s["mamba_commit"][b] == path[-1]
+            if hybrid:
+                assert commits[0][b] == path[-1]
             tree_paths_differ += int(path[-1] != m)
-            # KV: the path's slots, in path order, become the request's next positions
+            # KV: the path's KV moved to the front: position P + i holds node path[i]
             assert s["seq_after"][b] == P + m + 1
-            assert r2t[b, P: P + m + 1].tolist() == [int(slots[b, j]) for j in path]
-            freed_expected -= {int(slots[b, j]) for j in path}
+            for i, j in enumerate(path):
+                assert kv[int(r2t[b, P + i])] == (int(dt.view(bs, N)[b, j]), P + i), \
+                    f"request {b}: position {P + i} does not hold the accepted node {j}"
             # drafter context: the target features of the path rows at positions P..P+m
             for i, j in enumerate(path):
-                assert s["draft_kv"][str(int(slots[b, j]))] == [b * N + j, P + i]
+                assert s["draft_kv"][str(int(r2t[b, P + i]))] == [b * N + j, P + i]
             assert s["bonus_after"][b] == s["outputs_after"][b][-1]
-        assert set(s["freed"]) == freed_expected and len(s["freed"]) == len(freed_expected)
-        assert s["seq_lens_cpu_after"] == s["seq_after"]
-        assert s["seq_lens_sum_after"] == sum(s["seq_after"])
-        assert s["spec_info_after"] == "DFlashDraftInput"
+        assert s["spec_info_after"] == "DFlashDraftInputV2"
     # greedy losslessness through the real verify: outputs = plain greedy decoding
     for b, prompt in enumerate(PROMPTS):
         out = steps[-1]["outputs_after"][b]
@@ -132,14 +155,25 @@ def _check_steps(steps, cfg):
     return tree_paths_differ
 
 
-def test_ddtree_decode_patched(patched_tree):
-    differ = check_decode(patched_tree)
+def test_ddtree_decode_overlap_patched(patched_tree):
+    """With the overlap scheduler (SGLang's default): no host mirror of the sequence
+    lengths; the mask is sized by the reservation's bound."""
+    differ = check_decode(patched_tree, overlap=True)
     # some steps accepted a sibling path: the last node's index differs from the accept length
     assert differ > 0
 
 
+def test_ddtree_decode_without_overlap_patched(patched_tree):
+    check_decode(patched_tree, CONFIGS[:2], overlap=False)
+
+
+def test_ddtree_decode_dense_target_patched(patched_tree):
+    """A dense target (no Mamba state): no state commit, the rest unchanged."""
+    check_decode(patched_tree, CONFIGS[:1], hybrid=False)
+
+
 def test_ddtree_sampling_decode_patched(patched_tree):
-    """Temperature 1: EagleVerifyInput.verify's sampling branch feeds
+    """Temperature 1: eagle_sample's sampling branch feeds
     tree_speculative_sampling_target_only (argument checks as compiled) with no
     draft probabilities (all zero: target-only, lossless) and thresholds 1."""
     cfg = dict(CONFIGS[1], sampling=True)
@@ -170,37 +204,42 @@ def test_ddtree_decode_absent_on_pristine(pristine_tree):
         check_decode(pristine_tree, CONFIGS[:1])
 
 
-def _expected_chain(prompts, block, seed):
-    """DFlash's chain from the same stand-in drafter: bonus, then the argmax per position."""
-    reqs = [st.Req(p) for p in prompts]
-    batch = st.Batch(reqs, torch.zeros((len(reqs), 8), dtype=torch.int64), st.Allocator())
-    h = st.OracleDrafter([batch], block, [0, 1], seed).forward(None).logits_output.hidden_states
-    h = h.view(len(reqs), block, -1)
-    toks, poss = [], []
-    for b, r in enumerate(reqs):
-        P = len(r.tokens()) - 1
-        toks += [r.tokens()[-1]] + h[b, 1:].argmax(-1).tolist()
-        poss += list(range(P, P + block))
-    return toks, poss
+# ----------------------------------------------------------------- DFLASH, do no harm
+
+def dflash_chain(tree, **kw):
+    r = probe(tree, "dflash_chain_steps", prompts=PROMPTS, block=5, steps=2, seed=3, **kw)
+    assert r["ok"], f"{r.get('type')}: {r.get('message')}"
+    return r["value"]
 
 
-def check_draft_block_hook(tree):
-    r = probe(tree, "dflash_chain_step", prompts=PROMPTS, block=5, seed=3)
-    assert r["ok"], r
-    v = r["value"]
-    toks, poss = _expected_chain(PROMPTS, 5, 3)
-    assert v["draft_token"]["values"] == toks and v["positions"]["values"] == poss, "DFlash's chain changed"
-    assert v["has_run_draft_block"], f"DFlashWorker of {tree} has no _run_draft_block"
+def test_dflash_chain_is_the_pristine_chain(pristine_tree, patched_tree):
+    """DFLASH's own spec-v2 decode on the patched tree equals pristine v0.5.17's
+    step for step (chain, positions, verify slots, committed tokens), is plain
+    greedy decoding of the toy target, and reads no device value on the host."""
+    pristine, patched = dflash_chain(pristine_tree), dflash_chain(patched_tree)
+    assert patched["steps"] == pristine["steps"], "DFLASH's decode changed on the patched tree"
+    for s in patched["steps"]:
+        assert s["syncs"] == [], s["syncs"]
+    for b, prompt in enumerate(PROMPTS):
+        out = patched["steps"][-1]["outputs_after"][b]
+        assert len(out) > 2 and out == st.greedy_reference(prompt, len(out))
+    assert patched["has_run_draft_block"] and not pristine["has_run_draft_block"]
 
 
-def test_draft_block_hook_patched(patched_tree):
-    check_draft_block_hook(patched_tree)
+def test_sync_counter_sees_a_host_read(patched_tree):
+    """The counter is not blind: DFLASH with a compact draft window on the eager
+    path (no GPU Triton) rebuilds the window from lengths read on the host
+    (``_gather_req_to_token_segments``: ``lengths.max().item()``, a boolean-mask
+    gather); upstream's own code, counted."""
+    v = dflash_chain(patched_tree, compact_window=6)
+    syncs = [why for s in v["steps"] for why, _ in s["syncs"]]
+    assert "item() of a device tensor" in syncs, syncs
+    assert any("boolean mask" in why for why in syncs), syncs
+    assert all(where.startswith("sglang/srt/speculative/dflash_worker_v2.py:")
+               for s in v["steps"] for _, where in s["syncs"]), v["steps"][0]["syncs"]
 
 
-def test_draft_block_hook_absent_on_pristine(pristine_tree):
-    with pytest.raises(AssertionError, match="no _run_draft_block"):
-        check_draft_block_hook(pristine_tree)
-
+# ----------------------------------------------------------------- the draft-block hook
 
 def test_ddtree_draft_fails_without_the_draft_block_patch(stack_without):
     """The series less dflash-draft-block.patch: DDTREE's first decode step stops
@@ -209,19 +248,21 @@ def test_ddtree_draft_fails_without_the_draft_block_patch(stack_without):
     assert r["ok"], r
     res = r["value"][0]
     assert not res["ok"] and res["type"] == "AttributeError" and "'_run_draft_block'" in res["message"], res
-    assert re.search(r'ddtree_worker\.py", line \d+, in _prepare_for_speculative_decoding\n.*self\._run_draft_block\(',
+    assert re.search(r'ddtree_worker\.py", line \d+, in forward_batch_generation\n.*self\._run_draft_block\(',
                      res["traceback"]), f"the failure must be the worker's call of _run_draft_block:\n{res['traceback']}"
 
 
 def test_worker_init_builds_dflash_drafter_patched(patched_tree):
     """The drafter is built as DFlash's (its block in speculative_num_draft_tokens,
-    topk 1: the draft runner's verify width, attention buffers and warm-up), and
-    the target's arguments are restored (budget + 1, topk 2); arguments that did
-    not go through DDTREE's server rules are refused."""
+    topk 1: the draft runner's verify width, attention buffers and warm-up), through
+    ServerArgs.override, and the target's arguments are restored (budget + 1,
+    topk 2); DFlash's in-graph greedy head is not built (the tree needs the
+    distributions); arguments that did not go through DDTREE's rules are refused."""
     r = probe(patched_tree, "worker_init", block=16, budget=63)
     assert r["ok"], r
     v = r["value"]
     assert v["seen"]["num_draft_tokens"] == 16 and v["seen"]["topk"] == 1
-    assert v["after"] == [64, 2]
+    assert v["after"] == [64, 2] and v["overrides"] == ["ddtree.drafter", "ddtree.target"]
     assert v["worker"] == [16, 63, 64, 15]
+    assert v["draft_sampler"] is None
     assert v["unfinished"] and "finish_ddtree_server_args" in v["unfinished"]

@@ -61,7 +61,11 @@ def test_run_plan():
     assert not any(r["tree"] == "pristine" and r["spec"] == "DDTREE" for r in runs)
     # DDTREE on both models, CUDA graphs off and on, each expected to start, serve and be compared
     ddtree = {r["id"]: r for r in runs if r["spec"] == "DDTREE"}
-    assert set(ddtree) == {f"{m}.patched.ddtree.{g}" for m in ("dense", "hybrid") for g in ("eager", "graphs")}
+    # with the overlap scheduler (SGLang's default), and the graphs runs without it too
+    assert set(ddtree) == {f"{m}.patched.ddtree.{g}" for m in ("dense", "hybrid") for g in ("eager", "graphs")} | \
+        {f"{m}.patched.ddtree.graphs.no-overlap" for m in ("dense", "hybrid")}
+    assert [r["overlap"] for r in runs if not r["id"].endswith(".no-overlap")] == \
+        [True] * (len(runs) - 2), "every other run keeps SGLang's default, the overlap scheduler"
     assert all(r["expect"] == "ok" and r["refusal"] is None for r in ddtree.values()), ddtree
     # the graphs runs come right after the eager ones: they are the point of issue 16
     assert ids.index("hybrid.patched.ddtree.graphs") == ids.index("hybrid.patched.ddtree.eager") + 1
@@ -73,11 +77,13 @@ def test_flags():
     f = e2e_lossless_runs.lossless_flags(run, models, "float32")
     assert f[:3] == ["--dtype", "float32", "--disable-cuda-graph"]
     assert "--mm-attention-backend" in f and f[f.index("--speculative-draft-model-path") + 1] == "/m/hd"
-    assert "--disable-overlap-schedule" in f
+    assert "--disable-overlap-schedule" not in f, "DDTREE runs with the overlap scheduler"
+    o = e2e_lossless_runs.lossless_flags(dict(run, overlap=False), models, "float32")
+    assert "--disable-overlap-schedule" in o
     d = e2e_lossless_runs.lossless_flags({"model": "dense", "spec": "DDTREE", "graphs": True}, models, "bfloat16")
     assert d[d.index("--cuda-graph-bs") + 1:d.index("--cuda-graph-bs") + 4] == ["1", "4", "32"]
     assert "--disable-cuda-graph" not in d and "--mm-attention-backend" not in d
-    assert d[d.index("--speculative-draft-model-path") + 1] == "/m/dd" and "--disable-overlap-schedule" in d
+    assert d[d.index("--speculative-draft-model-path") + 1] == "/m/dd" and "--disable-overlap-schedule" not in d
     g = e2e_lossless_runs.lossless_flags({"model": "dense", "spec": None, "graphs": True}, models, "float32")
     assert g[g.index("--cuda-graph-bs") + 1:g.index("--cuda-graph-bs") + 4] == ["1", "4", "32"]
     assert "--speculative-algorithm" not in g and "--disable-cuda-graph" not in g

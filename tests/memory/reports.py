@@ -13,8 +13,8 @@ from pathlib import Path
 
 from sgl_overlay.harness import load_scenario, run_child, run_scenario, source_root
 
-SCENARIOS = ["negative-rest-tp8", "zero-requests-dflash", "dflash-smoke", "dflash-default-48", "healthy-h200-8b",
-             "dflash-smoke-tight"]
+SCENARIOS = ["negative-rest-tp8", "zero-requests-dflash", "dflash-smoke", "dflash-smoke-raised", "dflash-default-48",
+             "healthy-h200-8b", "dflash-smoke-tight"]
 
 CACHE_DIR: Path | None = None
 LABELS: dict = {}  # tree path -> label
@@ -38,6 +38,16 @@ def _cached(tree: Path, key: str, compute):
 def report(tree: Path, name: str) -> dict:
     """The full report's JSON form (tools/regress.py --json), remedies re-run, pools built on the meta device."""
     return _cached(tree, name, lambda: run_scenario(tree, load_scenario(name), measure_allocation=True).to_json())
+
+
+def report_with(tree: Path, name: str, **flags) -> dict:
+    """``report`` of the scenario with ``flags`` applied."""
+    import dataclasses
+
+    sc = load_scenario(name)
+    sc = dataclasses.replace(sc, server=dict(sc.server, **flags))
+    key = name + "".join(f"-{k}={v}" for k, v in sorted(flags.items()))
+    return _cached(tree, key, lambda: run_scenario(tree, sc, measure_allocation=True).to_json())
 
 
 @lru_cache(maxsize=None)

@@ -14,7 +14,7 @@ import pytest
 from sgl_overlay.harness import load_scenario
 
 from tests.memory import expected as E
-from tests.memory.reports import SCENARIOS, report, runs
+from tests.memory.reports import SCENARIOS, report, report_with, runs
 
 
 POOLS = {  # ledger reservation -> the allocation's (bytes, count key, ledger count key)
@@ -79,15 +79,33 @@ def test_reserved_equals_allocated(patched, name):
     assert measured, f"{name}: neither the run nor a remedy re-run built pools"
 
 
-def test_pin_allocates_more_than_it_reserves(pristine):
-    """The defect the mamba-spec-reservation patch removes, measured on the pin:
-    in the known-good DFlash service the pools allocate one state slot and one
-    intermediate slot (16 draft tokens) more than the sizing reserved."""
-    rep = report(pristine, "dflash-smoke")
+def _reserved_by_the_sizing(rep) -> int:
+    """The Mamba bytes the sizing took out of its budget (the harness's figures
+    around the tree's own _handle_max_mamba_cache)."""
     f = rep["figures"]
-    reserved = round((f["rest_before_mamba_gib"] - f["rest_after_mamba_gib"]) * E.GIB)
-    a = f["allocation"]
+    return round((f["rest_before_mamba_gib"] - f["rest_after_mamba_gib"]) * E.GIB)
+
+
+def test_v0_5_12_post1_allocated_more_than_it_reserved():
+    """The defect mamba-spec-reservation.patch fixed on the old pin, measured on
+    v0.5.12.post1: in the known-good DFlash service the pools allocate one
+    state slot and one intermediate slot (16 draft tokens) more than the sizing
+    reserved."""
+    from sgl_overlay import release_trees
+    from sgl_overlay.harness import source_root
+
+    rep = report(source_root(release_trees.release_tree("0.5.12.post1")), "dflash-smoke")
+    a = rep["figures"]["allocation"]
     allocated = a["mamba_states_bytes"] + a["speculative_intermediate_states_bytes"]
     per_slot = E.mamba_bytes_per_slot(load_scenario("dflash-smoke"))
-    assert allocated - reserved == pytest.approx((1 + 16) * per_slot, abs=2)
-    assert (allocated - reserved) / E.GIB == pytest.approx(2.437, abs=0.001)
+    assert allocated - _reserved_by_the_sizing(rep) == pytest.approx((1 + 16) * per_slot, abs=2)
+
+
+def test_the_pin_reserves_what_its_mamba_pools_allocate(pristine):
+    """Why the patch was dropped: the pin (59ef3b15cc, #32184, v0.5.17) reserves
+    the pools' padding slots, so its reservation equals the allocation (the
+    service at 0.8, where the pin starts it)."""
+    rep = report_with(pristine, "dflash-smoke-raised", mem_fraction_static=0.8)
+    assert rep["outcome"] == "ok", rep["reason"]
+    a = rep["figures"]["allocation"]
+    assert a["mamba_states_bytes"] + a["speculative_intermediate_states_bytes"] == _reserved_by_the_sizing(rep)

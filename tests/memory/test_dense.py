@@ -3,13 +3,18 @@ size to the same token and request counts on the pin and on the patched tree."""
 
 import pytest
 
+from sgl_overlay.harness import load_scenario
+
+from tests.memory import expected as E
 from tests.memory.reports import child, report
 
 
 def test_healthy_h200_identical(pristine, patched):
+    sc = load_scenario("healthy-h200-8b")
     a, b = report(pristine, "healthy-h200-8b")["figures"], report(patched, "healthy-h200-8b")["figures"]
-    assert (a["max_total_num_tokens"], a["max_running_requests"]) == (918523, 3587)
-    assert (b["max_total_num_tokens"], b["max_running_requests"]) == (918523, 3587)
+    _, cell = E.kv_bytes_per_token(sc)
+    assert a["max_total_num_tokens"] == E.budget_bytes(sc) // cell
+    assert (a["max_total_num_tokens"], a["max_running_requests"]) == (b["max_total_num_tokens"], b["max_running_requests"])
 
 
 @pytest.mark.parametrize("mfs", [0.78, 0.85, 0.95])

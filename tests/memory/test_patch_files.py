@@ -1,4 +1,5 @@
-"""The memory and debug patch files: headers, trailers, bodies, paths."""
+"""The memory and debug patch files: headers, trailers, bodies, paths; the
+patch the move to v0.5.17 dropped, with its reason in the series."""
 
 import re
 from pathlib import Path
@@ -7,20 +8,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = {
-    "budget-ledger.patch": ("memory", "Pending", ["0c065671c9", "dea85c30f4"]),
-    "mamba-spec-reservation.patch": ("memory", "Pending", ["dea85c30f4"]),
-    "fit-request-count.patch": ("memory", "Pending", ["0c065671c9"]),
-    "over-budget-start.patch": ("memory", "Pending", ["dea85c30f4"]),
+    "budget-ledger.patch": ("memory", "Pending", ["0c065671c9", "dea85c30f4", "59ef3b15cc"]),
+    "fit-request-count.patch": ("memory", "Pending", ["0c065671c9", "dea85c30f4", "59ef3b15cc"]),
+    "over-budget-start.patch": ("memory", "Pending", ["59ef3b15cc", "dea85c30f4"]),
     "memory-ledger.patch": ("debug", "Inappropriate [debug instrumentation]", []),
 }
 
 
-def _series_block(topic):
+def _series_block(topic, comments=False):
     lines, inside = [], False
     for line in (ROOT / "patches" / "series").read_text().splitlines():
         if line.startswith("# -- Topic:"):
             inside = line.startswith(f"# -- Topic: {topic} ")
-        elif inside and line.strip() and not line.startswith("#"):
+        elif inside and line.strip() and (comments or not line.startswith("#")):
             lines.append(line.strip())
     return lines
 
@@ -43,5 +43,14 @@ def test_patch_file(name):
 
 
 def test_memory_patches_in_the_order_they_build_on():
-    assert _series_block("memory") == ["budget-ledger.patch", "mamba-spec-reservation.patch",
-                                       "fit-request-count.patch", "over-budget-start.patch"]
+    assert _series_block("memory") == ["budget-ledger.patch", "fit-request-count.patch", "over-budget-start.patch"]
+
+
+def test_the_dropped_reservation_patch_names_its_upstream_commits():
+    """mamba-spec-reservation.patch left the stack at v0.5.17: the series says
+    which upstream commits cover it (tests/memory/test_allocation.py shows the
+    pin reserving what its pools allocate)."""
+    block = " ".join(_series_block("memory", comments=True))
+    assert "dropped at v0.5.17: mamba-spec-reservation.patch" in block
+    assert "59ef3b15cc (#32184, v0.5.17)" in block and "dea85c30f4 (#23837, v0.5.13)" in block
+    assert not (ROOT / "patches" / "mamba-spec-reservation.patch").exists()

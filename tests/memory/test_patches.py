@@ -1,85 +1,105 @@
-"""One check per patch: each must fail on the pristine pin and pass on the patched tree.
+"""One check per patch: each must fail on the pristine pin (SGLang v0.5.17) for
+its reason and pass on the patched tree.
 
 The checks run the regression scenarios through the harness (real upstream
-sizing code, CPU); test_*_fails_on_pristine proves each check can fail.
+sizing code, CPU); test_fails_on_pristine_pin proves each check can fail, with
+the pin's own behaviour named.  Expectations come from the scenario files
+(expected.py) and the Mamba state size the tree's config class gives.
 """
 
 import re
 
 import pytest
 
-from sgl_overlay.harness import Outcome, load_scenario, parse_remedies
+from sgl_overlay.harness import Case, Outcome, load_scenario, parse_remedies, run_child, source_root
 
 from tests.memory import expected as E
-from tests.memory.reports import SCENARIOS, report, runs
-
-GIB = E.GIB
+from tests.memory.reports import SCENARIOS, report
 
 
 def check_budget_ledger(tree):
-    """A non-positive budget is refused with the ledger and a remedy that works."""
+    """A non-positive budget is refused with the ledger (where the memory went)
+    and a --mem-fraction-static that leaves one request at the context length."""
     sc = load_scenario("negative-rest-tp8")
     rep = report(tree, "negative-rest-tp8")
     assert rep["outcome"] == Outcome.REFUSED, rep["reason"]
     msg = rep["error"]["message"]
-    assert "held outside the model" in msg, msg
     assert "free after weights (min over ranks)" in msg, msg
+    assert "held outside the model" in msg, msg
     rem = rep["remedy"]
     assert rem["parsed"] and rem["parsed"]["flag"] == "--mem-fraction-static", rem
-    # the smallest value (3 decimals) leaving one request at the context length
-    assert rem["parsed"]["value"] == E.smallest_mfs(sc) == 0.78
     assert rem["works"] and rem["rerun_outcome"] == Outcome.OK, rem["why"]
-
-
-def check_mamba_spec_reservation(tree):
-    """Never 0 requests; what the Mamba pools allocate equals what was reserved."""
-    for name in ("zero-requests-dflash", "dflash-smoke", "dflash-default-48"):
-        rep = report(tree, name)
-        assert rep["outcome"] in (Outcome.OK, Outcome.REFUSED), (name, rep["reason"])
-        measured = 0
-        for applied, ledger, figures in runs(rep):
-            alloc = figures.get("allocation")
-            if not alloc:
-                continue
-            assert ledger, (name, applied, "no ledger")
-            res = ledger["reservations"]
-            assert alloc["mamba_states_bytes"] == res["mamba_states"]["bytes"], (name, applied, alloc, res)
-            assert alloc["speculative_intermediate_states_bytes"] == res["speculative_intermediate_states"]["bytes"]
-            measured += 1
-        assert measured, f"{name}: no run built its pools"
+    context = sc.model["context_len"]
+    assert rem["rerun_figures"]["max_total_num_tokens"] >= context, (
+        f"{rem['applied']} leaves {rem['rerun_figures']['max_total_num_tokens']} KV tokens, "
+        f"less than one {context}-token request")
+    assert rem["parsed"]["value"] == E.smallest_mfs_dense(sc)
 
 
 def check_fit_request_count(tree):
-    """The unset speculative default is lowered to the largest count that fits;
-    a user's count that does not fit is refused with the largest that would."""
+    """The unset speculative default (48) is lowered to the largest count whose
+    Mamba states, intermediate states and one verify step of KV cache fit; a
+    user's count that does not fit is refused with the largest that would."""
     sc = load_scenario("dflash-default-48")
     rep = report(tree, "dflash-default-48")
     assert rep["outcome"] == Outcome.OK, rep["reason"]
     best = E.largest_fitting(sc)
-    assert rep["figures"]["max_running_requests"] == best.requests == 4
-    assert not E.fits(sc, E.reserve(sc, best.requests + 1, E.budget_bytes(sc)))
-    sc = load_scenario("zero-requests-dflash")
-    rep = report(tree, "zero-requests-dflash")
+    f = rep["figures"]
+    assert (f["max_running_requests_flag"], f["max_running_requests"], f["max_mamba_cache_size"]) == (
+        E.SPEC_DEFAULT_REQUESTS, best.requests, best.slots)
+    assert f["max_total_num_tokens"] == best.tokens
+    sc = load_scenario("dflash-smoke-tight")
+    rep = report(tree, "dflash-smoke-tight")
     assert rep["outcome"] == Outcome.REFUSED, rep["reason"]
+    want, largest = sc.server["max_running_requests"], E.largest_fitting(sc, sc.server["max_running_requests"] - 1)
+    assert f"--max-running-requests {want} does not fit" in rep["error"]["message"], rep["error"]["message"][:300]
     first = rep["remedies"][0]["parsed"]
-    assert (first["flag"], first["value"]) == ("--max-running-requests", E.largest_fitting(sc).requests) == (
-        "--max-running-requests", 2)
+    assert (first["flag"], first["value"]) == ("--max-running-requests", largest.requests)
+    assert all(r["works"] for r in rep["remedies"]), [r["why"] for r in rep["remedies"]]
+
+
+def check_over_budget_start(tree):
+    """The known-good service at the fraction v0.5.14-v0.5.16 need
+    (dflash-smoke-raised) starts with the figures of the reservation without the
+    padding slots, over budget by them (one state slot and one 16-token
+    intermediate slot), the static pools leaving the activation reserve free;
+    the warning's remedy re-runs as case fits with at least those figures."""
+    sc = load_scenario("dflash-smoke-raised")
+    rep = report(tree, "dflash-smoke-raised")
+    assert rep["outcome"] == Outcome.OK, rep["reason"]
+    ref = E.reserve(sc, sc.server["max_running_requests"], E.budget_bytes(sc), sc.server["max_mamba_cache_size"],
+                    padding=False)
+    f = rep["figures"]
+    assert (f["max_running_requests"], f["max_total_num_tokens"], f["max_mamba_cache_size"]) == (
+        ref.requests, ref.tokens, ref.slots)
+    led = rep["ledger"]
+    assert led and led["figures"]["case"] == Case.OVER_BUDGET, led and led["figures"].get("case")
+    per_req, (_, cell) = f["mamba_cache_per_req_bytes"], E.kv_bytes_per_token(sc)
+    assert abs(led["figures"]["over_budget_bytes"] - (1 + E.draft_tokens(sc)) * per_req) <= cell
+    rem = rep["remedy"]
+    assert rem["works"] and rem["rerun_case"] == Case.FITS, rem["why"]
+    rf = rem["rerun_figures"]
+    assert (rf["max_running_requests"], rf["max_mamba_cache_size"]) >= (ref.requests, ref.slots)
+    assert rf["max_total_num_tokens"] >= ref.tokens
 
 
 def check_memory_ledger(tree):
-    """The JSON ledger (SGLO_MEMORY_LEDGER) is written for every scenario, and the
-    refusal's machine-readable remedy lines parse to the ledger's remedies."""
-    for name in SCENARIOS:
-        rep = report(tree, name)
-        ledger = rep.get("ledger")
-        assert ledger and ledger["schema"] == 1, (name, "no ledger")
-        assert ledger["outcome"] == rep["outcome"], (name, ledger["outcome"], rep["outcome"])
-        if rep["outcome"] == Outcome.REFUSED:
-            parsed = [(r.flag, r.value) for r in parse_remedies(rep["error"]["message"])]
+    """SGLO_MEMORY_LEDGER: the tree writes its ledger as JSON (the harness reads
+    the file; without it the child falls back to the in-memory ledger) and logs
+    each figure at INFO; the refusal's remedy lines parse to the file's remedies."""
+    for name in ("negative-rest-tp8", "dflash-smoke-raised"):
+        out = run_child(source_root(tree), load_scenario(name).to_request())
+        written = [r["message"] for r in out.get("log", []) if r["message"].startswith("memory ledger:")]
+        assert any(" written to " in m for m in written), (name, "no ledger written")
+        assert any(m.startswith("memory ledger: budget_bytes = ") for m in written), (name, written[:5])
+        ledger = out["ledger"]
+        assert ledger["schema"] == 1 and ledger["outcome"] == ("refused" if out.get("error") else "ok")
+        if out.get("error"):
+            parsed = [(r.flag, r.value) for r in parse_remedies(out["error"]["message"])]
             assert parsed == [(r["flag"], r["value"]) for r in ledger["remedies"]], name
 
 
-CHECKS = [check_budget_ledger, check_mamba_spec_reservation, check_fit_request_count, check_memory_ledger]
+CHECKS = [check_budget_ledger, check_fit_request_count, check_over_budget_start, check_memory_ledger]
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__[6:])
@@ -89,15 +109,14 @@ def test_passes_on_patched_tree(patched, check):
 
 # What each check meets on the pristine pin: the pin's own behaviour, named.
 PRISTINE_FAILURES = {
-    # the pin's refusal, without the ledger (pool_configurator.py of v0.5.12.post1)
-    check_budget_ledger: re.escape("Not enough memory. Please try to increase --mem-fraction-static."),
-    # the pin sizes 0 running requests for scenario B2
-    check_mamba_spec_reservation: re.escape("('zero-requests-dflash', 'sizing completed with max_running_requests=0')"),
-    # the pin refuses the DFlash default of 48 requests instead of lowering it
-    check_fit_request_count: r"RuntimeError at sglang/srt/model_executor/pool_configurator\.py:\d+ \(__post_init__\): "
-                             r"Not enough memory\.",
+    # the pin's hint (0c065671c9, #28855): no ledger; its value leaves no room for one request
+    check_budget_ledger: re.escape("free after weights (min over ranks)' in 'Loaded weights leave no GPU memory"),
+    # the pin refuses the speculative default of 48 with a value the command already satisfies
+    check_fit_request_count: re.escape("Raise --mem-fraction-static above 0.580"),
+    # the pin refuses the known-good service (the padding slots, 59ef3b15cc, #32184)
+    check_over_budget_start: re.escape("Raise --mem-fraction-static above 0.580"),
     # the pin writes no ledger
-    check_memory_ledger: re.escape("('negative-rest-tp8', 'no ledger')"),
+    check_memory_ledger: re.escape("('negative-rest-tp8', 'no ledger written')"),
 }
 
 
@@ -105,3 +124,13 @@ PRISTINE_FAILURES = {
 def test_fails_on_pristine_pin(pristine, check):
     with pytest.raises(AssertionError, match=PRISTINE_FAILURES[check]):
         check(pristine)
+
+
+def test_the_debug_patch_is_what_writes_the_file(stack_without):
+    """The series without memory-ledger.patch: the memory topic keeps its
+    in-memory ledger (the harness still reads it), but nothing is written."""
+    tree = source_root(stack_without("memory-ledger.patch"))
+    out = run_child(tree, load_scenario("negative-rest-tp8").to_request())
+    assert out["ledger"] and out["ledger"]["outcome"] == "refused"  # the in-memory ledger
+    with pytest.raises(AssertionError, match=re.escape("('negative-rest-tp8', 'no ledger written')")):
+        check_memory_ledger(tree)

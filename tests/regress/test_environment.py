@@ -35,16 +35,17 @@ def test_settings_are_the_sglang_variables_only():
 def test_mamba_conv_dtype_changes_the_pins_figures_by_what_its_code_implies(pristine_tree, monkeypatch):
     """SGLANG_MAMBA_CONV_DTYPE=float32 (configs/mamba_utils.py mamba2_state_dtype: the conv states'
     dtype, bfloat16 by default) doubles the conv part of every Mamba slot: conv_dim x (kernel - 1)
-    more bytes x 2 per linear layer.  With the slots fixed at 32, the KV budget loses 32 of those,
-    and the KV tokens that many cells (the oracle's formulas, not the harness's output)."""
+    more bytes x 2 per linear layer.  With the slots fixed at 32, the KV budget loses 33 of those
+    (the pin reserves the pool's padding slot too: 59ef3b15cc, #32184), and the KV tokens that
+    many cells (the oracle's formulas, not the harness's output)."""
     sc = load_scenario(SCENARIO)
     raw = oracle.load(SCENARIO)
     slots = sc.server["max_running_requests"]
     per_slot_bf16 = oracle.mamba_bytes_per_request(raw, conv_bytes=2)
     per_slot_f32 = oracle.mamba_bytes_per_request(raw, conv_bytes=4)
     cell = oracle.hybrid_cell_bytes(raw)
-    lost = slots * (per_slot_f32 - per_slot_bf16)
-    assert lost % cell == 0  # 32 x 2,949,120 B = 1,440 cells of 65,536 B: no rounding in the difference
+    lost = (slots + 1) * (per_slot_f32 - per_slot_bf16)
+    assert lost % cell == 0  # 33 x 2,949,120 B = 1,485 cells of 65,536 B: no rounding in the difference
 
     base = run_scenario(pristine_tree, sc, verify_remedy=False)
     assert base.environment == {} and base.outcome is Outcome.OK, base.reason

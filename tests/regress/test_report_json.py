@@ -30,8 +30,9 @@ def _regress(capsys, tree, scenario, *more):
 
 
 def test_a_refusal_stating_no_value(capsys, pristine_tree):
-    """The pin refuses negative-rest-tp8 with "Please try to increase --mem-fraction-static": no value."""
-    r = _regress(capsys, pristine_tree, "negative-rest-tp8")
+    """The pin refuses zero-requests-dflash with "Try: (1) reduce --max-running-requests,
+    (2) increase --mem-fraction-static ...": no value."""
+    r = _regress(capsys, pristine_tree, "zero-requests-dflash")
     assert list(r) == COMMON + ["remedy", "remedies", "case"] + END
     assert r["outcome"] == "refused" and r["exit"] == 1 and r["case"] is None and r["ledger"] is None
     assert list(r["error"]) == ERROR and r["error"]["origin"] == "tree"
@@ -39,8 +40,24 @@ def test_a_refusal_stating_no_value(capsys, pristine_tree):
     assert r["remedies"] == []
 
 
-def test_a_broken_sizing_has_no_remedy_keys(capsys, pristine_tree):
-    r = _regress(capsys, pristine_tree, "zero-requests-dflash")
+def test_a_refusal_whose_value_is_already_satisfied(capsys, pristine_tree):
+    """The pin refuses dflash-smoke with "Raise --mem-fraction-static above 0.580",
+    which the scenario's 0.6857 already meets: looked up, not re-run."""
+    r = _regress(capsys, pristine_tree, "dflash-smoke")
+    assert list(r) == COMMON + ["remedy", "remedies", "case"] + END
+    assert r["outcome"] == "refused" and r["exit"] == 1
+    check = r["remedy"]
+    assert list(check) == ["parsed", "current", "works", "why"] and list(check["parsed"]) == PARSED
+    assert check["parsed"]["flag"] == "--mem-fraction-static" and check["parsed"]["relation"] == "above"
+    assert check["current"] > check["parsed"]["value"] and check["works"] is False
+
+
+def test_a_broken_sizing_has_no_remedy_keys(capsys):
+    """v0.5.12.post1 (the pin until v0.5.17) sized zero-requests-dflash to 0 running
+    requests; from v0.5.13 (dea85c30f4) no release does."""
+    from sgl_overlay import release_trees
+
+    r = _regress(capsys, release_trees.release_tree("0.5.12.post1"), "zero-requests-dflash")
     assert list(r) == COMMON + ["case"] + END
     assert r["outcome"] == "broken" and r["error"] is None and r["figures"]["max_running_requests"] == 0
 
@@ -68,8 +85,8 @@ def test_remedies_not_verified(capsys, patched_tree):
 
 
 def test_an_over_budget_start(capsys, patched_tree):
-    """The patched tree starts dflash-smoke over budget with a warning; its remedy must re-run as case fits."""
-    r = _regress(capsys, patched_tree, "dflash-smoke")
+    """The patched tree starts dflash-smoke-raised over budget with a warning; its remedy must re-run as case fits."""
+    r = _regress(capsys, patched_tree, "dflash-smoke-raised")
     assert list(r) == COMMON + ["case", "warning", "remedy", "remedies"] + END
     assert r["outcome"] == "ok" and r["case"] == "over_budget" and r["exit"] == 0
     assert r["warning"] == r["ledger"]["reason"] and "over budget by" in r["warning"]
@@ -92,7 +109,7 @@ def test_a_remedy_already_satisfied_is_looked_up_not_re_run(current):
 
 
 def test_a_start_within_the_budget(capsys, pristine_tree):
-    """The pin starts dflash-smoke (no ledger, so no case): no remedy keys; the outcome is the Outcome's word."""
-    r = _regress(capsys, pristine_tree, "dflash-smoke")
+    """The pin starts healthy-h200-8b (no ledger, so no case): no remedy keys; the outcome is the Outcome's word."""
+    r = _regress(capsys, pristine_tree, "healthy-h200-8b")
     assert list(r) == COMMON + ["case"] + END
     assert r["outcome"] == Outcome.OK.value and r["case"] is None and r["exit"] == 0

@@ -1,10 +1,17 @@
 """A simulated GPU for the sm120 patch tests, and the pinned SGLang on it
 (the fixtures that use this are in conftest.py).
 
-No GPU here: each test picks one of three devices and the few ``torch.cuda``
+No GPU here: each test picks one of four devices and the few ``torch.cuda``
 queries the code under test makes answer for it.  The SM120 device is the
-one the patches are for; H200 (9.0) and B200 (10.0) are the controls, with
-their real figures (nvidia-smi's ``memory.total``, the SM count).
+one the patches are for (GB10, 12.1, where a 12.0-only check misses it);
+H200 (9.0) and B200 (10.0) are the controls, with their real figures
+(nvidia-smi's ``memory.total``, the SM count).
+
+Start-up flags are resolved by the release's own ServerArgs rules through
+the regression harness (``resolved``: its resolution pipeline, model
+overrides and post-process passes, on a scenario whose ``[gpu]`` is the
+simulated device); single modules are loaded on the simulated device
+(conftest.py ``on_device``).
 
 SGLang's own capability helpers (``is_sm120_supported``, ``is_blackwell``,
 ``get_device_sm`` ...) live in ``sglang/srt/utils/common.py``, which cannot be
@@ -20,6 +27,7 @@ import dataclasses
 import sys
 import types
 from functools import lru_cache, partial
+from pathlib import Path
 from typing import List, Optional, Tuple
 
 import pytest
@@ -33,7 +41,7 @@ from sgl_overlay.harness import loader
 class Device:
     name: str                   # torch.cuda.get_device_name()
     capability: tuple           # torch.cuda.get_device_capability()
-    total_mib: int              # nvidia-smi memory.total (what SGLang's get_device_memory_capacity
+    total_mib: Optional[int]    # nvidia-smi memory.total (what SGLang's get_device_memory_capacity
                                 # reads; torch's total_memory is lower, e.g. 143,155 MiB on an H200)
     sm_count: int               # multi_processor_count
     link: str                   # how the GPUs of one host are connected
@@ -50,8 +58,13 @@ DEVICES = {
                            "PCIe", False),
     "h200": Device("NVIDIA H200", (9, 0), 143_771, 132, "NVLink", True),
     "b200": Device("NVIDIA B200", (10, 0), 183_359, 148, "NVLink", True),
+    # DGX Spark's GB10 (compute capability 12.1, 48 SMs: public figures, not
+    # measured here); its memory is unified with the CPU's, and no test that
+    # takes this device reads memory.total (None)
+    "gb10": Device("NVIDIA GB10", (12, 1), None, 48, "NVLink-C2C", False),
 }
 SM120 = "rtx-pro-6000"
+SM121 = "gb10"
 CONTROLS = ("h200", "b200")
 
 # torch.version.cuda on the simulated machine (chosen: the pin's torch 2.11.0
@@ -131,49 +144,28 @@ def describe(value):
     return value
 
 
-# ---- ServerArgs without __post_init__ -------------------------------------
+# ---- start-up flags through the release's own resolution -------------------
 
-def bare_server_args(sa_mod, architecture: str, hf_fields: dict | None = None, **flags):
-    """A ServerArgs with its dataclass defaults and ``flags``, without running
-    __post_init__ (which wants a model on disk and a GPU). Its model config is
-    a namespace with ``architectures=[architecture]`` and ``hf_fields``."""
-    cls = sa_mod.ServerArgs
-    obj = object.__new__(cls)
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            setattr(obj, f.name, f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            setattr(obj, f.name, f.default_factory())
-    obj.model_path = "/models/simulated"
-    # __post_init__ sets this from --quantization (True only for "unquant")
-    obj._quantization_explicitly_unset = False
-    for k, v in flags.items():
-        setattr(obj, k, v)
-    hf = types.SimpleNamespace(architectures=[architecture], **(hf_fields or {}))
-    obj.get_model_config = lambda: types.SimpleNamespace(hf_config=hf)
-    return obj
+SCENARIO = Path(__file__).resolve().parent / "scenarios" / "olmo2-rtx-pro-6000.toml"
 
 
-SERVER_ARGS_MODULES = ["sglang.srt.server_args", "sglang.srt.arg_groups.hisparse_hook"]
-SERVER_ARGS_FAKES = {
-    # linear-attention registry lookup: none of the architectures used here
-    # (Olmo2, DeepSeek V3.2, Qwen3 MoE) is a hybrid linear-attention model
-    "get_linear_attn_spec_by_arch": lambda arch: None,
-}
+def resolved(tree, device_key=SM120, tp=1, **flags):
+    """The scenario (Olmo2-7B, default flags) on ``device_key`` x ``tp`` with
+    ``flags``, resolved by ``tree``'s own ServerArgs rules (the harness):
+    {flag: (resolved value, rule)} for every flag a rule changed."""
+    from sgl_overlay.harness import Outcome, load_scenario, run_scenario
 
-
-def model_adjustments(on_device, tree, device_key, architecture, hf_fields=None, **flags):
-    """ServerArgs._handle_model_specific_adjustments() of ``tree`` on the device:
-    the resulting fields of interest, or the exception it raised."""
-    with on_device(tree, device_key, SERVER_ARGS_MODULES, **SERVER_ARGS_FAKES) as load:
-        sa = load("sglang.srt.server_args")
-        args = bare_server_args(sa, architecture, hf_fields, **flags)
-        result = outcome(args._handle_model_specific_adjustments)
-        if isinstance(result, Exception):
-            return result
-        return {k: getattr(args, k) for k in (
-            "attention_backend", "kv_cache_dtype", "nsa_prefill_backend", "nsa_decode_backend",
-            "enable_flashinfer_allreduce_fusion", "page_size")}
+    sc = load_scenario(str(SCENARIO))
+    dev = DEVICES[device_key]
+    gpu = dict(sc.gpu, device_name=dev.name, capability=list(dev.capability), total_mib=dev.total_mib,
+               world_size=tp)
+    if tp > 1:  # the weights are split over the TP group
+        gpu.update(weights_gib=sc.gpu["weights_gib"] / tp,
+                   post_load_free_gib=sc.gpu["pre_load_free_gib"] - sc.gpu["weights_gib"] / tp)
+    sc = dataclasses.replace(sc, gpu=gpu, server=dict(sc.server, tp_size=tp, **flags))
+    report = run_scenario(tree, sc, verify_remedy=False)
+    assert report.outcome is Outcome.OK, (report.outcome, report.reason)
+    return {c["flag"]: (c["resolved"], c["rule"]) for c in report.figures["resolution"]}
 
 
 # ---- PD multiplexing ---------------------------------------------------------

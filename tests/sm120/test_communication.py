@@ -1,17 +1,93 @@
-"""patches/sm120-communication.patch: torch symmetric-memory all-reduce and
-FlashInfer all-reduce fusion on compute capability 12.x."""
+"""patches/sm120-communication.patch: FlashInfer all-reduce fusion on compute
+capability 12.x, and what the pin already does for torch symmetric-memory
+all-reduce there (the patch's other half, dropped at v0.5.17).
+
+The start-up flags go through the pin's own ServerArgs resolution (the
+harness, support.resolved): TP 2 on the simulated device."""
 import logging
 import types
 
 import pytest
 import torch
 
-from .support import CONTROLS, SM120, both_trees, describe, model_adjustments, pristine_fails
+from sgl_overlay import release_trees
+
+from .support import CONTROLS, SM120, SM121, resolved
 
 MiB = 1 << 20
+TP = 2
+FUSION = "flashinfer_allreduce_fusion_backend"
+
+
+# ---- FlashInfer all-reduce fusion ---------------------------------------------
+
+def fusion_backend(tree, device_key, **flags):
+    """The resolved fusion backend and the rule that set it last ((None, None):
+    no rule changed the flag given)."""
+    got = resolved(tree, device_key, tp=TP, **flags)
+    return got.get(FUSION, (flags.get(FUSION), None))
+
+
+@pytest.mark.parametrize("device_key", [SM120, SM121])
+def test_fusion_backend_is_turned_off_on_sm12x(device_key, pristine_tree, patched_tree):
+    """--enable-flashinfer-allreduce-fusion: the pin maps it to backend "auto"
+    (_handle_deprecated_args) and keeps it on 12.x, where the runner's workspace
+    pre-initialisation then refuses (test below); the patch leaves it off."""
+    assert fusion_backend(pristine_tree, device_key, enable_flashinfer_allreduce_fusion=True) == (
+        "auto", "ServerArgs._handle_deprecated_args")
+    assert fusion_backend(patched_tree, device_key, enable_flashinfer_allreduce_fusion=True) == (None, None)
+
+
+def test_explicit_fusion_backend_is_turned_off_on_sm120(pristine_tree, patched_tree, caplog):
+    caplog.set_level(logging.WARNING)
+    assert fusion_backend(pristine_tree, SM120, **{FUSION: "trtllm"}) == ("trtllm", None)
+    assert fusion_backend(patched_tree, SM120, **{FUSION: "trtllm"}) == (None, "_sm120_allreduce_fusion_disable")
+
+
+@pytest.mark.parametrize("device_key", CONTROLS)
+@pytest.mark.parametrize("flags", [dict(enable_flashinfer_allreduce_fusion=True), {FUSION: "trtllm"}],
+                         ids=["deprecated-flag", "explicit-backend"])
+def test_fusion_controls_unchanged(device_key, flags, pristine_tree, patched_tree):
+    got = [fusion_backend(t, device_key, **flags) for t in (pristine_tree, patched_tree)]
+    assert got[0] == got[1] and got[0][0] in ("auto", "trtllm"), got
+
+
+def test_fusion_is_not_auto_enabled_on_sm120_in_either_tree(pristine_tree, patched_tree):
+    """The automatic enabling (SM90/SM100 only, for the models on its list) was
+    never the problem; Olmo2 is not on its list, so nothing is set anywhere."""
+    assert [fusion_backend(t, SM120) for t in (pristine_tree, patched_tree)] == [(None, None)] * 2
+
+
+def test_fusion_on_sm120_fails_late_on_the_pin(pristine_tree, on_device):
+    """Why the backend must not stay on: the pin's own backend check, which the
+    runner reaches when it pre-initialises the fusion workspace (TP >= 2),
+    refuses SM12x."""
+    module = "sglang.srt.layers.flashinfer_comm_fusion"
+    with on_device(pristine_tree, SM120, [module]) as load:
+        with pytest.raises(ValueError, match="requires SM90 or SM10X"):
+            load(module)._resolve_backend("auto", False)
+
+
+@pytest.mark.parametrize("device_key,fuses", [(SM120, False), ("h200", True), ("b200", True)])
+def test_communicator_never_fuses_on_sm120(device_key, fuses, pristine_tree, patched_tree, on_device):
+    """layers/communicator.py (not patched): with a backend set, fusion is applied
+    on SM90/SM100 only. This is why an SM12x backend can only be turned off."""
+    comm = types.SimpleNamespace(flashinfer_allreduce_fusion_backend="auto")
+    got = []
+    for tree in (pristine_tree, patched_tree):
+        with on_device(tree, device_key, ["sglang.srt.layers.communicator"],
+                       get_exec=lambda: types.SimpleNamespace(comm=comm),
+                       is_dp_attention_enabled=lambda: False,
+                       is_flashinfer_allreduce_unavailable=lambda: False) as load:
+            got.append(load("sglang.srt.layers.communicator").apply_flashinfer_allreduce_fusion(16))
+    assert got == [fuses, fuses]
+
+
+# ---- torch symmetric-memory all-reduce (the half upstream covers) --------------
+
 SYMM_MEM = "sglang.srt.distributed.device_communicators.torch_symm_mem"
 SYMM_MEM_MODULES = [SYMM_MEM, "sglang.srt.distributed.device_communicators.all_reduce_utils"]
-TP = 8  # one host, 8 GPUs
+SYMM_TP = 8  # one host, 8 GPUs
 
 
 class FakeSymmMem:
@@ -32,8 +108,9 @@ class FakeSymmMem:
 def symm_mem_communicator(on_device, tree, device_key, monkeypatch):
     """Construct TorchSymmMemCommunicator as parallel_state does for a TP group
     of 8 under --enable-torch-symm-mem; return (communicator, allocations)."""
-    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: TP)
-    with on_device(tree, device_key, SYMM_MEM_MODULES) as load:
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: SYMM_TP)
+    comm = types.SimpleNamespace(enable_scattered_sconv=False)  # --enable-scattered-sconv unset
+    with on_device(tree, device_key, SYMM_MEM_MODULES, get_exec=lambda: types.SimpleNamespace(comm=comm)) as load:
         mod = load(SYMM_MEM)
         fake = FakeSymmMem()
         monkeypatch.setattr(mod, "torch_symm_mem", fake)
@@ -42,80 +119,35 @@ def symm_mem_communicator(on_device, tree, device_key, monkeypatch):
         return comm, fake.allocated
 
 
-@pristine_fails(KeyError, "the pin looks capability major 12 up in TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES "
-                          "(keys 9, 10): KeyError: 12 at start-up")
-def test_torch_symm_mem_on_sm120_refuses_clearly(sglang_tree, on_device, monkeypatch, caplog):
+def test_symm_mem_declines_sm120_on_the_pin(pristine_tree, patched_tree, on_device, monkeypatch, caplog):
+    """69b02ea68a (#24548, v0.5.14) looks the size table up with .get(): the pin
+    stays disabled on SM12x with a warning, allocating nothing (the reason the
+    patch's KeyError half was dropped)."""
     caplog.set_level(logging.WARNING)
-    comm, allocated = symm_mem_communicator(on_device, sglang_tree, SM120, monkeypatch)
-    assert comm.disabled is True and allocated == []
-    assert comm.should_torch_symm_mem_allreduce(torch.zeros(4, dtype=torch.bfloat16)) is False
-    message = " ".join(r.getMessage() for r in caplog.records if r.name == SYMM_MEM)
-    assert "compute capability 12.x" in message and "majors [9, 10]" in message
-    assert "NVLink multicast" in message
+    for tree in (pristine_tree, patched_tree):
+        caplog.clear()
+        comm, allocated = symm_mem_communicator(on_device, tree, SM120, monkeypatch)
+        assert (comm.disabled, comm.max_size, allocated) == (True, 0, [])
+        assert comm.should_torch_symm_mem_allreduce(torch.zeros(4, dtype=torch.bfloat16)) is False
+        assert any("Device capability 12 not supported" in r.getMessage() for r in caplog.records)
+
+
+def test_symm_mem_keyerror_on_sm120_at_v0_5_12_post1(on_device, monkeypatch):
+    """What the dropped half was for: v0.5.12.post1 (the pin until v0.5.17)
+    looked capability major 12 up in TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES
+    (keys 9, 10): KeyError: 12 at start-up."""
+    with pytest.raises(KeyError, match="12"):
+        symm_mem_communicator(on_device, release_trees.release_tree("0.5.12.post1"), SM120, monkeypatch)
 
 
 @pytest.mark.parametrize("device_key", CONTROLS)
 def test_torch_symm_mem_controls_unchanged(device_key, pristine_tree, patched_tree, on_device, monkeypatch):
     got = {}
-    for name, tree in both_trees(pristine_tree, patched_tree).items():
+    for name, tree in (("pristine", pristine_tree), ("patched", patched_tree)):
         comm, allocated = symm_mem_communicator(on_device, tree, device_key, monkeypatch)
         got[name] = (comm.disabled, comm.max_size, allocated)
-    # 128 MiB for 8 GPUs on both 9.x and 10.x; bf16 buffer of max_size / 2 elements
-    assert got["pristine"] == got["patched"] == (False, 128 * MiB, [64 * MiB])
-
-
-def test_symm_mem_multimem_table_has_no_key_the_size_table_lacks(patched_tree, on_device):
-    """The patch leaves _WORLD_SIZES_MULTIMEM alone: it is read only by an
-    enabled communicator, i.e. for a major that has a size table."""
-    with on_device(patched_tree, SM120, SYMM_MEM_MODULES) as load:
-        mod = load(SYMM_MEM)
-        sizes = load("sglang.srt.distributed.device_communicators.all_reduce_utils")
-        assert set(mod.TorchSymmMemCommunicator._WORLD_SIZES_MULTIMEM) <= set(
-            sizes.TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES) == {9, 10}
-
-
-# ---- FlashInfer all-reduce fusion -------------------------------------------
-
-FUSION_MODEL = "Qwen3MoeForCausalLM"  # on the pin's auto-enable list
-
-
-def fusion_flag(on_device, tree, device_key, explicit):
-    out = model_adjustments(on_device, tree, device_key, FUSION_MODEL, tp_size=TP,
-                            enable_flashinfer_allreduce_fusion=explicit)
-    assert not isinstance(out, Exception), out
-    return out["enable_flashinfer_allreduce_fusion"]
-
-
-@pristine_fails(AssertionError, "the pin keeps an explicit --enable-flashinfer-allreduce-fusion on SM12x "
-                                "(model_runner pre-initialises FlashInfer's workspace; never used)")
-def test_flashinfer_fusion_flag_is_turned_off_on_sm120(sglang_tree, on_device, caplog):
-    caplog.set_level(logging.WARNING)
-    assert fusion_flag(on_device, sglang_tree, SM120, explicit=True) is False
-    assert any("--enable-flashinfer-allreduce-fusion" in r.getMessage()
-               and "SM90 and SM100 only" in r.getMessage() for r in caplog.records)
-
-
-@pytest.mark.parametrize("device_key", CONTROLS)
-@pytest.mark.parametrize("explicit", [True, False])
-def test_flashinfer_fusion_controls_unchanged(device_key, explicit, pristine_tree, patched_tree, on_device):
-    got = {n: fusion_flag(on_device, t, device_key, explicit)
-           for n, t in both_trees(pristine_tree, patched_tree).items()}
-    assert got == {"pristine": True, "patched": True}  # explicit, or auto-enabled on SM90/SM100
-
-
-def test_flashinfer_fusion_is_not_auto_enabled_on_sm120_in_either_tree(pristine_tree, patched_tree, on_device):
-    assert [fusion_flag(on_device, t, SM120, explicit=False) for t in (pristine_tree, patched_tree)] == [
-        False, False]
-
-
-@pytest.mark.parametrize("device_key,fuses", [(SM120, False), ("h200", True), ("b200", True)])
-def test_communicator_never_fuses_on_sm120(device_key, fuses, pristine_tree, patched_tree, on_device):
-    """layers/communicator.py (not patched): with the flag on, fusion is applied
-    on SM90/SM100 only. This is why an SM12x flag can only be turned off."""
-    server_args = types.SimpleNamespace(enable_flashinfer_allreduce_fusion=True)
-    got = []
-    for tree in (pristine_tree, patched_tree):
-        with on_device(tree, device_key, ["sglang.srt.layers.communicator"],
-                       get_global_server_args=lambda: server_args) as load:
-            got.append(describe(load("sglang.srt.layers.communicator").apply_flashinfer_allreduce_fusion(16)))
-    assert got == [fuses, fuses]
+    # the size table's 128 MiB for 8 GPUs (9.x and 10.x alike), raised to 512 MiB by
+    # the pin's Inkling all-reduce defaults (SGLANG_OPT_USE_INKLING_CUSTOM_AR and
+    # SGLANG_OPT_USE_INKLING_FUSED_AR_SCONV on: the fused extend kernels' output
+    # holds the largest prefill payload); a bf16 buffer of max_size / 2 elements
+    assert got["pristine"] == got["patched"] == (False, 512 * MiB, [256 * MiB])

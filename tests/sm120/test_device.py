@@ -18,6 +18,8 @@ EXPECTED = {
                  is_sm100_supported=False, is_sm90_supported=True, is_hopper_with_cuda_12_3=True),
     "b200": dict(get_device_sm=100, is_sm120_supported=False, is_blackwell=True,
                  is_sm100_supported=True, is_sm90_supported=False, is_hopper_with_cuda_12_3=False),
+    "gb10": dict(get_device_sm=121, is_sm120_supported=True, is_blackwell=True,
+                 is_sm100_supported=False, is_sm90_supported=False, is_hopper_with_cuda_12_3=False),
 }
 
 

@@ -5,16 +5,15 @@ import sys
 import types
 
 import pytest
-import torch
 
-from .support import PDMUX, SM120, SPLITS, both_trees, pdmux_stream_groups, pristine_fails
+from .support import PDMUX, SM120, SM121, SPLITS, both_trees, pdmux_stream_groups, pristine_fails
 
 CONFIGURER = "sglang.srt.layers.deep_gemm_wrapper.configurer"
 
 
 def deep_gemm_flags(on_device, tree, device_key, monkeypatch):
     """The configurer's module-level decisions at import. deep_gemm imports, as
-    on any install of the pin (its wheel requires sgl-deep-gemm==0.1.0)."""
+    on any install of the pin (its wheel requires sgl-deep-gemm==0.1.5.post1)."""
     monkeypatch.setitem(sys.modules, "deep_gemm", types.ModuleType("deep_gemm"))
     with on_device(tree, device_key, [CONFIGURER]) as load:
         c = load(CONFIGURER)
@@ -25,14 +24,23 @@ def deep_gemm_flags(on_device, tree, device_key, monkeypatch):
 OFF = dict(enable=False, blackwell=False, ue8m0=False, tma_aligned_scales=True)
 
 
-@pristine_fails(AssertionError, "the pin enables DeepGEMM for any SM >= 90 and picks the SM100 UE8M0 "
-                                "scale format through is_blackwell_supported() on SM12x")
-def test_deep_gemm_is_off_on_sm120(sglang_tree, on_device, monkeypatch):
+def test_deep_gemm_is_off_on_sm120_in_both_trees(pristine_tree, patched_tree, on_device, monkeypatch):
+    """The pin turns DeepGEMM off for sm_version == 120 (524ba10eda, #24692) and
+    keeps the UE8M0 scale format for SM100 (e76d36214b, #26496), both v0.5.13:
+    that part of the patch is upstream's."""
     monkeypatch.delenv("SGLANG_ENABLE_JIT_DEEPGEMM", raising=False)
-    assert deep_gemm_flags(on_device, sglang_tree, SM120, monkeypatch) == OFF
+    got = {n: deep_gemm_flags(on_device, t, SM120, monkeypatch) for n, t in both_trees(pristine_tree, patched_tree).items()}
+    assert got == {"pristine": OFF, "patched": OFF}
 
 
-@pristine_fails(AssertionError, "the pin follows SGLANG_ENABLE_JIT_DEEPGEMM=1 onto SM12x")
+@pristine_fails(AssertionError, "the pin's check is sm_version == 120: GB10 (12.1) gets DeepGEMM, "
+                                "whose kernels need SM90 WGMMA or SM100 tcgen05")
+def test_deep_gemm_is_off_on_sm121(sglang_tree, on_device, monkeypatch):
+    monkeypatch.delenv("SGLANG_ENABLE_JIT_DEEPGEMM", raising=False)
+    assert deep_gemm_flags(on_device, sglang_tree, SM121, monkeypatch) == OFF
+
+
+@pristine_fails(AssertionError, "the pin ignores an explicit SGLANG_ENABLE_JIT_DEEPGEMM=1 on SM12x without a word")
 def test_deep_gemm_forced_on_sm120_stays_off_and_says_why(sglang_tree, on_device, monkeypatch, caplog):
     monkeypatch.setenv("SGLANG_ENABLE_JIT_DEEPGEMM", "1")
     caplog.set_level(logging.WARNING)

@@ -28,6 +28,8 @@ STACK = ROOT / "tools" / "stack.py"
 DATA = Path(__file__).parent / "port_data"
 FLATTEN = "python/sglang/srt/utils/flatten.py"
 HOOKS = "python/sglang/srt/model_executor/hook_manager.py"
+# a line of the pin's pool_configurator.py that v0.5.23 reworked (its deepseek_v4 imports)
+RING_IMPORT = "from sglang.srt.mem_cache.deepseek_v4_memory_pool import get_compress_state_ring_size\n"
 UPSTREAM_TEST = "test/registered/unit/utils/test_flatten.py"
 EVIDENCE = "tests/ragged/test_flatten_port.py"
 PORT = "patches/ports/v0.5.23/ragged"
@@ -51,7 +53,7 @@ INNER = (
     "                    f\"position {p}: idx len \"\n"
     "                    f\"{len(pi) if pi is not None else None} != val len {len(pv)}\"\n"
     "                )\n")
-DROPPED = "Dropped: nsa.patch — upstream already does this in v0.5.13 (pool_configurator's imports reworked)."
+DROPPED = "Dropped: nsa.patch — upstream already does this in v0.5.23 (pool_configurator's imports reworked)."
 
 
 def trailers(ports_, evidence_):
@@ -81,11 +83,11 @@ def port_patches(tmp_path_factory):
 @pytest.fixture
 def ported(project, patches, port_patches):
     """A scratch project: a pinned topic `ragged` (kept.patch, nsa.patch on
-    real 0.5.12.post1 files), another topic, its port to v0.5.23, the
+    real files of the pin), another topic, its port to v0.5.23, the
     evidence tests and the repository's tests/conftest.py (--tree)."""
     kept, c1 = patches.make([(HOOKS, "import fnmatch\n", "import fnmatch  # kept\n")], subject="Kept",
                             trailers="Upstream-Status: Pending\nTopic: ragged\n")
-    nsa, _ = patches.make([(POOL, "    is_deepseek_nsa,\n", "    is_deepseek_nsa,  # ours\n")], subject="Nsa",
+    nsa, _ = patches.make([(POOL, RING_IMPORT, RING_IMPORT.replace("\n", "  # ours\n"))], subject="Nsa",
                           trailers="Upstream-Status: Pending\nTopic: ragged\n")
     other, _ = patches.make([(HOOKS, "import logging\n", "import logging  # other\n")], subject="Other",
                             trailers="Upstream-Status: Pending\nTopic: other\n", on=c1)
@@ -215,7 +217,7 @@ def test_rebase_reports_what_the_port_covers(ported):
     assert got["kept.patch"]["git_status"] == "applied"
     assert got["kept.patch"]["ported"] == {"port": f"{PORT}/two.patch"}
     assert got["nsa.patch"]["status"] == "ported" and got["nsa.patch"]["git_status"] == "conflict"
-    assert got["nsa.patch"]["ported"]["dropped"].startswith("upstream already does this in v0.5.13")
+    assert got["nsa.patch"]["ported"]["dropped"].startswith("upstream already does this in v0.5.23")
     assert got["other.patch"]["status"] == "applied" and "ported" not in got["other.patch"]
     assert r.data["ported"] == 2
     text = run(ported, "rebase", "--onto", "0.5.23").stdout

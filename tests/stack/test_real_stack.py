@@ -1,12 +1,15 @@
-"""The repository's real stack rebased onto real later releases: the
-classifications follow from what upstream did (SGLang's git history, commits named below):
-- upstream reworked the hybrid-state sizing in 0.5.13 (dea85c30f4) and added
-  its own error for a non-positive budget in 0.5.14 (0c065671c9): the memory
-  topic must come out as conflict or probably-upstream from 0.5.13 on, never
-  silently applied a second time;
-- the torch symmetric-memory KeyError guard landed in 0.5.14 (69b02ea68a) on
-  the lines our communication patch changes, while a 12.x table entry never
-  did: applied at 0.5.13, not applicable from 0.5.14, never merged-upstream.
+"""The repository's real stack (on the pin, SGLang v0.5.17) rebased onto real
+later releases: the classifications follow from what those releases hold
+(read here from the release trees themselves, the oracles):
+- no release has the memory topic's module (model_executor/memory_budget.py),
+  so no memory patch can be merged-upstream or applied silently a second time:
+  each is a conflict (or, for a person to confirm, probably-upstream);
+- from v0.5.20 ServerArgs no longer runs the all-reduce fusion passes itself
+  (they moved to the resolution pipeline's model hook), so the
+  communication patch, which adds its pass after them there, conflicts on
+  server_args.py; nothing of sm120 is merged upstream.
+(The rebases of the old pin's stack, v0.5.12.post1's, onto 0.5.13-0.5.16 were
+this file's subject until the move; that stack is in git history only.)
 """
 import os
 import subprocess
@@ -16,9 +19,9 @@ import pytest
 
 from tests.apply.support import ROOT
 from sgl_overlay import lock as lockmod, release_trees, series, stack
-from sgl_overlay.versions import release
 
-LATER = ["0.5.13", "0.5.14", "0.5.16", "0.5.23"]
+LATER = ["0.5.20", "0.5.23"]
+FUSION_SLOT = "run_post_process_pass(self, _enforce_disable_allreduce_fusion)"
 
 
 @pytest.fixture(scope="module")
@@ -31,20 +34,20 @@ def test_real_stack_classification(repo_stack, version):
     lock, st = repo_stack
     topics = {p.topic for p in st.patches}
     assert {"memory", "sm120"} <= topics, f"the stack lacks a topic: {sorted(topics)}"
+    tree = release_trees.release_tree(version) / "sglang"
+    assert not (tree / "srt" / "model_executor" / "memory_budget.py").exists()
+    assert FUSION_SLOT not in (tree / "srt" / "server_args.py").read_text()
     report = stack.rebase(lock, st, stack.Onto(version=version))
     by_topic = {}
     for r in report["patches"]:
         by_topic.setdefault(r["topic"], []).append(r)
-    for r in by_topic["memory"]:
+    for r in by_topic["memory"] + by_topic["debug"]:
         assert r["status"] in ("conflict", "probably-upstream"), (version, r["patch"], r["status"])
         if r["status"] == "conflict":
             assert r["failure"]["file"].startswith("python/sglang/")
     comm = [r for r in by_topic["sm120"] if "communication" in r["patch"]]
-    assert len(comm) == 1
-    if release(version) < release("0.5.14"):
-        assert comm[0]["status"] == "applied"
-    else:
-        assert comm[0]["status"] in ("conflict", "probably-upstream")
+    assert len(comm) == 1 and comm[0]["status"] == "conflict", comm
+    assert comm[0]["failure"]["file"] == "python/sglang/srt/server_args.py", comm[0]["failure"]
     assert not any(r["status"] == "merged-upstream" for r in by_topic["sm120"])
     assert report["resolved"] is False
 
@@ -64,10 +67,9 @@ def first_patch_applies(release_dir, topic):
 
 @pytest.mark.parametrize("topic", ["memory", "sm120"])
 def test_export_onto_0_5_23_refuses_what_git_apply_refuses(repo_stack, topic, tmp_path):
-    """The topic's first pinned patch does not apply to 0.5.23 (upstream moved the
-    sizing into kv_cache_configurator.py in 0.5.16 and guarded the
-    symmetric-memory table in 0.5.14): the export says so, names it, and
-    writes nothing."""
+    """The topic's first pinned patch does not apply to 0.5.23 (its sizing and its
+    start-up resolution changed after v0.5.17: the oracle is plain git apply):
+    the export says so, names it, and writes nothing."""
     lock, _ = repo_stack
     name, applies = first_patch_applies(release_trees.release_tree("0.5.23"), topic)
     assert applies is False, f"{name} applies to 0.5.23 with plain git apply"

@@ -5,12 +5,16 @@ import sys
 
 import pytest
 
-from tests.apply.support import MIXIN, POOL, ROOT
+from tests.apply.support import SIZING, POOL, ROOT
 from sgl_overlay import base_tree, gitcmd, release_trees, stack
 
 STACK = ROOT / "tools" / "stack.py"
 LORA = "python/sglang/srt/lora/backend/torch_backend.py"
 HOOKS = "python/sglang/srt/model_executor/hook_manager.py"
+# a later release than the pin, and a line of the pin's pool_configurator.py it reworked
+LATER = "0.5.23"
+# a line of the pin's pool_configurator.py that v0.5.23 reworked (its deepseek_v4 imports)
+RING_IMPORT = "from sglang.srt.mem_cache.deepseek_v4_memory_pool import get_compress_state_ring_size\n"
 
 
 def run(project, *args):
@@ -39,33 +43,34 @@ def upstream_change(version, path):
     return (tree / "sglang" / path.split("/", 2)[2]).read_text()
 
 
-def test_rebase_onto_0_5_13_classifies_each_patch(project, patches):
+def test_rebase_onto_a_later_release_classifies_each_patch(project, patches):
     applied, _ = patches.make([(HOOKS, "import fnmatch\n", "import fnmatch  # kept\n")], subject="Kept")
-    merged, _ = patches.make([(LORA, None, upstream_change("0.5.13", LORA))], subject="Backport lora fix")
-    conflict, _ = patches.make([(POOL, "    is_deepseek_nsa,\n", "    is_deepseek_nsa,  # ours\n")],
-                               subject="Touch what upstream renamed")
-    files = {"kept.patch": applied, "lora.patch": merged, "nsa.patch": conflict}
+    merged, _ = patches.make([(LORA, None, upstream_change(LATER, LORA))], subject="Backport lora fix")
+    conflict, _ = patches.make([(POOL, RING_IMPORT, RING_IMPORT.replace("\n", "  # ours\n"))],
+                               subject="Touch what upstream reworked")
+    files = {"kept.patch": applied, "lora.patch": merged, "ring.patch": conflict}
     project.series(list(files), files)
-    r = run(project, "check", "--against", "0.5.13", "--json")
+    r = run(project, "check", "--against", LATER, "--json")
     assert r.returncode == 1, r.stderr                          # one conflict: unresolved
     got = {p["patch"]: p["status"] for p in r.data["patches"]}
-    assert got == {"kept.patch": "applied", "lora.patch": "merged-upstream", "nsa.patch": "conflict"}
+    assert got == {"kept.patch": "applied", "lora.patch": "merged-upstream", "ring.patch": "conflict"}
     fail = r.data["patches"][2]["failure"]
-    assert fail["file"] == POOL and "is_deepseek_nsa" in "".join(fail["expected"])
-    # 0.5.13 renamed the import our context line names: the nearest place is that import block
-    assert "get_dsa_index_head_dim" in "".join(fail["nearest"]["text"])
-    assert r.data["base"]["version"] == "0.5.13"
+    assert fail["file"] == POOL and RING_IMPORT.rstrip("\n") in fail["expected"]
+    # the nearest place is text of the later release's own file (its reworked import block)
+    later = upstream_change(LATER, POOL).splitlines()
+    assert fail["nearest"]["text"] and all(line in later for line in fail["nearest"]["text"]), fail["nearest"]
+    assert r.data["base"]["version"] == LATER
     assert not r.data["resolved"]
     # --write refuses while anything is unresolved, and changes nothing
     before = (project.root / "upstream.lock").read_text()
-    w = run(project, "rebase", "--onto", "0.5.13", "--write")
+    w = run(project, "rebase", "--onto", LATER, "--write")
     assert w.returncode == 1 and "not writing" in w.stderr
     assert (project.root / "upstream.lock").read_text() == before
 
 
 def test_refresh_of_an_unchanged_tree_writes_nothing_and_one_line_rewrites_one_file(project, patches):
     p1, c1 = patches.make([(POOL, "import logging\n", "import logging  # one\n")], subject="One")
-    p2, _ = patches.make([(MIXIN, "import logging\n", "import logging  # two\n")], subject="Two", on=c1)
+    p2, _ = patches.make([(SIZING, "import logging\n", "import logging  # two\n")], subject="Two", on=c1)
     project.series(["one.patch", "two.patch"], {"one.patch": p1, "two.patch": p2})
     assert project.apply().returncode == 0
     mtimes = {f.name: f.stat().st_mtime_ns for f in (project.root / "patches").iterdir()}
@@ -101,7 +106,7 @@ def test_noise_free_ignores_index_lines_offsets_and_stat():
 
 
 def test_lint_findings(project, patches):
-    ws, _ = patches.make([(MIXIN, "import logging\n", "import logging   \n")], subject="Trailing space")
+    ws, _ = patches.make([(SIZING, "import logging\n", "import logging   \n")], subject="Trailing space")
     dbg, _ = patches.make([(POOL, "import logging\n", "import logging  # dbg\n")], subject="Debug",
                           trailers="Upstream-Status: Pending\nTopic: debug\n")
     project.series(["ws.patch", "dbg.patch"], {"ws.patch": ws, "dbg.patch": dbg})
@@ -121,10 +126,10 @@ def test_export_refuses_inappropriate_and_writes_a_clean_topic(project, patches,
     good, _ = patches.make([(HOOKS, "import fnmatch\n", "import fnmatch  # upstreamable\n")],
                            subject="Something upstream wants", trailers="Upstream-Status: Pending\nTopic: hooks\n")
     project.series(["dbg.patch", "good.patch"], {"dbg.patch": dbg, "good.patch": good})
-    r = run(project, "export", "--topic", "debug", "--onto", "0.5.13", "--out", str(tmp_path / "x"))
+    r = run(project, "export", "--topic", "debug", "--onto", LATER, "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "Inappropriate" in r.stderr
     out = tmp_path / "pr"
-    r = run(project, "export", "--topic", "hooks", "--onto", "0.5.13", "--out", str(out), "--json")
+    r = run(project, "export", "--topic", "hooks", "--onto", LATER, "--out", str(out), "--json")
     assert r.returncode == 0, r.stderr
     assert r.data["status"] == "exported"
     files = sorted(p.name for p in out.iterdir())
@@ -135,13 +140,12 @@ def test_export_refuses_inappropriate_and_writes_a_clean_topic(project, patches,
     assert "Something upstream wants" in (out / "pull-request.md").read_text()
 
 
-def test_write_updates_the_lock_verified_against_the_tag(project, patches, tmp_path):
+def test_write_updates_the_lock_verified_against_the_tag(project, patches, lock, tmp_path):
     # a local upstream whose tags hold the real release trees
     repo = tmp_path / "upstream"
-    for version in ("0.5.12.post1", "0.5.13"):
+    for version in (lock.version, LATER):
         d = tmp_path / f"base-{version}"
-        base_tree.base_from_release(version, d, symlinks={"srt/mem_cache/cpp_radix_tree/.clang-format":
-                                                       "../../../../../sgl-kernel/.clang-format"})
+        base_tree.base_from_release(version, d, symlinks=lock.symlinks)
         if not repo.exists():
             gitcmd.run(None, "clone", "-q", str(d), str(repo))
         else:
@@ -151,19 +155,19 @@ def test_write_updates_the_lock_verified_against_the_tag(project, patches, tmp_p
             gitcmd.run(repo, "reset", "-q", "--hard", c)
         gitcmd.run(repo, "tag", f"v{version}")
     kept, _ = patches.make([(HOOKS, "import fnmatch\n", "import fnmatch  # kept\n")], subject="Kept")
-    merged, _ = patches.make([(LORA, None, upstream_change("0.5.13", LORA))], subject="Backport lora fix")
+    merged, _ = patches.make([(LORA, None, upstream_change(LATER, LORA))], subject="Backport lora fix")
     project.series(["kept.patch", "lora.patch"], {"kept.patch": kept, "lora.patch": merged})
-    r = run(project, "rebase", "--onto", "0.5.13", "--repo", str(repo), "--write", "--json")
+    r = run(project, "rebase", "--onto", LATER, "--repo", str(repo), "--write", "--json")
     assert r.returncode == 0, r.stderr
     assert r.data["written"]["dropped"] == ["lora.patch"]
     lock_text = (project.root / "upstream.lock").read_text()
-    assert 'version = "0.5.13"' in lock_text and 'tag = "v0.5.13"' in lock_text
-    assert gitcmd.out(repo, "rev-parse", "v0.5.13") in lock_text
+    assert f'version = "{LATER}"' in lock_text and f'tag = "v{LATER}"' in lock_text
+    assert gitcmd.out(repo, "rev-parse", f"v{LATER}") in lock_text
     assert "lora.patch" not in (project.root / "patches" / "series").read_text()
     # the new lock builds: the artifact reconciled with it reproduces the tag's tree
     b = project.apply("--json")
     assert b.returncode == 0, b.stderr
-    assert b.data["manifest"]["tree"] == gitcmd.out(repo, "rev-parse", "v0.5.13:python/sglang")
+    assert b.data["manifest"]["tree"] == gitcmd.out(repo, "rev-parse", f"v{LATER}:python/sglang")
 
 
 @pytest.mark.parametrize("tried,status", [

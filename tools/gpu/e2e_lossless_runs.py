@@ -26,9 +26,11 @@ def lossless_runs():
     each (model, tree) is its non-speculative eager run."""
     R = []
 
-    def add(model, tree, spec, graphs, refusal=None):
-        R.append({"id": f"{model}.{tree}.{(spec or 'base').lower()}.{'graphs' if graphs else 'eager'}",
-                  "model": model, "tree": tree, "spec": spec, "graphs": graphs,
+    def add(model, tree, spec, graphs, refusal=None, overlap=True):
+        # SGLang's overlap scheduler is on by default; a run without it says so in its id
+        R.append({"id": f"{model}.{tree}.{(spec or 'base').lower()}.{'graphs' if graphs else 'eager'}"
+                        + ("" if overlap else ".no-overlap"),
+                  "model": model, "tree": tree, "spec": spec, "graphs": graphs, "overlap": overlap,
                   "expect": "refused" if refusal else "ok", "refusal": refusal})
     for model, specs in (("dense", (None, "DFLASH")), ("hybrid", (None, "DFLASH", "DDTREE"))):
         for spec in specs:
@@ -37,6 +39,9 @@ def lossless_runs():
     add("hybrid", "patched", "DDTREE", True)
     add("dense", "patched", "DDTREE", False)
     add("dense", "patched", "DDTREE", True)
+    # the same worker driven synchronously (--disable-overlap-schedule)
+    add("hybrid", "patched", "DDTREE", True, overlap=False)
+    add("dense", "patched", "DDTREE", True, overlap=False)
     add("dense", "patched", "DFLASH", True)
     add("hybrid", "patched", "DFLASH", True)
     for model in ("dense", "hybrid"):
@@ -51,7 +56,7 @@ def lossless_runs():
 
 # greedy sampling is an argmax in either backend; the pytorch one needs no JIT compilation (flashinfer's
 # sampling kernels are compiled on first use when the bundle carries no cubins)
-PLAN_KEYS = ("id", "model", "tree", "spec", "graphs", "expect", "refusal")
+PLAN_KEYS = ("id", "model", "tree", "spec", "graphs", "overlap", "expect", "refusal")
 LOSSLESS_COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--disable-piecewise-cuda-graph",
                    "--sampling-backend", "pytorch",
                    "--log-level", "info", "--random-seed", "0", "--mem-fraction-static", "0.25",
@@ -65,7 +70,7 @@ def lossless_flags(run, models, dtype):
         f += ["--mm-attention-backend", "triton_attn", "--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer"]
     if run["spec"]:
         f += ["--speculative-algorithm", run["spec"], "--speculative-draft-model-path", str(models[run["model"] + "-draft"])]
-    if run["spec"] == "DDTREE":
+    if not run.get("overlap", True):
         f += ["--disable-overlap-schedule"]
     return f
 

@@ -59,6 +59,13 @@ def _reconciled(lock, artifact, repo_dir):
                                  hint="the artifact does not match the lock's [artifact.reconcile] lists; "
                                       "do not build from it")
     exact = gitcmd.out(repo_dir, "write-tree", f"--prefix={lock.subdir}/")
+    shipped = [d for d in lock.excluded if gitcmd.run(repo_dir, "rev-parse", "--verify", "--quiet",
+                                                      f"{exact}:{d}", check=False).returncode == 0]
+    if shipped:
+        raise IntegrityError(f"{where}: {lock.subdir}/{shipped[0]} is in the artifact, but the lock lists it "
+                             "as a directory the release does not ship (artifact.reconcile.excluded)",
+                             hint="the artifact does not match the lock's [artifact.reconcile] lists; "
+                                  "do not build from it")
     normalized = normalized_tree(repo_dir, exact)
     if normalized != lock.tree_normalized:
         raise IntegrityError(
@@ -146,16 +153,24 @@ def base_from_git(lock, repo_dir, url, cache=None, progress=None, commit=None):
     gitcmd.run(repo_dir, "update-ref", "refs/heads/upstream", commit)
     say(f"checking out {commit[:12]}")
     gitcmd.run(repo_dir, "reset", "--quiet", "--hard", commit)
-    normalized = normalized_tree(repo_dir, tree)
+    normalized = normalized_tree(repo_dir, tree, lock.excluded)
     if normalized != lock.tree_normalized:
         raise IntegrityError(f"{url}: normalized tree {normalized} does not match the lock's {lock.tree_normalized}",
                              hint="the lock's two tree ids disagree with each other; fix the lock")
     return {"source": "git", "repo": url, "base_commit": commit, "tree": tree, "tree_normalized": normalized}
 
 
-def normalized_tree(repo_dir, tree):
+def normalized_tree(repo_dir, tree, excluded=()):
     """The id of ``tree`` with every file mode set to 100644
     (symlinks and submodules kept), computed through a scratch index."""
+    return tree_without(repo_dir, tree, excluded, normalize=True)
+
+
+def tree_without(repo_dir, tree, excluded=(), normalize=False):
+    """The id of ``tree`` less the directories ``excluded`` (paths relative to
+    it: a lock's artifact.reconcile.excluded), every file mode 100644 with
+    ``normalize``; computed through a scratch index."""
+    prefixes = tuple(d.rstrip("/").encode() + b"/" for d in excluded)
     with tempfile.TemporaryDirectory(prefix="sglo-index-") as tmp:
         env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
         ls = gitcmd.run(repo_dir, "ls-tree", "-r", "-z", "--full-tree", tree, binary=True).stdout
@@ -164,8 +179,10 @@ def normalized_tree(repo_dir, tree):
             if not rec:
                 continue
             meta, path = rec.split(b"\t", 1)
+            if prefixes and path.startswith(prefixes):
+                continue
             mode, kind, sha = meta.split()
-            if mode == b"100755":
+            if normalize and mode == b"100755":
                 mode = b"100644"
             entries.append(mode + b" " + sha + b"\t" + path)
         gitcmd.run(repo_dir, "update-index", "-z", "--index-info", input=b"\0".join(entries) + b"\0",

@@ -54,6 +54,9 @@ class Lock:
     symlinks: dict            # path -> target, regular files in the artifact
     executable: tuple         # paths whose git mode is 100755
     dependencies: dict        # the release's own pins
+    # directories of subdir at the tag that the artifact does not ship (the
+    # release's exclude-package-data): left out of the trees proven, on every source
+    excluded: tuple = ()
     # the release's wheels for other Python tags: {filename: sha256}, each
     # recorded the first time it is fetched (trust on first use, docs/lock.md)
     wheels: dict = dataclasses.field(default_factory=dict)
@@ -65,7 +68,7 @@ class Lock:
     def as_dict(self):
         d = dataclasses.asdict(self)
         d["path"] = str(self.path)
-        for k in ("generated", "compiled", "executable"):
+        for k in ("generated", "compiled", "executable", "excluded"):
             d[k] = list(d[k])
         return d
 
@@ -74,6 +77,29 @@ class Lock:
         return {"repo": self.repo, "commit": self.commit, "tree": self.tree,
                 "tree_normalized": self.tree_normalized,
                 "artifact_sha256": self.artifact_sha256}
+
+
+def excluded_directories(tag_paths, shipped):
+    """The directories (relative to subdir) whose files the release artifact
+    leaves out altogether: for each path of the tag that ``shipped`` (the
+    artifact's paths) lacks, its outermost ancestor directory holding no
+    shipped file.  A missing file beside shipped ones is not a directory
+    left out (the proof of the tree then fails, as it should)."""
+    shipped_dirs = set()
+    for p in shipped:
+        parts = p.split("/")
+        shipped_dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    out = set()
+    for p in tag_paths:
+        if p in shipped:
+            continue
+        parts = p.split("/")
+        for i in range(1, len(parts)):
+            d = "/".join(parts[:i])
+            if d not in shipped_dirs:
+                out.add(d)
+                break
+    return tuple(sorted(d for d in out if not any(d.startswith(o + "/") for o in out)))
 
 
 def _field(table, section, key, kind, pattern=None, where=None):
@@ -157,11 +183,13 @@ def load(path):
         compiled=tuple(_field(rec, "artifact.reconcile", "compiled", list, where=where)),
         symlinks=dict(_field(rec, "artifact.reconcile", "symlinks", dict, where=where)),
         executable=tuple(_field(rec, "artifact.reconcile", "executable", list, where=where)),
+        excluded=tuple(_field(rec, "artifact.reconcile", "excluded", list, where=where)
+                       if "excluded" in rec else ()),
         dependencies=dict(_field(data, "", "dependencies", dict, where=where)),
         wheels=_wheels(art, where),
     )
     relpath(lock.subdir, "upstream.subdir", where)
-    for what in ("generated", "executable"):
+    for what in ("generated", "executable", "excluded"):
         for p in getattr(lock, what):
             relpath(p, f"artifact.reconcile.{what}", where)
     for p in lock.symlinks:
@@ -218,6 +246,9 @@ symlinks = {}
 # files given mode 100755 (the artifact's own exec bits, see docs/lock.md)
 executable = [
 ]
+# directories of the tag's python/sglang that the artifact does not ship (the
+# release's exclude-package-data): left out of the trees proven, on every source
+excluded = []
 
 # The release's wheels for other Python tags (tools/apply.py --wheel DIR
 # --python 3.12): each sha256 recorded the first time the wheel was fetched and
@@ -273,6 +304,13 @@ def render(lock, text=None):
     _set(rec, "compiled", list(lock.compiled))
     _set(rec, "symlinks", dict(sorted(lock.symlinks.items())))
     _set(rec, "executable", sorted(lock.executable))
+    if "excluded" in rec:
+        _set(rec, "excluded", sorted(lock.excluded))
+    else:   # a lock written before the field: after executable, before the comments that trail the table
+        item = tomlkit.array()
+        item.extend(sorted(lock.excluded))
+        at = next(i for i, (k, _) in enumerate(rec.value.body) if k is not None and k.key == "executable")
+        rec.value._insert_at(at + 1, "excluded", item)
     art.setdefault("wheels", tomlkit.table())
     wheels = art["wheels"]
     for key in [k for k in wheels if k not in lock.wheels]:

@@ -10,8 +10,12 @@ dtypes are the real ones and no memory is taken; it also counts every byte
 asked for.  For DFlash the draft runner's KV pool (same token count, the
 drafter's layers and heads) is built with the same MHATokenToKVPool class.
 
-Only for the mixin-bytes era (v0.5.11-v0.5.15), where the pools are built by
-``_init_pools`` after ``_resolve_memory_pool_config``.
+The mixin-bytes era (v0.5.11-v0.5.15) builds the pools with the runner's
+``_init_pools`` after ``_resolve_memory_pool_config`` (``measure``); the
+configurator era (v0.5.16+) with the KVCacheConfigurator's own
+``_derive_pool_sizes``, ``_build_req_to_token_pool`` and
+``_build_token_to_kv_pool`` (``measure_configurator``; the token allocator's
+index maps are not pools the sizing budgets, and are not built).
 """
 
 from __future__ import annotations
@@ -56,8 +60,9 @@ def _nbytes(x) -> int:
     return x.numel() * x.element_size()
 
 
-def measure(ctx, runner, config, entry_module) -> dict:
-    """Build the pools for ``config`` with the tree's classes; bytes per pool."""
+def _real_pools(ctx, entry_module):
+    """The tree's own memory_pool module, its classes in place of the recorders
+    the sizing's module holds."""
     import sys
 
     loader.add_real(ctx.finder, "sglang.srt.mem_cache.memory_pool")
@@ -69,10 +74,34 @@ def measure(ctx, runner, config, entry_module) -> dict:
     for name in POOL_CLASSES:  # undo the recorders: the real classes, from the tree
         if name in entry_module.__dict__ and hasattr(pools, name):
             setattr(entry_module, name, getattr(pools, name))
+    return pools
+
+
+def measure(ctx, runner, config, entry_module) -> dict:
+    """Build the pools for ``config`` with the tree's classes; bytes per pool."""
+    pools = _real_pools(ctx, entry_module)
     with MetaAllocations() as rec:
         runner._apply_memory_pool_config(config)
     req_pool = object.__getattribute__(runner, "req_to_token_pool")
     kv_pool = object.__getattribute__(runner, "token_to_kv_pool")
+    return _readout(ctx, rec, req_pool, kv_pool, pools, config, runner.page_size, runner.kv_cache_dtype,
+                    getattr(runner, "dflash_draft_num_layers", None))
+
+
+def measure_configurator(ctx, kvc, config, entry_module) -> dict:
+    """The configurator era: the pools ``config`` gives, built by the
+    KVCacheConfigurator's own steps with the tree's classes; bytes per pool."""
+    pools = _real_pools(ctx, entry_module)
+    with MetaAllocations() as rec:
+        sizes = kvc._derive_pool_sizes(config=config)
+        req_pool = kvc._build_req_to_token_pool(max_num_reqs=sizes.max_running_requests)
+        kv_pool = kvc._build_token_to_kv_pool(sizes=sizes, is_dsa_model=False, is_dsv4_model=False,
+                                              req_to_token_pool=req_pool)
+    draft_layers = getattr(getattr(kvc, "spec_aux_config", None), "dflash_draft_num_layers", None)
+    return _readout(ctx, rec, req_pool, kv_pool, pools, config, kvc.page_size, kvc.kv_cache_dtype, draft_layers)
+
+
+def _readout(ctx, rec, req_pool, kv_pool, pools, config, page_size, kv_cache_dtype, draft_layers) -> dict:
     out = {"all_factory_bytes": rec.bytes, "tensors": rec.tensors,
            "req_to_token_bytes": _nbytes(req_pool.req_to_token)}
     mamba = getattr(req_pool, "mamba_pool", None)
@@ -88,11 +117,11 @@ def measure(ctx, runner, config, entry_module) -> dict:
     out["kv_cache_bytes"] = int(k + v)
     out["kv_pool_tokens"] = int(kv_pool.size)
     draft = ctx.req.get("draft")
-    if draft and getattr(runner, "dflash_draft_num_layers", None):
+    if draft and draft_layers:
         tp = int(ctx.req["server"].get("tp_size", 1))
         with MetaAllocations() as drec:
             dpool = pools.MHATokenToKVPool(
-                config.max_total_num_tokens, page_size=runner.page_size, dtype=runner.kv_cache_dtype,
+                config.max_total_num_tokens, page_size=page_size, dtype=kv_cache_dtype,
                 head_num=max(1, draft["num_key_value_heads"] // tp), head_dim=draft["head_dim"],
                 layer_num=draft["num_hidden_layers"], device="cuda", enable_memory_saver=False,
                 enable_alt_stream=False, enable_kv_cache_copy=False)

@@ -204,21 +204,27 @@ def new_lock(lock, onto, cache=None, progress=None, bare=None):
     commit = c.stdout.strip()
     tree = gitcmd.out(bare, "rev-parse", f"{commit}:{lock.subdir}")
     date = gitcmd.out(bare, "log", "-1", "--format=%cs", commit)
-    ls = gitcmd.run(bare, "ls-tree", "-r", "-z", tree, binary=True).stdout
-    executable, symlinks = [], {}
-    for rec in filter(None, ls.split(b"\0")):
-        meta, path = rec.split(b"\t", 1)
-        mode, _, sha = meta.split()
-        if mode == b"100755":
-            executable.append(path.decode())
-        elif mode == b"120000":
-            symlinks[path.decode()] = gitcmd.run(bare, "cat-file", "blob", sha.decode()).stdout
     artifact = artifacts.release(onto.version, cache, progress)
     if not artifact.name.endswith(".whl"):
         raise UsageError(f"release {onto.version} publishes no wheel ({artifact.name})",
                          hint="the patched wheel needs a release wheel to start from")
     with zipfile.ZipFile(artifact.path) as z:
         names = set(z.namelist())
+    ls = [rec.split(b"\t", 1) for rec in gitcmd.run(bare, "ls-tree", "-r", "-z", tree, binary=True).stdout.split(b"\0")
+          if rec]
+    root = lock.artifact_root.rstrip("/") + "/"
+    excluded = lockmod.excluded_directories([path.decode() for _, path in ls],
+                                            {n[len(root):] for n in names if n.startswith(root)})
+    inside = tuple(d + "/" for d in excluded)
+    executable, symlinks = [], {}
+    for meta, path in ls:
+        mode, _, sha = meta.split()
+        if path.decode().startswith(inside):
+            continue
+        if mode == b"100755":
+            executable.append(path.decode())
+        elif mode == b"120000":
+            symlinks[path.decode()] = gitcmd.run(bare, "cat-file", "blob", sha.decode()).stdout
     meta = archive.release_metadata(artifact.path)
     deps = {"python": lock.dependencies.get("python", "cp311"), **versions.pins(meta, versions.wheel(artifact.name)[2])}
     candidate = dataclasses.replace(
@@ -226,12 +232,16 @@ def new_lock(lock, onto, cache=None, progress=None, bare=None):
         artifact_filename=artifact.name, artifact_sha256=artifact.sha256,
         generated=tuple(g for g in ("_version.py",) if f"sglang/{g}" in names),
         compiled=lock.compiled, symlinks=symlinks, executable=tuple(sorted(executable)), dependencies=deps,
-        tree_normalized=base_tree.normalized_tree(bare, tree))
+        excluded=excluded, tree_normalized=base_tree.normalized_tree(bare, tree, excluded),
+        wheels={})  # other Python tags' wheels of the new release: recorded on first use
     with tempfile.TemporaryDirectory(prefix="sgl-overlay-lock-") as t:
         base = base_tree.base_from_artifact(candidate, Path(t) / "tree", cache, progress)
-    if base["tree"] != tree:
+    shipped_tree = base_tree.tree_without(bare, tree, excluded)
+    if base["tree"] != shipped_tree:
         raise ApplyError(f"release {onto.version}: the artifact reconciled with the new lock gives tree "
-                         f"{base['tree']}, the tag's is {tree}", hint="the release artifact differs from its tag")
+                         f"{base['tree']}, the tag's is {shipped_tree}"
+                         + (f" (less {', '.join(excluded)}, which the artifact does not ship)" if excluded else ""),
+                         hint="the release artifact differs from its tag")
     for dep in ("torch", "transformers", "sglang-kernel", "flashinfer_python"):
         if dep not in deps:
             raise UsageError(f"release {onto.version}: METADATA pins no {dep}",

@@ -228,15 +228,17 @@ def _drive_configurator(ctx: Context) -> dict:
         if fn is None:
             continue
 
-        def wrapper(*a, __fn=fn, __key=key, **k):
-            out = __fn(kvc, *a, **k)
-            ctx.figures[__key] = out
+        def wrapper(self, *a, __fn=fn, __key=key, **k):
+            out = __fn(self, *a, **k)
+            if not getattr(self, "memory_dry_run", False):  # the memory topic's remedy searches: not the run
+                ctx.figures[__key] = out
+                if __key == "rest_after_mamba_gib":  # its input too
+                    ctx.figures["rest_before_mamba_gib"] = a[0] if a else k.get("total_rest_memory")
             return out
 
-        try:
-            object.__setattr__(kvc, name, wrapper)
-        except AttributeError:  # slots: no per-instance override; figures come from the config
-            pass
+        # on the class (a slots dataclass takes no per-instance override); this
+        # child process builds one configurator
+        setattr(cls, name, wrapper)
     try:
         cfg = kvc._resolve_memory_pool_config(ctx.pre_load)
     finally:
@@ -245,4 +247,8 @@ def _drive_configurator(ctx: Context) -> dict:
     ctx.figures["max_running_requests"] = cfg.max_running_requests
     ctx.figures["entry"] = "KVCacheConfigurator._resolve_memory_pool_config"
     ctx.figures["max_mamba_cache_size"] = sa.max_mamba_cache_size if mambaish is not None else None
+    if ctx.req.get("measure_allocation"):
+        from .. import allocation
+
+        ctx.figures["allocation"] = allocation.measure_configurator(ctx, kvc, cfg, kmod)
     return ctx.figures

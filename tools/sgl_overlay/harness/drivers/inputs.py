@@ -168,6 +168,7 @@ def _install_runtime_context(ctx: Context, sa) -> dict:
         # v0.5.22+: get_exec().graph.cuda_graph_config.prefill.* (no prefill graph capture)
         mamba=_Group(sa, enable_linear_replayssm=False, enable_linear_replayssm_spec=False,
                      linear_replayssm_cache_len=0),  # v0.5.17+: get_exec().mamba.*
+        features=_Group(sa),  # v0.5.17+: get_exec().features.* (the pools' enable_memory_saver)
         graph=_ns(cuda_graph_config=_ns(prefill=_ns(full_prefill_max_req=None, backend=None))),
     ).items():
         if getattr(sa, k, None) is None:
@@ -243,6 +244,9 @@ def model(ctx: Context):
             full_attention_layer_ids=list(range(m["num_hidden_layers"])), attention_arch="MHA",
             dtype=getattr(torch, m.get("dtype", "bfloat16")), is_hybrid_swa_compress=False,
             swa_attention_layer_ids=[],
+            # v0.5.17+ ModelConfig.has_asymmetric_kv: K and V rows of one width here (v_head_dim is
+            # head_dim, no sliding-window layers)
+            has_asymmetric_kv=False,
         )
         return mc, None, m["num_hidden_layers"]
     if kind == "qwen3_5":
@@ -264,6 +268,9 @@ def model(ctx: Context):
             full_attention_layer_ids=layers, attention_arch="MHA",
             dtype=getattr(torch, m.get("dtype", "bfloat16")), is_hybrid_swa_compress=False,
             swa_attention_layer_ids=[],
+            # v0.5.17+ ModelConfig.has_asymmetric_kv: K and V rows of one width here (v_head_dim is
+            # head_dim, no sliding-window layers)
+            has_asymmetric_kv=False,
         )
         return mc, text, text.num_hidden_layers
     raise Untestable(f"model kind {kind!r} is not one the harness builds (dense, qwen3_5)")

@@ -2,34 +2,39 @@
 
 DDTree (arXiv 2604.12989) drafts with the unchanged DFlash drafter and verifies
 a tree of the ``budget`` most probable draft prefixes in one target pass
-(``ddtree_tree.py`` holds the tree logic, ``ddtree_worker.py`` the worker).
+(``ddtree_tree.py`` holds the tree logic, ``ddtree_worker.py`` the worker, a
+``DFlashWorkerV2`` that runs with the overlap scheduler or without it).
 
-DDTREE is registered through the pin's plugin registry
-(``SpeculativeAlgorithm.register``; called at the end of ``spec_info.py``), with
-a ``CustomSpecAlgo`` subclass whose ``is_dflash()`` is True: every DFlash
-branch of the server (target aux-hidden capture, draft model loading, the draft
-KV cell scaling of the memory sizing, the per-request refusal of logprobs and
-grammar) applies unchanged, because the drafter *is* DFlash's.
+DDTREE is registered through the plugin registry (``SpeculativeAlgorithm.register``;
+called at the end of ``spec_info.py``), with a ``CustomSpecAlgo`` subclass whose
+``is_dflash()`` / ``is_dflash_family()`` are True: every DFlash branch of the
+server (target aux-hidden capture, the draft KV cell scaling of the memory
+sizing, the per-request checks of ``validate_dflash_request``, the overlap
+scheduler's KV reservation ``DFlashDraftInputV2.prepare_for_decode``) applies
+unchanged, because the drafter *is* DFlash's.
 
-Server arguments, in the order ``ServerArgs._handle_speculative_decoding`` runs them:
+Server arguments, in the order ``arg_groups/speculative_hook.handle_speculative_decoding``
+runs them:
 
-1. ``validate_ddtree_server_args`` (the registry's validator hook, before the
-   DFLASH rules): refuses what DDTREE does not support, with the flag to change.
-2. the pin's DFLASH rules (they resolve the drafter's block size into
-   ``speculative_num_draft_tokens``);
-3. ``finish_ddtree_server_args``: records the block size in
-   ``speculative_dflash_block_size`` and sets ``speculative_num_draft_tokens``
-   to ``budget + 1`` -- the verify width, which every consumer of that field on
-   the target side must see: the Mamba intermediate-state reservation of the
-   memory sizing, the intermediate SSM / conv-window pools, the attention
-   backends' verify buffers and the per-request KV allocation of the verify.
+1. ``validate_ddtree_server_args`` (the registry's validator hook): refuses
+   what DDTREE cannot run with, naming the flag to change;
+2. ``DDTreeSpecAlgo.handle_server_args`` (the per-algorithm hook): the DFLASH
+   rules (``_handle_dflash``: they resolve the drafter's block size into
+   ``speculative_num_draft_tokens``), then ``finish_ddtree_server_args``:
+   records the block size in ``speculative_dflash_block_size`` and sets
+   ``speculative_num_draft_tokens`` to ``budget + 1`` -- the verify width,
+   which every consumer of that field on the target side must see: the Mamba
+   intermediate-state pools, the attention backends' verify buffers, the
+   CUDA graphs and the overlap scheduler's per-step KV reservation.
    ``speculative_eagle_topk`` is set to 2: it is upstream's switch for tree
    verification (the hybrid linear-attention backend derives per-node parents
    from the LCRS arrays only when it is > 1); DDTree's branching is not bounded by it.
 
-CUDA graphs: the target's verify graphs are captured with EAGLE's tree-verify
+The drafter keeps DFlash's width: ``get_num_tokens_per_req_for_target_verify``
+gives the draft worker the block size (its CUDA graphs, its warm-up), the target
+``budget + 1``. The target's verify graphs are captured with EAGLE's tree-verify
 input (``ddtree_worker.graph_capture_verify_input``, called from
-``CudaGraphRunner.get_spec_info``), the drafter's with DFlash's.
+``DecodeCudaGraphRunner.get_spec_info``).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ NAME = "DDTREE"
 # Target attention backends whose TARGET_VERIFY honours a per-request bool custom
 # mask in FULL_MASK layout (EagleVerifyInput.generate_attn_arg_prefill).
 SUPPORTED_ATTENTION_BACKENDS = ("flashinfer", "triton")
-# What ServerArgs._handle_grammar_backend makes of an unset --grammar-backend at the pin.
+# What ServerArgs._handle_grammar_backend makes of an unset --grammar-backend.
 DEFAULT_GRAMMAR_BACKEND = "xgrammar"
 # Above this many verify tokens the hybrid tree conv kernel's JIT compile takes minutes.
 HYBRID_TREE_COMPILE_WARN_TOKENS = 64
@@ -61,11 +66,52 @@ class DDTreeSpecAlgo(CustomSpecAlgo):
     def is_dflash(self) -> bool:
         return True
 
+    def is_dflash_family(self) -> bool:
+        return True
+
     def is_ddtree(self) -> bool:
         return True
 
+    def supports_target_verify_for_draft(self) -> bool:
+        # The drafter runs DFlash's block forward in TARGET_VERIFY mode.
+        return True
+
+    def need_topk(self) -> bool:
+        # No EAGLE top-k state is relayed between overlap iterations.
+        return False
+
+    def carries_draft_hidden_states(self) -> bool:
+        return False
+
+    def create_future_map(self, device, req_to_token_pool, needs_cpu_seq_lens=True, needs_confidence_relay=False):
+        """The overlap scheduler's relay of bonus tokens and sequence lengths,
+        as for the builtin algorithms (``SpeculativeAlgorithm.create_future_map``)."""
+        from sglang.srt.managers.overlap_utils import FutureMap
+
+        return FutureMap(device, self, req_to_token_pool, needs_cpu_seq_lens, needs_confidence_relay)
+
+    def handle_server_args(self, server_args: "ServerArgs") -> None:
+        """The DFLASH rules (block size, request count, draft backend), then DDTREE's."""
+        from sglang.srt.arg_groups.speculative_hook import _handle_dflash
+
+        _handle_dflash(server_args)
+        finish_ddtree_server_args(server_args)
+
+    def get_num_tokens_per_req_for_target_verify(self, num_draft_tokens: int, is_draft_worker: bool) -> int:
+        """Verify-shaped tokens per request: the drafter's DFlash block for the
+        draft worker, the tree's budget + 1 (``num_draft_tokens``) for the target."""
+        if is_draft_worker:
+            from sglang.srt.runtime_context import get_spec
+
+            block = get_spec().speculative_dflash_block_size
+            if block is not None:
+                return int(block)
+        return num_draft_tokens
+
 
 def _ddtree_worker_factory(server_args: "ServerArgs"):
+    # V2 worker: drives overlap and non-overlap scheduling (the scheduler runs it
+    # synchronously with --disable-overlap-schedule), as DFLASH's does.
     from sglang.srt.speculative.ddtree_worker import DDTreeWorker
 
     return DDTreeWorker
@@ -85,12 +131,6 @@ def validate_ddtree_server_args(args: "ServerArgs") -> None:
         raise ValueError(
             f"--speculative-ddtree-budget must be >= 1 (tree nodes, root not counted), "
             f"got {budget}. Set it to e.g. 15 (DFlash's block of 16 minus the root) or more."
-        )
-    if not args.disable_overlap_schedule:
-        _refuse(
-            "overlap scheduling",
-            "the DDTREE worker is the spec-v1 DFlash worker with a tree verify",
-            "Start with --disable-overlap-schedule.",
         )
     if args.grammar_backend in (None, DEFAULT_GRAMMAR_BACKEND):
         # SGLang's default (None, resolved to xgrammar by _handle_grammar_backend):
@@ -120,7 +160,8 @@ def validate_ddtree_server_args(args: "ServerArgs") -> None:
     if int(args.page_size or 1) != 1:
         _refuse(
             f"--page-size {args.page_size}",
-            "the tree commit keeps the accepted KV slots where they are, which needs page size 1",
+            "the tree verify and its commit (the accepted path's KV moved to the front of the "
+            "request's verify slots) are built and tested for page size 1 only",
             "Start with --page-size 1.",
         )
     backends = {
@@ -136,18 +177,23 @@ def validate_ddtree_server_args(args: "ServerArgs") -> None:
             f"({', '.join(SUPPORTED_ATTENTION_BACKENDS)})",
             "Start with --attention-backend flashinfer (or triton).",
         )
-    for flag, value in (
-        ("--linear-attn-backend", args.linear_attn_backend),
-        ("--linear-attn-decode-backend", args.linear_attn_decode_backend),
-        ("--linear-attn-prefill-backend", args.linear_attn_prefill_backend),
-    ):
-        if value == "flashinfer":
-            _refuse(
-                f"{flag} flashinfer",
-                "FlashInfer's GDN verify kernel has no tree mode (it refuses retrieve_parent_token), "
-                "and choosing it for decode or prefill makes it the verify kernel",
-                f"Drop {flag} (the default, triton, verifies trees).",
-            )
+    if getattr(args, "mamba_radix_cache_strategy", None) == "extra_buffer_lazy":
+        _refuse(
+            "--mamba-radix-cache-strategy extra_buffer_lazy",
+            "the lazy track plan is consumed by prepare_mamba_track_for_verify, which the DFlash "
+            "verify (DDTREE's too) bypasses; upstream refuses it for DFLASH (server_args.py)",
+            "Start with --mamba-radix-cache-strategy extra_buffer (or no_buffer).",
+        )
+    # --linear-attn-*-backend flashinfer: no rule. Since sgl-project/sglang#29734 the GDN
+    # backend verifies a tree (retrieve_parent_token) with its Triton kernel whatever the
+    # decode/prefill backend; KDA refuses a FlashInfer tree verify itself (kda_backend.py).
+    if getattr(args, "speculative_use_rejection_sampling", False):
+        _refuse(
+            "--speculative-use-rejection-sampling",
+            "it needs the drafter's proposal distribution per verified token, and the tree "
+            "verify is target-only (lossless without draft probabilities)",
+            "Start without --speculative-use-rejection-sampling.",
+        )
     for flag, value in (
         ("--speculative-accept-threshold-single", args.speculative_accept_threshold_single),
         ("--speculative-accept-threshold-acc", args.speculative_accept_threshold_acc),
@@ -230,7 +276,7 @@ def register(register_decorator: Callable) -> None:
     """Register DDTREE; ``register_decorator`` is ``SpeculativeAlgorithm.register``."""
     register_decorator(
         NAME,
-        supports_overlap=False,
+        supports_overlap=True,
         validate_server_args=validate_ddtree_server_args,
         spec_class=DDTreeSpecAlgo,
     )(_ddtree_worker_factory)

@@ -1,26 +1,39 @@
 """DDTREE worker: DFlash's drafter, a DDTree, and EAGLE's tree verify (sgl-overlay).
 
-One decode step:
+``DDTreeWorker`` is a ``DFlashWorkerV2``: the spec-v2 worker that the scheduler
+drives with the overlap scheduler (the default) or synchronously
+(``--disable-overlap-schedule``). Prefill and idle batches are DFlash's. One
+decode step, with no host synchronisation (every length, index and token stays
+on the device; the host only reads sizes it already has, ``batch.seq_lens_cpu``
+or the overlap scheduler's reserved bound):
 
-1. ``DFlashWorker._run_draft_block`` (the DFlash worker's own draft forward):
-   append the newly committed target features to the draft KV cache and run
-   the drafter over [bonus, MASK x (block - 1)].
+1. ``DFlashWorkerV2._run_draft_block`` (DFlash's own draft forward): the drafter
+   over [bonus, MASK x (block - 1)] at positions prefix .. prefix + block - 1.
 2. The per-position log-probabilities of the L = block - 1 drafted positions
    over the full vocabulary (the target's vocab-parallel LM head; with tensor
    parallelism the ranks' top-K and log-sum-exp are gathered and merged, so
    every rank builds the same tree), then the best-first tree of ``budget``
-   nodes (``ddtree_tree.build_ddtree``).
+   nodes (``ddtree_tree.build_ddtree``, static shapes).
 3. Verify inputs in SGLang's tree layout (``ddtree_tree.build_verify_inputs``)
-   as an ``EagleVerifyInput`` -- the input EAGLE with topk > 1 verifies with:
-   the same KV allocation (``prepare_for_verify``), the same custom-mask
-   attention arguments, the same acceptance kernels (``verify_tree_greedy`` at
-   temperature 0, ``tree_speculative_sampling_target_only`` otherwise, with no
-   draft probabilities: lossless), finish checks and KV eviction.
-4. Commit: the hybrid linear-attention backend computed one intermediate SSM /
-   conv state per tree node (its tree mode follows each node's parent); the
-   state of the **last accepted node** is committed by EAGLE's own
-   ``_mamba_verify_update``.  The target features of the accepted path, in path
-   order, become the drafter's next context (``_append_target_hidden_to_draft_kv``).
+   as a ``DDTreeVerifyInput`` (EAGLE's tree-verify input): N = budget + 1 tokens
+   per request in the request's verify slots req_to_token[prefix .. prefix + N)
+   (reserved by ``DFlashDraftInputV2.prepare_for_decode``, which reads
+   speculative_num_draft_tokens = N), positions prefix + depth, the FULL_MASK
+   custom mask and the LCRS arrays; at a CUDA-graph replay the graph runner and
+   the attention backends copy them into the graph's static buffers (tokens,
+   positions; triton's verify mask; the hybrid backend's LCRS buffers).
+4. The target verify (CUDA graph or eager), then EAGLE's acceptance
+   (``eagle_sample``: ``verify_tree_greedy`` at temperature 0,
+   ``tree_speculative_sampling_target_only`` otherwise, with no draft
+   probabilities: lossless); device-side accept lengths (bonus included) and the
+   accepted path's node indices, L + 1 wide.
+5. Commit, as EAGLE's spec-v2 tree commit does: the Mamba / GDN state of the
+   **last accepted node** (``commit_mamba_states_after_verify``), the accepted
+   path's target KV moved to the front of the verify slots
+   (``move_accept_tokens_to_target_kvcache``), the new sequence lengths published
+   to the overlap scheduler, and the path's target features, in path order,
+   written into the drafter's KV at positions prefix .. prefix + m
+   (DFlash's prefix-valid append).
 
 What is refused at start-up is in ``ddtree_algo.py``.
 """
@@ -30,18 +43,22 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 
+from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
 from sglang.srt.distributed import get_tp_group
-from sglang.srt.managers.schedule_batch import ModelWorkerBatch, ScheduleBatch
+from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler import GenerationBatchResult
-from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 from sglang.srt.speculative.ddtree_tree import TREE_MODE_TOPK, build_ddtree, build_verify_inputs, topk_logprobs
-from sglang.srt.speculative.dflash_info import DFlashDraftInput
-from sglang.srt.speculative.dflash_worker import DFlashWorker
+from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
+from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.eagle_info import EagleVerifyInput
+from sglang.srt.speculative.eagle_utils import eagle_sample
+from sglang.srt.speculative.spec_utils import commit_mamba_states_after_verify, move_accept_tokens_to_target_kvcache
 
 logger = logging.getLogger(__name__)
 
@@ -50,26 +67,34 @@ logger = logging.getLogger(__name__)
 class DDTreeVerifyInput(EagleVerifyInput):
     """EAGLE's tree-verify input, holding one DDTree per request.
 
-    ``hidden_states`` is set to the verify forward's target features before
-    ``verify`` (which gathers the accepted rows from ``batch.spec_info``)."""
+    ``spec_steps`` is L (the drafter's positions), so EAGLE's ``max_tree_depth``
+    (the accept width) is L + 1: the longest path a tree of depth <= L accepts."""
 
-    hidden_states: Optional[torch.Tensor] = None
+    def prepare_for_verify(self, batch: ScheduleBatch, target_worker):
+        """The verify forward batch, with the CUDA graph's buffers (or the eager
+        attention metadata) prepared: DFlash's packaging of a TARGET_VERIFY
+        forward (``DFlashVerifyInput.prepare_for_verify``), which reads only
+        ``draft_token`` and ``capture_hidden_mode`` of the input."""
+        return DFlashVerifyInput.prepare_for_verify(self, batch, target_worker)
 
 
 def make_verify_input(
     tree,
     root_tokens: torch.Tensor,
-    seq_lens: torch.Tensor,
-    seq_lens_cpu: torch.Tensor,
-    seq_lens_sum: int,
+    prefix_lens: torch.Tensor,
+    host_prefix_sum: int,
     num_draft_positions: int,
 ) -> DDTreeVerifyInput:
     """The verify input of a batch of trees.
 
     Per request N = budget + 1 verify tokens (root = the bonus token at
-    position seq_len, nodes at seq_len + depth); accept width L + 1, the
-    longest path a tree of depth <= L can accept (root included)."""
-    vi = build_verify_inputs(tree, root_tokens, seq_lens, prefix_lens_sum=int(seq_lens_sum))
+    position prefix, nodes at prefix + depth). The flat FULL_MASK's blocks
+    start at offsets computed on the device from ``prefix_lens``;
+    ``host_prefix_sum``, a host-side upper bound of ``prefix_lens.sum()``, only
+    sizes it (no device read). The attention backend reads it as it is (eager)
+    or copies it into its static verify buffer at a CUDA-graph replay (triton:
+    ``_update_target_verify_buffers``; flashinfer plans each replay with it)."""
+    vi = build_verify_inputs(tree, root_tokens, prefix_lens, prefix_lens_sum=int(host_prefix_sum))
     return DDTreeVerifyInput(
         draft_token=vi.draft_token,
         custom_mask=vi.custom_mask,
@@ -82,28 +107,28 @@ def make_verify_input(
         topk=TREE_MODE_TOPK,
         draft_token_num=int(tree.tokens.shape[1]),
         capture_hidden_mode=CaptureHiddenMode.FULL,
-        seq_lens_sum=int(seq_lens_sum),
-        seq_lens_cpu=seq_lens_cpu,
+        seq_lens_sum=int(host_prefix_sum),
+        seq_lens_cpu=None,
     )
 
 
-def graph_capture_verify_input(server_args, num_tokens_per_bs: int, custom_mask: torch.Tensor) -> DDTreeVerifyInput:
+def graph_capture_verify_input(server_args, num_tokens_per_req: int, custom_mask: torch.Tensor) -> DDTreeVerifyInput:
     """The verify input the target's CUDA graphs are captured with (called by
-    ``CudaGraphRunner.get_spec_info`` for DDTREE's target; the drafter's graphs
-    stay DFlash's).
+    ``DecodeCudaGraphRunner.get_spec_info`` for DDTREE's target; the drafter's
+    graphs stay DFlash's).
 
     It is EAGLE's tree-verify capture input (the EAGLE branch of
     ``get_spec_info``) with DDTREE's values: N = budget + 1 tokens per request,
     topk 2 and a custom mask, so that the attention backends capture their
     custom-mask path (flashinfer's wrappers get a mask buffer; triton's kernel
-    reads its static mask), which replay fills from each step's tree
+    reads its static verify mask), which replay fills from each step's tree
     (``make_verify_input``). The hybrid linear-attention backend captures its
     static LCRS buffers in tree mode from ``speculative_eagle_topk`` alone and
     copies the tree's arrays into them at replay."""
     num_verify_tokens = int(server_args.speculative_ddtree_budget) + 1
-    if int(num_tokens_per_bs) != num_verify_tokens:
+    if int(num_tokens_per_req) != num_verify_tokens:
         raise RuntimeError(
-            f"DDTREE: the target's CUDA graphs would be captured with {num_tokens_per_bs} tokens per "
+            f"DDTREE: the target's CUDA graphs would be captured with {num_tokens_per_req} tokens per "
             f"request, but the tree verifies budget + 1 = {num_verify_tokens} "
             "(sglang/srt/speculative/ddtree_worker.py); the server arguments did not go through "
             "ddtree_algo.finish_ddtree_server_args. Start with --disable-cuda-graph and report this."
@@ -125,37 +150,51 @@ def graph_capture_verify_input(server_args, num_tokens_per_bs: int, custom_mask:
     )
 
 
+def _override(server_args, source: str, **fields) -> None:
+    """Set fields of the (resolved, read-only) server arguments through their one
+    mutation point, ``ServerArgs.override``."""
+    override = getattr(server_args, "override", None)
+    if override is not None:
+        override(source, **fields)
+    else:  # a plain namespace (tests)
+        for k, v in fields.items():
+            setattr(server_args, k, v)
+
+
 @contextmanager
 def _as_dflash_drafter(server_args, block_size: int):
-    """The DFlash worker reads its block size (and the draft runner its verify
-    width) from ``speculative_num_draft_tokens``; for DDTREE that field holds the
-    tree's verify width, so the drafter is built with the block size in it."""
-    saved = (server_args.speculative_num_draft_tokens, server_args.speculative_eagle_topk)
-    server_args.speculative_num_draft_tokens = int(block_size)
-    server_args.speculative_eagle_topk = 1
+    """DFlash's worker reads its block size from ``speculative_num_draft_tokens``,
+    and its draft worker is built from a copy of the server arguments (whose
+    values the draft model runner's buffers, CUDA graphs and warm-up read); for
+    DDTREE that field holds the tree's verify width, so the drafter is built with
+    the block size in it and topk 1, as for DFLASH; the target's values come back after."""
+    saved = dict(
+        speculative_num_draft_tokens=server_args.speculative_num_draft_tokens,
+        speculative_eagle_topk=server_args.speculative_eagle_topk,
+    )
+    _override(server_args, "ddtree.drafter", speculative_num_draft_tokens=int(block_size), speculative_eagle_topk=1)
     try:
         yield
     finally:
-        server_args.speculative_num_draft_tokens, server_args.speculative_eagle_topk = saved
+        _override(server_args, "ddtree.target", **saved)
 
 
-class DDTreeWorker(DFlashWorker):
-    """DDTree speculative decoding worker (spec-v1, tp >= 1, pp = 1, page size 1)."""
+class DDTreeWorker(DFlashWorkerV2):
+    """DDTree speculative decoding worker (spec-v2; overlap or not; tp >= 1, pp = 1, page size 1)."""
 
-    def __init__(self, server_args, gpu_id, tp_rank, dp_rank, moe_ep_rank, attn_cp_rank, moe_dp_rank, nccl_port, target_worker):
+    def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):
         block_size = int(server_args.speculative_dflash_block_size)
         with _as_dflash_drafter(server_args, block_size):
             super().__init__(
                 server_args=server_args,
                 gpu_id=gpu_id,
-                tp_rank=tp_rank,
-                dp_rank=dp_rank,
-                moe_ep_rank=moe_ep_rank,
-                attn_cp_rank=attn_cp_rank,
-                moe_dp_rank=moe_dp_rank,
+                ps=ps,
                 nccl_port=nccl_port,
                 target_worker=target_worker,
             )
+        self._init_ddtree(server_args)
+
+    def _init_ddtree(self, server_args) -> None:
         self.budget = int(server_args.speculative_ddtree_budget)
         self.num_verify_tokens = self.budget + 1
         self.num_draft_positions = int(self.block_size) - 1
@@ -163,9 +202,9 @@ class DDTreeWorker(DFlashWorker):
             raise RuntimeError(
                 f"DDTREE: speculative_num_draft_tokens is {server_args.speculative_num_draft_tokens}, "
                 f"expected budget + 1 = {self.num_verify_tokens}; the server arguments did not go "
-                "through ddtree_algo.finish_ddtree_server_args (sglang/srt/server_args.py)."
+                "through ddtree_algo.finish_ddtree_server_args (sglang/srt/speculative/ddtree_algo.py)."
             )
-        if self.tp_rank == 0:
+        if self.ps.tp_rank == 0:
             logger.info(
                 "DDTREE worker: block %d, %d draft positions, budget %d, %d verify tokens per request.",
                 self.block_size,
@@ -173,6 +212,12 @@ class DDTreeWorker(DFlashWorker):
                 self.budget,
                 self.num_verify_tokens,
             )
+
+    def _maybe_build_draft_sampler(self):
+        # DFlash folds its greedy draft head (an argmax chain) into the draft CUDA
+        # graph; the tree needs the drafter's distributions, taken eagerly from the
+        # graph's hidden states (_draft_topk_logprobs).
+        return None
 
     # ------------------------------------------------------------------ draft
     def _draft_topk_logprobs(self, hidden: torch.Tensor, lm_head) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -220,88 +265,129 @@ class DDTreeWorker(DFlashWorker):
         top_vals, pos = torch.topk(cand_vals, k, dim=-1)
         return torch.gather(cand_ids, -1, pos), top_vals - glse.unsqueeze(-1)
 
-    def _prepare_for_speculative_decoding(self, batch: ScheduleBatch, draft_input: DFlashDraftInput):
-        if batch.forward_mode.is_extend() or batch.forward_mode.is_idle():
-            return
+    def _host_prefix_bound(self, batch: ScheduleBatch, draft_input: DFlashDraftInputV2) -> int:
+        """A host-side upper bound of the batch's committed prefix lengths' sum,
+        from what the host already holds (no device read): the scheduler's
+        ``seq_lens_sum`` mirror, or the overlap reservation's bound when the
+        backends take the GPU-only path (``needs_cpu_seq_lens`` False); never
+        above batch size x context length (no prefix is longer)."""
+        ceiling = int(batch.batch_size()) * int(self.target_worker.model_runner.model_config.context_len)
+        if batch.seq_lens_cpu is not None:
+            return min(int(batch.seq_lens_cpu.sum()), ceiling)
+        if draft_input.reserved_seq_lens_sum is not None:
+            return min(int(draft_input.reserved_seq_lens_sum), ceiling)
+        return ceiling
+
+    # ----------------------------------------------------------------- decode
+    def forward_batch_generation(self, batch: ScheduleBatch, on_publish=None, grammar_barrier=None) -> GenerationBatchResult:
+        if getattr(batch, "return_logprob", False):
+            raise ValueError("DDTREE speculative decoding does not support return_logprob.")
+        if batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle():
+            # Prefill (the prompt's features fill the draft KV) and idle batches: DFlash's.
+            return super().forward_batch_generation(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
+        if batch.spec_info is None:
+            batch.spec_info = DFlashDraftInputV2.create_idle_input(device=self.device)
+        draft_input = batch.spec_info
+        if not isinstance(draft_input, DFlashDraftInputV2):
+            raise RuntimeError(
+                "DDTREE decode requires DFlashDraftInputV2 state on the running batch "
+                f"(got {type(draft_input).__name__}); the request did not complete prefill."
+            )
         if batch.has_grammar:
             raise RuntimeError(
                 "Invariant broken: DDTREE batch has grammar constraints; the server starts with "
                 "--grammar-backend none and the scheduler refuses grammar requests."
             )
-        draft_hidden, block_ids, _, lm_head = self._run_draft_block(batch, draft_input)
-        ids, logprobs = self._draft_topk_logprobs(draft_hidden[:, 1:, :], lm_head)
+        self._validate_phase1_sampling_support(batch)
+
+        # --- 1) DFlash's draft forward, 2) the tree.
+        draft = self._run_draft_block(batch, draft_input)
+        bs = draft.bs
+        draft_hidden = draft.draft_out.logits_output.hidden_states
+        if draft_hidden is None:
+            raise RuntimeError("DDTREE: the DFlash draft model returned no hidden states.")
+        draft_hidden = draft_hidden.view(bs, int(self.block_size), -1)
+        ids, logprobs = self._draft_topk_logprobs(draft_hidden[:, 1:, :], draft.lm_head)
         tree = build_ddtree(ids, logprobs, self.budget)
+
+        # --- 3) The verify input, in the request's verify slots.
+        N = self.num_verify_tokens
+        prefix_lens = batch.seq_lens
+        host_prefix_sum = self._host_prefix_bound(batch, draft_input)
+        target_runner = self.target_worker.model_runner
         verify_input = make_verify_input(
             tree,
-            root_tokens=block_ids[:, 0],
-            seq_lens=batch.seq_lens,
-            seq_lens_cpu=batch.seq_lens_cpu,
-            seq_lens_sum=batch.seq_lens_sum,
+            root_tokens=draft.block_ids[:, 0],
+            prefix_lens=prefix_lens,
+            host_prefix_sum=host_prefix_sum,
             num_draft_positions=self.num_draft_positions,
         )
-        verify_input.prepare_for_verify(batch, self.page_size)
-        batch.forward_mode = ForwardMode.TARGET_VERIFY
-        batch.spec_info = verify_input
-        batch.return_hidden_states = False
+        batch.out_cache_loc = assign_extend_cache_locs_func(
+            req_pool_indices=batch.req_pool_indices,
+            req_to_token=target_runner.req_to_token_pool.req_to_token,
+            start_offset=prefix_lens,
+            end_offset=prefix_lens + N,
+            batch_size=bs,
+            draft_token_num=N,
+            device=self.device,
+        )
+        # Host bounds for the backends' planning (committed prefix + the verify
+        # tokens), as DFlash's verify sets them; restored after the preparation.
+        seq_lens_cpu_backup, seq_lens_sum_backup = batch.seq_lens_cpu, batch.seq_lens_sum
+        if seq_lens_cpu_backup is not None:
+            batch.seq_lens_cpu = seq_lens_cpu_backup + N
+            batch.seq_lens_sum = host_prefix_sum + bs * N
+        elif draft_input.reserved_seq_lens_cpu is not None:
+            batch.seq_lens_cpu = draft_input.reserved_seq_lens_cpu
+            batch.seq_lens_sum = int(draft_input.reserved_seq_lens_sum)
+        verify_forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker)
+        batch.seq_lens_cpu, batch.seq_lens_sum = seq_lens_cpu_backup, seq_lens_sum_backup
 
-    # ----------------------------------------------------------------- verify
-    def forward_batch_generation(self, batch, **kwargs) -> GenerationBatchResult:
-        if getattr(batch, "return_logprob", False):
-            raise RuntimeError(
-                "Invariant broken: DDTREE batch requested return_logprob, but the scheduler "
-                "refuses such requests for DFlash-drafted algorithms."
-            )
-        if isinstance(batch, ModelWorkerBatch) or batch.forward_mode.is_extend() or batch.is_extend_in_batch:
-            # Prefill: the target runs the prompt and its features fill the draft KV (DFlash's path).
-            return super().forward_batch_generation(batch, **kwargs)
-
-        draft_input = batch.spec_info
-        if not isinstance(draft_input, DFlashDraftInput):
-            raise RuntimeError(
-                "DDTREE decode requires DFlashDraftInput state on the running batch "
-                f"(got {type(draft_input).__name__}); the request did not complete prefill."
-            )
-        self._prepare_for_speculative_decoding(batch, draft_input)
-        verify_input: DDTreeVerifyInput = batch.spec_info
-        seq_lens_pre_verify = batch.seq_lens.clone()
-        model_worker_batch = batch.get_model_worker_batch(seq_lens_cpu_cache=verify_input.seq_lens_cpu)
-        batch_result = self.target_worker.forward_batch_generation(model_worker_batch, is_verify=True, **kwargs)
-        logits_output = batch_result.logits_output
+        # --- 4) Target verify, acceptance on the device.
+        target_out = self.target_worker.forward_batch_generation(
+            batch=None,
+            forward_batch=verify_forward_batch,
+            is_verify=True,
+            skip_attn_backend_init=True,
+        )
+        logits_output = target_out.logits_output
         if logits_output.hidden_states is None:
             raise RuntimeError(
                 "DDTREE verify needs the target's DFlash context features (CaptureHiddenMode.FULL), got None."
             )
-        verify_input.hidden_states = logits_output.hidden_states
-        res = verify_input.verify(batch, logits_output, batch.token_to_kv_pool_allocator, self.page_size)
+        predict, accept_lens, accept_index = eagle_sample(verify_input, batch, logits_output)
 
-        attn_backend = self.target_worker.model_runner.attn_backend
-        if hasattr(attn_backend, "update_mamba_state_after_mtp_verify"):
-            from sglang.srt.speculative.eagle_worker import EAGLEWorker
+        # --- 5) Commit: SSM state of the last accepted node, KV to the front, lengths.
+        commit_mamba_states_after_verify(self.target_worker, batch, accept_lens, accept_index, N)
+        move_accept_tokens_to_target_kvcache(batch, accept_index, accept_lens - 1, batch.token_to_kv_pool_allocator)
+        new_seq_lens = prefix_lens + accept_lens.to(prefix_lens.dtype)
+        if on_publish is not None:
+            on_publish(new_seq_lens)
 
-            # EAGLE's tree commit: last_correct_step_indices = the last accepted node's
-            # local index (topk > 1 branch), and the prefix-cache track points along the path.
-            EAGLEWorker._mamba_verify_update(self, batch, res, logits_output, verify_input, seq_lens_pre_verify)
-
-        commit_lens_cpu = [n + 1 for n in res.num_correct_drafts_per_req_cpu]
-        # EagleVerifyInput.verify advances seq_lens / seq_lens_cpu; the host-side sum
-        # (the next step's custom-mask size) is kept here, as DFlash's verify does.
-        batch.seq_lens_sum += sum(commit_lens_cpu)
-        device = res.accept_indices.device
-        commit_lens = torch.tensor(commit_lens_cpu, dtype=torch.int32, device=device)
-        last = torch.cumsum(commit_lens.to(torch.int64), 0) - 1
-        new_bonus_tokens = res.accept_tokens.to(torch.int64)[last]
-        draft_input.bonus_tokens = new_bonus_tokens
-        draft_input.target_hidden = logits_output.hidden_states[res.accept_indices]
-        draft_input.ctx_lens = commit_lens
+        path = accept_index.to(torch.int64).clamp(min=0)  # [bs, L + 1]; -1 past the accept length
+        out_tokens = predict.to(torch.int64)[path]  # committed tokens, bonus last; stride L + 1
+        bonus = out_tokens.gather(1, (accept_lens.to(torch.int64) - 1).view(bs, 1)).view(bs)
+        hidden = logits_output.hidden_states
+        path_hidden = hidden[path.reshape(-1)]  # the path's target features, in path order
+        # The path now sits at req_to_token[prefix .. prefix + m): the draft block's
+        # slots and positions (the block is L + 1 = accept-width wide).
+        self._append_target_hidden_to_draft_kv_by_loc(
+            target_hidden=path_hidden,
+            cache_loc=draft.verify_out_cache_loc_2d.reshape(-1),
+            cache_loc_2d=draft.verify_out_cache_loc_2d,
+            positions=draft.positions_2d.reshape(-1),
+            commit_lens=accept_lens,
+        )
         logits_output.hidden_states = None
-        self._append_target_hidden_to_draft_kv(batch, draft_input)
-        batch.spec_info = draft_input
-        batch.forward_mode = ForwardMode.DECODE
 
+        next_draft_input = self._make_next_draft_input_decode(bonus_tokens=bonus, new_seq_lens=new_seq_lens)
         return GenerationBatchResult(
             logits_output=logits_output,
-            next_token_ids=new_bonus_tokens,
-            num_correct_drafts=sum(res.num_correct_drafts_per_req_cpu),
-            num_correct_drafts_per_req_cpu=res.num_correct_drafts_per_req_cpu,
-            can_run_cuda_graph=batch_result.can_run_cuda_graph,
+            next_token_ids=out_tokens.reshape(-1),
+            accept_lens=accept_lens,
+            can_run_cuda_graph=target_out.can_run_cuda_graph,
+            next_draft_input=next_draft_input,
+            speculative_num_draft_tokens=int(self.block_size),
+            new_seq_lens=new_seq_lens,
+            extra_keep_alive_refs=[verify_forward_batch],
         )
