@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from tests.ddtree_integration.probes import _install, _mamba_slot
+from tests.ddtree_integration.probes import _install, _linear_backend, _mamba_slot
 
 RUNNER = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"
 HYBRID = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
@@ -64,6 +64,38 @@ def chain_verify_replay(root: str, seq_lens=(9, 1, 5), bs=4, draft_tokens=4, dro
     return {
         "fill": fill,
         "num_padding": getattr(view, "num_padding", None),
+        "state_indices": backend.forward_metadata.mamba_cache_indices.tolist(),
+        "expected_state_indices": _mamba_slot(reqs[:raw_bs]).tolist() + [-1] * (bs - raw_bs),
+        "query_start_loc": backend.forward_metadata.query_start_loc.tolist(),
+        "expected_query_start_loc": [i * N for i in range(raw_bs + 1)] + [raw_bs * N] * (bs - raw_bs),
+    }
+
+
+def chain_verify_replay_before_28579(root: str, seq_lens=(9, 1, 5), bs=4, draft_tokens=4) -> dict:
+    """The same verify on a release before #28579 (v0.5.12.post1), through that
+    release's own entry point: ``init_forward_metadata_replay_cuda_graph`` with
+    what its ``CudaGraphRunner.replay_prepare`` hands the backend (the requests,
+    then padding rows of request 0 at the fill value); the backend counts the
+    padding itself."""
+    import torch
+
+    _, loader = _install(root, MODULES[1:])
+    loader.set_fakes({"get_moe_expert_parallel_world_size": lambda: 1})
+    fbi = loader.load("sglang.srt.model_executor.forward_batch_info")
+    hyb = loader.load(HYBRID)
+    info_mod = loader.load("sglang.srt.speculative.dflash_info")
+    N, raw_bs = draft_tokens, len(seq_lens)
+    backend = _linear_backend(hyb, SimpleNamespace(speculative_eagle_topk=1, speculative_num_draft_tokens=N))
+    backend.init_cuda_graph_state(bs, bs * N)
+    fill = backend.get_cuda_graph_seq_len_fill_value()
+    reqs = torch.tensor([3, 5, 6, 2, 7][:raw_bs] + [0] * (bs - raw_bs), dtype=torch.int64)
+    seq = torch.tensor(list(seq_lens) + [fill] * (bs - raw_bs), dtype=torch.int64)
+    info = info_mod.DFlashVerifyInput(draft_token=torch.arange(raw_bs * N), positions=torch.arange(raw_bs * N),
+                                      draft_token_num=N)
+    backend.init_forward_metadata_replay_cuda_graph(bs, reqs.clone(), seq, int(seq.sum()), None,
+                                                    fbi.ForwardMode.TARGET_VERIFY, info, seq.clone())
+    return {
+        "fill": fill,
         "state_indices": backend.forward_metadata.mamba_cache_indices.tolist(),
         "expected_state_indices": _mamba_slot(reqs[:raw_bs]).tolist() + [-1] * (bs - raw_bs),
         "query_start_loc": backend.forward_metadata.query_start_loc.tolist(),

@@ -46,10 +46,10 @@ def test_counting_the_fill_value_drops_the_last_request(pristine_tree):
 
 def test_v0_5_12_post1_dropped_the_last_request():
     """What the dropped patch fixed, on the release it was written for
-    (tests/ddtree_integration/probes.py chain_verify_replay: that release's
-    replay metadata entry point)."""
-    r = probe(release_trees.release_tree("0.5.12.post1"), "chain_verify_replay", seq_lens=SEQ_LENS, bs=BS,
-              draft_tokens=N)
+    (padding_probes.chain_verify_replay_before_28579: that release's replay
+    metadata entry point)."""
+    r = probe(release_trees.release_tree("0.5.12.post1"), "chain_verify_replay_before_28579",
+              module="tests.ddtree_integration.padding_probes", seq_lens=SEQ_LENS, bs=BS, draft_tokens=N)
     assert r["ok"], r
     v, last = r["value"], len(SEQ_LENS) - 1
     assert v["state_indices"][last] == -1 != v["expected_state_indices"][last], v
