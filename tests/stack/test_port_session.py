@@ -1,5 +1,7 @@
-"""tools/stack.py port on the real releases: a copy of this checkout with
-three of its real patches (float32-draft-embeddings and float32-gdn-chunk
+"""tools/stack.py port on the real releases: a checkout with three real
+patches of the project's earlier pin, v0.5.12.post1 (kept as they were in
+tests/stack/port_data/v0.5.12.post1 with that pin's lock, so the port has
+real work to do now that the project's own pin is v0.5.17) (float32-draft-embeddings and float32-gdn-chunk
 apply by 3-way merge on v0.5.17; sm120-kernel-tables conflicts there:
 v0.5.13 added its own SM120 DeepGEMM check, 524ba10eda #24692, on the lines
 the patch changes), ported from the pin onto v0.5.17.
@@ -43,6 +45,7 @@ sm120-kernel-tables.patch
 float32-gdn-chunk.patch
 """
 NAMES = ("float32-draft-embeddings.patch", "sm120-kernel-tables.patch", "float32-gdn-chunk.patch")
+OLD_PIN = Path(__file__).parent / "port_data" / "v0.5.12.post1"
 
 
 # --------------------------------------------------------------------------
@@ -78,13 +81,13 @@ def upstream():
 
 
 def make_checkout(dest):
-    """A second checkout: this repository's lock, an empty overlay, the
-    three real patches."""
+    """A second checkout: the old pin's lock, an empty overlay, its three
+    real patches."""
     (dest / "patches").mkdir(parents=True)
     (dest / "overlay").mkdir()
-    shutil.copy(ROOT / "upstream.lock", dest / "upstream.lock")
+    shutil.copy(OLD_PIN / "upstream.lock", dest / "upstream.lock")
     for name in NAMES:
-        shutil.copy(ROOT / "patches" / name, dest / "patches" / name)
+        shutil.copy(OLD_PIN / name, dest / "patches" / name)
     (dest / "patches" / "series").write_text(SERIES)
     return dest
 
@@ -221,7 +224,7 @@ def test_a_conflict_stops_with_markers_and_continue_finishes_the_move(tmp_path, 
     new = (root / "patches" / CONFLICT).read_text()
     assert "-    if sm_version == 120:\n" in new and "+    if _is_cuda and sm_version // 10 == 12:\n" in new
     assert applies_to_pristine(root / "patches" / CONFLICT, "0.5.17")
-    assert not applies_to_pristine(ROOT / "patches" / CONFLICT, "0.5.17")
+    assert not applies_to_pristine(OLD_PIN / CONFLICT, "0.5.17")
     # the new patch is in the series right after the one it was committed after
     assert (root / "patches" / "series").read_text() == SERIES.replace(
         "sm120-kernel-tables.patch\n", f"sm120-kernel-tables.patch\n{added}\n")
@@ -229,7 +232,7 @@ def test_a_conflict_stops_with_markers_and_continue_finishes_the_move(tmp_path, 
 
     # upstream.lock: v0.5.17, every field as new_lock computes it, and facts checked apart from it
     lock = lockmod.load(root / "upstream.lock")
-    want = stack.new_lock(lockmod.load(ROOT / "upstream.lock"), stack.Onto(version="0.5.17", repo=str(upstream)))
+    want = stack.new_lock(lockmod.load(OLD_PIN / "upstream.lock"), stack.Onto(version="0.5.17", repo=str(upstream)))
     assert lock.as_dict() | {"path": ""} == want.as_dict() | {"path": ""}
     assert lock.version == "0.5.17" and lock.commit == gitcmd.out(upstream, "rev-parse", "v0.5.17")
     assert lock.tree == gitcmd.out(upstream, "rev-parse", "v0.5.17:python/sglang")
@@ -241,9 +244,8 @@ def test_a_conflict_stops_with_markers_and_continue_finishes_the_move(tmp_path, 
 
     # the per-patch range-diff: printed at the end, kept in build/port/range-diff.txt
     saved = (root / "build" / "port" / "range-diff.txt").read_text()
-    for p in series.load(ROOT).patches:
-        if p.name in NAMES:
-            assert p.subject in saved
+    for i, name in enumerate(NAMES, 1):
+        assert series.parse_patch(OLD_PIN / name, i).subject in saved
     assert "sm120: one constant for SM12x" in saved                  # the new patch, with no old one
     printed = done.stdout
     assert "range-diff (old v0.5.12.post1 series against the new one" in printed
