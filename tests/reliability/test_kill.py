@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from sgl_overlay import artifacts, builder, gitcmd
-from tests.apply.support import MIXIN, ROOT, Project
+from tests.apply.support import SIZING, ROOT, Project
 from tests.bisect.scripts import version_test
 from tests.reliability.support import (kill_after, local_index_env, moments, record, timed, tool,
                                        tree_digest)
@@ -121,12 +121,12 @@ def test_bisect_killed_at_random_moments(tmp_path):
 
 def test_stack_refresh_killed_at_random_moments(tmp_path, patches):
     project = Project(tmp_path / "proj", (ROOT / "upstream.lock").read_text())
-    one, c1 = patches.make([(MIXIN, "import logging\n", "import logging  # one\n")], subject="One")
-    two, _ = patches.make([(MIXIN, "import logging  # one\n", "import logging  # two\n")], subject="Two", on=c1)
+    one, c1 = patches.make([(SIZING, "import logging\n", "import logging  # one\n")], subject="One")
+    two, _ = patches.make([(SIZING, "import logging  # one\n", "import logging  # two\n")], subject="Two", on=c1)
     project.series(["one.patch", "two.patch"], {"one.patch": one, "two.patch": two})
     assert project.apply("-q").returncode == 0
     # the tree is edited: a third commit, and the first one's message reworded
-    (project.out / MIXIN).write_text((project.out / MIXIN).read_text().replace("# two", "# three"))
+    (project.out / SIZING).write_text((project.out / SIZING).read_text().replace("# two", "# three"))
     gitcmd.run(project.out, "commit", "--quiet", "-am", "Three\n\nA third change.\n\nUpstream-Status: Pending\nTopic: test\n")
     before = tree_digest(project.root / "patches")
     saved = tmp_path / "saved-patches"
