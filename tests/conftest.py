@@ -68,6 +68,19 @@ def pinned_lock():
 
 
 @pytest.fixture(scope="session")
+def patched_tree_of(pinned_lock, request):
+    """The patched tree for a GPU record taken on release `version`: the pin's patched tree
+    when the record is the pin's; a skip naming the gap when the pin has moved since (the
+    stack that ran there is not the pin's any more, so its figures cannot be compared)."""
+    def get(version):
+        if pinned_lock.version != version:
+            pytest.skip(f"H200 record of the v{version} pin; the pin is v{pinned_lock.version}: "
+                        "take the record again on the GPU (docs/gpu.md)")
+        return request.getfixturevalue("patched_tree")
+    return get
+
+
+@pytest.fixture(scope="session")
 def pristine_tree(pinned_lock):
     from sgl_overlay import release_trees
 

@@ -12,8 +12,10 @@ import pytest
 from tests.gpu.e2e_script import e2e_log
 
 from sgl_overlay.harness import Outcome, load_scenario, run_scenario, source_root
+from sgl_overlay.release_trees import release_tree
 
 DATA = Path(__file__).parent / "data" / "h200-2026-12-01"
+RELEASE = "0.5.12.post1"        # the release these start-ups ran on (the pin of 2026-12-01)
 
 
 def gpu(name):
@@ -25,8 +27,15 @@ def harness(tree, scenario):
 
 
 @pytest.fixture(scope="module", params=["pristine", "patched"])
-def tree(request, pristine_tree, patched_tree):
-    return {"pristine": pristine_tree, "patched": patched_tree}[request.param], request.param
+def tree(request, patched_tree_of):
+    if request.param == "pristine":
+        return release_tree(RELEASE), "pristine"
+    return patched_tree_of(RELEASE), "patched"
+
+
+@pytest.fixture(scope="module")
+def patched_tree(patched_tree_of):
+    return patched_tree_of(RELEASE)
 
 
 def test_the_recorded_logs_say_what_docs_gpu_md_says():
@@ -56,9 +65,9 @@ def test_dflash_smoke_figures_equal_the_gpus(tree):
     started_with_the_gpus_figures(tree, "dflash-smoke", "h200-dflash-smoke")
 
 
-def test_zero_requests_on_the_pin_is_the_gpus_failure(pristine_tree):
+def test_zero_requests_on_the_pin_is_the_gpus_failure():
     f = gpu("zero-requests-dflash.pristine")
-    r = harness(pristine_tree, "h200-zero-requests-dflash")
+    r = harness(release_tree(RELEASE), "h200-zero-requests-dflash")
     got = r.figures
     assert r.outcome is Outcome.BROKEN
     assert got["max_running_requests"] == 0        # the GPU: AssertionError: max_running_request is zero

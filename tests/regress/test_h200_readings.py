@@ -28,6 +28,8 @@ from sgl_overlay.harness.remedy import parse_remedies
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gpu_results"
 
+RECORDS_RELEASE = "0.5.12.post1"    # the pin the patched records ran on (2026-12-01)
+
 # (record file, case, run, release or "patched", the shipped scenario)
 STARTS = [
     ("2026-12-01/e2e.json", "dflash-smoke", "pristine", "0.5.12.post1", "h200-dflash-smoke"),
@@ -84,10 +86,10 @@ def _refusal(run) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def tree(release_tree, request):
+def tree(release_tree, patched_tree_of):
     def get(which):
         if which == "patched":
-            return request.getfixturevalue("patched_tree")
+            return patched_tree_of(RECORDS_RELEASE)
         return source_root(release_tree(which))
     return get
 
