@@ -17,7 +17,6 @@ Two ways to run the release's own code on a CPU:
 The ``test_upstream_*`` tests check what the port drops because v0.5.23
 already does it; they pass on the pristine release.
 """
-import dataclasses
 import importlib.util
 import logging
 import re
@@ -30,17 +29,15 @@ import pytest
 
 from sgl_overlay import release_trees
 from sgl_overlay.harness import loader
-from sgl_overlay.harness import Outcome, load_scenario, run_scenario
 from sgl_overlay.harness.layout import source_root
 from sgl_overlay.harness.resolution import _platform
 
 from tests import port_tree as port_series
 
-from .support import DEVICES, PDMUX, SM120, SPLITS, pdmux_stream_groups, tree_helpers
+from .support import DEVICES, PDMUX, SM120, SPLITS, pdmux_stream_groups, resolved, tree_helpers
 
 LABEL = "0.5.23"
 SERIES_DIR = port_series.PORTS / "sm120"
-SCENARIO = Path(__file__).resolve().parent / "scenarios" / "olmo2-rtx-pro-6000.toml"
 
 
 @pytest.fixture(scope="module")
@@ -62,23 +59,7 @@ def port_tree(request):
     return request.getfixturevalue("series_tree")
 
 
-# ---- start-up resolution through the harness -----------------------------------
-
-def resolved(tree, device_key="rtx-pro-6000", tp=1, **flags):
-    """The scenario (Olmo2-7B, default flags) on ``device_key`` x ``tp`` with
-    ``flags``: {flag: (resolved value, rule)} for every flag a rule changed."""
-    sc = load_scenario(str(SCENARIO))
-    dev = DEVICES[device_key]
-    gpu = dict(sc.gpu, device_name=dev.name, capability=list(dev.capability), total_mib=dev.total_mib,
-               world_size=tp)
-    if tp > 1:  # the weights are split over the TP group
-        gpu.update(weights_gib=sc.gpu["weights_gib"] / tp,
-                   post_load_free_gib=sc.gpu["pre_load_free_gib"] - sc.gpu["weights_gib"] / tp)
-    sc = dataclasses.replace(sc, gpu=gpu, server=dict(sc.server, tp_size=tp, **flags))
-    report = run_scenario(tree, sc, verify_remedy=False)
-    assert report.outcome is Outcome.OK, (report.outcome, report.reason)
-    return {c["flag"]: (c["resolved"], c["rule"]) for c in report.figures["resolution"]}
-
+# ---- start-up resolution through the harness (support.resolved) ----------------
 
 FUSION = "flashinfer_allreduce_fusion_backend"
 
