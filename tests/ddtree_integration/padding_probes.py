@@ -21,6 +21,28 @@ MODULES = [RUNNER, HYBRID, "sglang.srt.model_executor.forward_batch_info", "sgla
            "sglang.srt.speculative.dflash_info", "sglang.srt.layers.attention.mamba.mamba2_metadata"]
 
 
+def _padded(seq_lens, bs, fill):
+    """Request-pool indices and sequence lengths as a replay hands them to the backend:
+    the requests, then padding rows of request 0 at the fill value."""
+    import torch
+
+    raw_bs = len(seq_lens)
+    reqs = torch.tensor([3, 5, 6, 2, 7][:raw_bs] + [0] * (bs - raw_bs), dtype=torch.int64)
+    seq = torch.tensor(list(seq_lens) + [fill] * (bs - raw_bs), dtype=torch.int64)
+    return reqs, seq
+
+
+def _replayed(backend, reqs, raw_bs, bs, N) -> dict:
+    """The backend's replay metadata beside what it should be: each request's own Mamba
+    slot and query range, -1 and an empty range for each padding row."""
+    return {
+        "state_indices": backend.forward_metadata.mamba_cache_indices.tolist(),
+        "expected_state_indices": _mamba_slot(reqs[:raw_bs]).tolist() + [-1] * (bs - raw_bs),
+        "query_start_loc": backend.forward_metadata.query_start_loc.tolist(),
+        "expected_query_start_loc": [i * N for i in range(raw_bs + 1)] + [raw_bs * N] * (bs - raw_bs),
+    }
+
+
 def chain_verify_replay(root: str, seq_lens=(9, 1, 5), bs=4, draft_tokens=4, drop_num_padding=False) -> dict:
     """A chain target verify (DFLASH's ``DFlashVerifyInput``) of ``len(seq_lens)``
     requests replayed in a graph captured for ``bs``: the view the pin's runner
@@ -47,8 +69,7 @@ def chain_verify_replay(root: str, seq_lens=(9, 1, 5), bs=4, draft_tokens=4, dro
     backend._replayssm_enabled = lambda: False
     backend.init_cuda_graph_state(bs, bs * N)
     fill = backend.get_cuda_graph_seq_len_fill_value()
-    reqs = torch.tensor([3, 5, 6, 2, 7][:raw_bs] + [0] * (bs - raw_bs), dtype=torch.int64)
-    seq = torch.tensor(list(seq_lens) + [fill] * (bs - raw_bs), dtype=torch.int64)
+    reqs, seq = _padded(seq_lens, bs, fill)
     buffers = SimpleNamespace(input_ids=torch.zeros(bs * N, dtype=torch.int64),
                               positions=torch.zeros(bs * N, dtype=torch.int64), req_pool_indices=reqs,
                               seq_lens=seq, seq_lens_cpu=seq.clone(), encoder_lens=None, mamba_track_indices=None)
@@ -61,14 +82,7 @@ def chain_verify_replay(root: str, seq_lens=(9, 1, 5), bs=4, draft_tokens=4, dro
     if drop_num_padding:
         del view.num_padding
     backend.init_forward_metadata_out_graph(view)
-    return {
-        "fill": fill,
-        "num_padding": getattr(view, "num_padding", None),
-        "state_indices": backend.forward_metadata.mamba_cache_indices.tolist(),
-        "expected_state_indices": _mamba_slot(reqs[:raw_bs]).tolist() + [-1] * (bs - raw_bs),
-        "query_start_loc": backend.forward_metadata.query_start_loc.tolist(),
-        "expected_query_start_loc": [i * N for i in range(raw_bs + 1)] + [raw_bs * N] * (bs - raw_bs),
-    }
+    return dict(_replayed(backend, reqs, raw_bs, bs, N), fill=fill, num_padding=getattr(view, "num_padding", None))
 
 
 def chain_verify_replay_before_28579(root: str, seq_lens=(9, 1, 5), bs=4, draft_tokens=4) -> dict:
@@ -88,16 +102,9 @@ def chain_verify_replay_before_28579(root: str, seq_lens=(9, 1, 5), bs=4, draft_
     backend = _linear_backend(hyb, SimpleNamespace(speculative_eagle_topk=1, speculative_num_draft_tokens=N))
     backend.init_cuda_graph_state(bs, bs * N)
     fill = backend.get_cuda_graph_seq_len_fill_value()
-    reqs = torch.tensor([3, 5, 6, 2, 7][:raw_bs] + [0] * (bs - raw_bs), dtype=torch.int64)
-    seq = torch.tensor(list(seq_lens) + [fill] * (bs - raw_bs), dtype=torch.int64)
+    reqs, seq = _padded(seq_lens, bs, fill)
     info = info_mod.DFlashVerifyInput(draft_token=torch.arange(raw_bs * N), positions=torch.arange(raw_bs * N),
                                       draft_token_num=N)
     backend.init_forward_metadata_replay_cuda_graph(bs, reqs.clone(), seq, int(seq.sum()), None,
                                                     fbi.ForwardMode.TARGET_VERIFY, info, seq.clone())
-    return {
-        "fill": fill,
-        "state_indices": backend.forward_metadata.mamba_cache_indices.tolist(),
-        "expected_state_indices": _mamba_slot(reqs[:raw_bs]).tolist() + [-1] * (bs - raw_bs),
-        "query_start_loc": backend.forward_metadata.query_start_loc.tolist(),
-        "expected_query_start_loc": [i * N for i in range(raw_bs + 1)] + [raw_bs * N] * (bs - raw_bs),
-    }
+    return dict(_replayed(backend, reqs, raw_bs, bs, N), fill=fill)
