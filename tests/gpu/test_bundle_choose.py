@@ -106,3 +106,30 @@ def test_an_optional_wheel_is_left_out_before_any_required_one():
     d = choose(cands, required - 1, {"attention-backend": "triton"})
     assert not d["fits"]
     assert any(x["required"] for x in d["left_out"])
+
+
+FI_SLIM = Candidate("flashinfer-python", (Variant("full", 13 * MIB),
+                                          Variant("slim", 8 * MIB, "CUTLASS", requires=(("attention-backend", "triton"),))))
+TRANSFORMERS = Candidate("transformers", (Variant("full", 10 * MIB),))
+
+
+def test_a_slim_variant_is_taken_where_the_full_one_leaves_a_required_wheel_out():
+    # 16 + 13 + 10 = 39 > 35: flashinfer's full copy fits when it is placed, transformers then does not
+    d = choose([KERNEL, FI_SLIM, TRANSFORMERS], 35 * MIB, {"attention-backend": "triton"})
+    assert d["fits"] and d["total"] == 34 * MIB
+    assert [(c["name"], c["variant"]) for c in d["chosen"]] == [
+        ("sglang-kernel", "slim"), ("flashinfer-python", "slim"), ("transformers", "full")]
+    fi = next(x for x in d["left_out"] if x["name"] == "flashinfer-python (full)")
+    assert fi["reason"] == "full is 13.0 MiB; a required wheel did not fit with it (transformers)"
+    assert fi["disables"] == "CUTLASS"
+
+
+def test_the_full_variant_stays_where_everything_fits_with_it():
+    d = choose([KERNEL, FI_SLIM, TRANSFORMERS], 39 * MIB, {"attention-backend": "triton"})
+    assert [c["variant"] for c in d["chosen"]] == ["slim", "full", "full"]
+
+
+def test_slimming_what_can_be_slimmed_does_not_make_an_impossible_bundle_fit():
+    d = choose([KERNEL, FI_SLIM, TRANSFORMERS], 30 * MIB, {"attention-backend": "triton"})
+    assert not d["fits"] and [x["name"] for x in d["left_out"] if x["required"]] == ["transformers"]
+    assert [(c["name"], c["variant"]) for c in d["chosen"]] == [("sglang-kernel", "slim"), ("flashinfer-python", "slim")]

@@ -114,7 +114,7 @@ def _members(z):
     return {i.filename: i for i in z.infolist() if not i.is_dir()}
 
 
-@pytest.mark.parametrize("version", ["0.5.13.post1", "0.5.14", "0.5.16"])
+@pytest.mark.parametrize("version", ["0.5.13.post1", "0.5.14", "0.5.16", "0.5.17"])
 def test_slim_release_wheel_lacks_exactly_the_dropped_members(tmp_path, version):
     import base64
     import csv
@@ -128,7 +128,8 @@ def test_slim_release_wheel_lacks_exactly_the_dropped_members(tmp_path, version)
     old_info, new_info = f"sglang-{version}.dist-info/", f"sglang-{version}+slim.dist-info/"
     with zipfile.ZipFile(wheel) as r, zipfile.ZipFile(slim) as s:
         before, after = _members(r), _members(s)
-        dropped = {n for n in before if n.startswith(("sglang/multimodal_gen/", "sglang/srt/grpc/"))}
+        dropped = {n for n in before if n.startswith(("sglang/multimodal_gen/", "sglang/srt/grpc/",
+                                                      "sglang/srt/server/_core.", "sglang/srt/multimodal/_core."))}
         assert "sglang/srt/grpc/_core.cpython-311-x86_64-linux-gnu.so" in dropped
         assert "sglang/multimodal_gen/__init__.py" in dropped and len(dropped) > 600
         renamed = {(new_info + n[len(old_info):] if n.startswith(old_info) else n) for n in set(before) - dropped}
@@ -154,12 +155,99 @@ def test_slim_release_wheel_lacks_exactly_the_dropped_members(tmp_path, version)
     assert slim.stat().st_size < wheel.stat().st_size - MIB
 
 
-def test_cli_slim_release_without_release_is_a_usage_error(tmp_path):
-    out, dl = tmp_path / "out", tmp_path / "dl"
-    p = _cli("--slim-release", "--python", "3.11", "--out", str(out), "--downloads", str(dl), "--json", "-q")
-    assert p.returncode == 2, p.stderr
-    d = json.loads(p.stdout)
-    assert d["error"] == "--slim-release slims another release's wheel: it needs --release VERSION"
-    assert "never slimmed" in d["hint"] and d["exit_code"] == 2
-    assert "error: --slim-release" in p.stderr
-    assert not out.exists() and not dl.exists() and not (tmp_path / "out.wheel").exists()
+PY = "%d.%d" % sys.version_info[:2]
+
+
+# the pin's own bundle with --slim-release (v0.5.17's does not fit 64 MiB without it): the patched wheel
+# slimmed alike, the delta taken between the release and it, the release's tree rebuilt and proven on install
+
+@pytest.fixture(scope="module")
+def pin_wheels(tmp_path_factory):
+    """The pin's patched wheel for this Python (tools/apply.py --wheel --python, so e2e_install can install it
+    here) and the release's wheel for it."""
+    from sgl_overlay import lock as lockmod
+    tmp = tmp_path_factory.mktemp("pin-wheel")
+    p = subprocess.run([sys.executable, "tools/apply.py", "--out", str(tmp / "tree"), "--wheel", str(tmp / "dist"),
+                        "--python", PY, "--json", "-q"], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    lock = lockmod.load(os.path.join(ROOT, "upstream.lock"))
+    release = artifacts.lock_wheel(lock, artifacts.wheel_filename(lock, PY)).path
+    return lock, next((tmp / "dist").glob("*.whl")), release
+
+
+def _fake_runtime(dl):
+    """A stand-in wheel for every bundle.RUNTIME name in ``dl`` (so nothing is downloaded), sglang-kernel's
+    and flashinfer's with members that their slim copies drop."""
+    from wheel.wheelfile import WheelFile
+    dl.mkdir()
+    for name, _, _ in bundle.RUNTIME:
+        mod = name.replace("-", "_")
+        with WheelFile(dl / f"{mod}-1.0-py3-none-any.whl", "w") as w:
+            w.writestr(f"{mod}_top/__init__.py", "")
+            w.writestr(f"{mod}-1.0.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+            w.writestr(f"{mod}-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                     "Tag: py3-none-any\n")
+            if name == "flashinfer-python":
+                w.writestr("flashinfer/data/cutlass/include/cutlass.h", os.urandom(MIB))
+            if name == "sglang-kernel":
+                w.writestr("sgl_kernel/flash_ops.abi3.so", os.urandom(2 * MIB))
+
+
+def test_the_pins_slim_bundle_rebuilds_and_proves_the_releases_tree(pin_wheels, tmp_path):
+    import zipfile
+    lock, patched, release = pin_wheels
+    _fake_runtime(tmp_path / "dl")
+    out = tmp_path / "bundle"
+    d = bundle.build(lock, patched, release, out, PY, "manylinux_2_34_x86_64", {"attention-backend": "triton"},
+                     64 * MIB, tmp_path / "dl", slim_release=True)
+    assert d["fits"] and d["release_slim_dropped"] == list(bundle.RELEASE_SLIM_DROP)
+    version = patched.name.split("-")[1]
+    assert version.startswith(lock.version + "+overlay.")
+    assert d["patched_wheel"] == patched.name.replace(version, version + ".slim")
+    assert len(d["chosen"]) == len(bundle.RUNTIME) and d["total"] <= 64 * MIB
+    with zipfile.ZipFile(release) as r, zipfile.ZipFile(out / d["patched_wheel"]) as s:
+        gone = [n for n in r.namelist() if not n.endswith("/") and bundle.dropped(n, bundle.RELEASE_SLIM_DROP)]
+        kept = set(s.namelist())
+        assert f"sglang/srt/server/_core.cpython-{PY.replace('.', '')}-x86_64-linux-gnu.so" in gone
+        assert f"sglang/srt/multimodal/_core.cpython-{PY.replace('.', '')}-x86_64-linux-gnu.so" in gone
+        assert not kept & set(gone)
+    assert (out / d["patched_wheel"]).stat().st_size < patched.stat().st_size - 10 * MIB
+    assert d["release_delta"]["removed"] == 0          # the dropped members are left out of both sides
+    r = e2e_install.install(out, tmp_path / "work")
+    assert r["pristine_dropped_files"] == len(gone)
+    record = zipfile.ZipFile(release).read(f"sglang-{lock.version}.dist-info/RECORD").decode()
+    listed = [ln for ln in record.splitlines() if ln.startswith("sglang/") and ln.split(",")[1]]
+    assert r["pristine_proven_files"] == len(listed) - len(gone) > 2000
+    for n in gone:
+        assert not (tmp_path / "work" / "pristine" / n).exists() and not (tmp_path / "work" / "patched" / n).exists()
+
+
+def test_a_slim_bundle_whose_pristine_tree_holds_a_dropped_member_is_refused(pin_wheels, tmp_path):
+    """A delta taken without the drop puts the release's dropped members back: the install, told they were
+    dropped, names one instead of calling the tree proven."""
+    lock, patched, release = pin_wheels
+    _fake_runtime(tmp_path / "dl")
+    out = tmp_path / "bundle"
+    d = bundle.build(lock, patched, release, out, PY, "manylinux_2_34_x86_64", {"attention-backend": "triton"},
+                     64 * MIB, tmp_path / "dl", slim_release=True)
+    bundle.release_delta(release, out / d["patched_wheel"], out / d["release_delta"]["file"])
+    with pytest.raises(SystemExit, match="differs from the release's RECORD: .*sglang/(multimodal_gen|srt/grpc|srt/server|"
+                                         "srt/multimodal)"):
+        e2e_install.install(out, tmp_path / "work")
+
+
+def test_flashinfer_slim_drops_cutlass_only(tmp_path, pinned_lock):
+    _fake_runtime(tmp_path / "dl")
+    cands, files = bundle._candidates(pinned_lock.dependencies, tmp_path / "dl", "3.12", "manylinux_2_34_x86_64", print)
+    fi = next(c for c in cands if c.name == "flashinfer-python")
+    assert [v.label for v in fi.variants] == ["full", "slim"]
+    assert fi.variants[1].requires == (("attention-backend", "triton"),) and "CUTLASS" in fi.variants[1].disables
+    import zipfile
+    full, slim = (set(zipfile.ZipFile(files[("flashinfer-python", v)]).namelist()) for v in ("full", "slim"))
+    assert {n for n in full - slim if not n.endswith("RECORD") and ".dist-info/" not in n} == {
+        "flashinfer/data/cutlass/include/cutlass.h"}
+
+
+def test_cli_slim_release_names_both_wheels_in_its_help():
+    p = _cli("--help")
+    assert p.returncode == 0 and "the patched one, or with --release the release's" in " ".join(p.stdout.split())

@@ -5,6 +5,7 @@ a pristine bundle's release wheel alone; and the import-only stand-ins (STUBS) f
 server imports at module level but neither the machine nor the bundle has
 (tests/gpu/test_e2e_stubs.py, test_bundle_release.py)."""
 import base64
+import fnmatch
 import hashlib
 import importlib.util
 import json
@@ -38,22 +39,31 @@ def install(bundle, work):
     with zipfile.ZipFile(bundle / manifest["release_delta"]["file"]) as z:
         for n in z.namelist():
             if n.startswith("files/") and not n.endswith("/"):
+                (pristine / n[len("files/"):]).parent.mkdir(parents=True, exist_ok=True)   # a folder the stack removed
                 (pristine / n[len("files/"):]).write_bytes(z.read(n))
         for a in z.read("added.txt").decode().split():
             (pristine / a).unlink()
         record = z.read("RECORD").decode().splitlines()
-    bad = []
+    # a slim bundle (tools/bundle.py --slim-release) left the same members out of both trees: absent, not compared
+    drop = manifest.get("release_slim_dropped", ())
+    bad, proven, absent = [], 0, 0
     for line in record:
         path, digest = line.split(",")[:2]
         if not path.startswith("sglang/") or not digest:
             continue
+        if any(fnmatch.fnmatch(path, pat) for pat in drop):
+            absent += 1
+            if (pristine / path).exists():
+                bad.append(path)
+            continue
         got = base64.urlsafe_b64encode(hashlib.sha256((pristine / path).read_bytes()).digest()).rstrip(b"=").decode()
         if "sha256=" + got != digest:
             bad.append(path)
+        proven += 1
     if bad:
         raise SystemExit(f"the rebuilt release tree differs from the release's RECORD: {bad[:5]}")
     return {"stubs": _stubs(work), "bundle_total": manifest["total"],
-            "pristine_proven_files": sum(1 for l in record if l.startswith("sglang/"))}
+            "pristine_proven_files": proven, "pristine_dropped_files": absent}
 
 
 # import-only stand-ins for what the server imports at module level but the checks never use, written when
@@ -67,10 +77,21 @@ STUBS = {
     "soundfile": {"soundfile.py": "# stand-in (tools/gpu/e2e_install.py STUBS): audio inputs are not available\n"},
     # from v0.5.16 sglang/srt/function_call/inkling_detector.py imports xgrammar.StructuralTag at module level
     # (the grammar backend itself imports xgrammar only when a request asks for structured output)
-    # (a pydantic field type there: the stand-in is a model that accepts any fields)
-    "xgrammar": {"xgrammar.py": "import pydantic\n\n\n"
-                                "class StructuralTag(pydantic.BaseModel):  # stand-in (tools/gpu/e2e_install.py STUBS)\n"
-                                "    model_config = pydantic.ConfigDict(extra='allow')\n"},
+    # (a pydantic field type there: the stand-in is a model that accepts any fields); from v0.5.17
+    # kimik3_structural_tag.py also imports fifteen Format classes from xgrammar.structural_tag, each
+    # such a model here (a module __getattr__, so the list is not copied)
+    "xgrammar": {"xgrammar/__init__.py": "from xgrammar.structural_tag import StructuralTag  # noqa: F401\n",
+                 "xgrammar/structural_tag.py":
+                     "# stand-in (tools/gpu/e2e_install.py STUBS): structured output is not available\n"
+                     "import pydantic\n\n\n"
+                     "class StructuralTag(pydantic.BaseModel):\n"
+                     "    model_config = pydantic.ConfigDict(extra='allow')\n\n\n"
+                     "def __getattr__(name):\n"
+                     "    if name.startswith('__'):\n"
+                     "        raise AttributeError(name)\n"
+                     "    model = type(name, (StructuralTag,), {'__module__': __name__})\n"
+                     "    globals()[name] = model\n"
+                     "    return model\n"},
 }
 
 

@@ -49,24 +49,45 @@ def choose(candidates, budget, config):
     configuration ``config`` (``{flag: value}``, e.g. ``{"attention-backend":
     "triton"}``).  Required candidates are placed first, in the given order,
     then optional ones, in the given order; each takes its first variant
-    that serves the configuration and fits what is left.
+    that serves the configuration and fits what is left.  Where that leaves a
+    required candidate out, the slim variant (a later one) of the first
+    required candidate that took its full one is preferred, and so on in
+    order, until every required candidate is placed or none is left to slim.
 
     Returns ``{"fits", "total", "budget", "chosen": [{name, variant, size,
     disables}], "left_out": [{name, reason, disables, required}]}``;
     ``fits`` is False when a required candidate could not be placed."""
+    slimmed = {}
+    while True:
+        d = _place(candidates, budget, config, slimmed)
+        if d["fits"]:
+            return d
+        took_first = [c for c in candidates if c.required and c.name not in slimmed and len(c.variants) > 1
+                      and any(x["name"] == c.name and x["variant"] == c.variants[0].label for x in d["chosen"])]
+        if not took_first:
+            return d
+        slimmed[took_first[0].name] = (f"a required wheel did not fit with it "
+                                       f"({', '.join(x['name'] for x in d['left_out'] if x['required'])})")
+
+
+def _place(candidates, budget, config, slimmed):
+    """One placement (``choose``); ``slimmed``: {name: why} of candidates whose first variant is passed over."""
     left = budget
     chosen, left_out = [], []
     order = [c for c in candidates if c.required] + [c for c in candidates if not c.required]
     for c in order:
         reasons = []
         pick = None
-        for v in c.variants:
+        for i, v in enumerate(c.variants):
             unmet = [(f, val) for f, val in v.requires if config.get(f) != val]
             if unmet:
                 reasons.append(f"{v.label} needs " + ", ".join(f"--{f} {val}" for f, val in unmet))
                 continue
             if v.size > left:
                 reasons.append(f"{v.label} is {v.size / MIB:.1f} MiB, {left / MIB:.1f} MiB left")
+                continue
+            if i == 0 and c.name in slimmed and len(c.variants) > 1:
+                reasons.append(f"{v.label} is {v.size / MIB:.1f} MiB; " + slimmed[c.name])
                 continue
             pick = v
             break
@@ -144,9 +165,14 @@ STUBBABLE = {"soundfile", "cffi", "pycparser"}
 
 # A release wheel's members that the server never imports at start, dropped by
 # --slim-release to fit a call's budget: the diffusion runtime (imported only by
-# sglang/jit_kernel/diffusion and sglang/kernels/ops/diffusion) and the gRPC
-# module with its compiled _core (imported by nothing else in the tree).
-RELEASE_SLIM_DROP = ("sglang/multimodal_gen/*", "sglang/srt/grpc/*")
+# sglang/jit_kernel/diffusion and sglang/kernels/ops/diffusion), the gRPC
+# module with its compiled _core (imported by nothing else in the tree), and
+# from v0.5.17 two more compiled modules: the embedded Rust HTTP server
+# (sglang/srt/server/_core, 13 MB, imported by managers/rust_server.py only
+# when SGLANG_RUST_SERVER is set) and the Rust image processor of the Inkling
+# model (sglang/srt/multimodal/_core, imported inside its processor).
+RELEASE_SLIM_DROP = ("sglang/multimodal_gen/*", "sglang/srt/grpc/*", "sglang/srt/server/_core*",
+                     "sglang/srt/multimodal/_core*")
 
 def runtime_requirements(deps):
     """The requirement of each ``RUNTIME`` wheel for a release whose own pins
@@ -196,6 +222,14 @@ KERNEL_SLIM_DISABLES = ("FA3/FA4 attention (sgl_kernel.flash_ops), the sm100 (Bl
                         "--mm-attention-backend triton_attn)")
 KERNEL_SLIM_INFLLM = "; also InfLLM-V2 sparse attention (sgl_kernel.infllm_v2)"
 
+# flashinfer-python ships the sources its JIT compiles; CUTLASS's headers (5.5 MiB
+# of 14.3 in 0.6.15.post1) serve only its GEMM, MoE and attention kernels.  Its
+# sampling kernels (sampling.cuh: cub and its own headers, both kept) still
+# build, and greedy requests never compile them (SGLang takes the argmax).
+FLASHINFER_SLIM_DROP = ("flashinfer/data/cutlass/*",)
+FLASHINFER_SLIM_DISABLES = ("flashinfer's CUTLASS-based JIT kernels (its attention, GEMM and MoE backends): use "
+                            "--attention-backend triton")
+
 
 def kernel_slim_disables(kernel_wheel):
     """What the slim copy of this sglang-kernel wheel lacks (InfLLM-V2 only where the wheel has it)."""
@@ -204,19 +238,25 @@ def kernel_slim_disables(kernel_wheel):
     return KERNEL_SLIM_DISABLES + (KERNEL_SLIM_INFLLM if infllm else "")
 
 
+def dropped(path, drop):
+    """Whether the wheel member ``path`` is one that ``drop`` (fnmatch patterns) leaves out."""
+    return any(fnmatch.fnmatch(path, pat) for pat in drop)
+
+
 def slim_wheel(src, dest_dir, drop, label="slim"):
     """A copy of the wheel ``src`` without the members matching ``drop``,
     its version given the local label ``+<label>`` (it is not the published
-    file), RECORD rewritten by WheelFile.  Returns the new path."""
+    file; ``.<label>`` after a local version it has, as the patched wheel's
+    ``+overlay.<hash>``), RECORD rewritten by WheelFile.  Returns the new path."""
     src = Path(src)
     name, version, tags = versions.wheel(src.name)
-    new_version = f"{version}+{label}"
+    new_version = f"{version}{'.' if '+' in version else '+'}{label}"
     out = Path(dest_dir) / f"{name}-{new_version}-{tags}.whl"
     old_info, new_info = f"{name}-{version}.dist-info/", f"{name}-{new_version}.dist-info/"
     with zipfile.ZipFile(src) as z, WheelFile(out, "w") as w:
         for info in z.infolist():
             n = info.filename
-            if info.is_dir() or any(fnmatch.fnmatch(n, pat) for pat in drop) or n == old_info + "RECORD":
+            if info.is_dir() or dropped(n, drop) or n == old_info + "RECORD":
                 continue
             data = z.read(info)
             if n.startswith(old_info):
@@ -228,6 +268,14 @@ def slim_wheel(src, dest_dir, drop, label="slim"):
             zi.external_attr = info.external_attr
             w.writestr(zi, data)
     return out
+
+
+# the runtime wheels with a slim variant (for --attention-backend triton): what
+# each drops, and what that disables (a function of the full wheel)
+SLIMMABLE = {
+    "sglang-kernel": (KERNEL_SLIM_DROP, kernel_slim_disables),
+    "flashinfer-python": (FLASHINFER_SLIM_DROP, lambda wheel: FLASHINFER_SLIM_DISABLES),
+}
 
 
 def _download(requirements, dest, python, platform):
@@ -256,13 +304,17 @@ def _find(dl, name):
     return None
 
 
-def release_delta(release_wheel, patched_wheel, out):
+def release_delta(release_wheel, patched_wheel, out, drop=()):
     """A small zip from which the release's own ``sglang/`` is rebuilt out of
     an installed patched wheel: the release's version of every file the
     patched wheel changes, the list of files it adds, and the release's
-    RECORD (every file's sha256) to prove the rebuilt tree exact."""
+    published RECORD (every file's sha256) to prove the rebuilt tree exact.
+    ``drop``: the members a slim patched wheel left out (``RELEASE_SLIM_DROP``),
+    left out of the release's side too; the RECORD still lists them and the
+    install proves them absent."""
     with zipfile.ZipFile(release_wheel) as r, zipfile.ZipFile(patched_wheel) as p:
-        rel = {i.filename: i for i in r.infolist() if i.filename.startswith("sglang/") and not i.is_dir()}
+        rel = {i.filename: i for i in r.infolist()
+               if i.filename.startswith("sglang/") and not i.is_dir() and not dropped(i.filename, drop)}
         pat = {i.filename: i for i in p.infolist() if i.filename.startswith("sglang/") and not i.is_dir()}
         record = next(n for n in r.namelist() if n.endswith(".dist-info/RECORD"))
         changed = sorted(n for n in rel if n in pat and r.read(n) != p.read(n))
@@ -293,12 +345,13 @@ def _candidates(deps, dl_dir, python, platform, say):
             raise OverlayError(f"pip did not fetch {name}", hint="check the package index")
         variants[name] = [Variant("full", f.stat().st_size)]
         files[(name, "full")] = f
-        if name == "sglang-kernel":
+        if name in SLIMMABLE:
+            drop, disables = SLIMMABLE[name]
             slim_dir = dl_dir / "slim"
             slim_dir.mkdir(exist_ok=True)
             wname, version, _ = versions.wheel(f.name)
-            s = next(iter(slim_dir.glob(f"{wname}-{version}+slim-*.whl")), None) or slim_wheel(f, slim_dir, KERNEL_SLIM_DROP)
-            variants[name].append(Variant("slim", s.stat().st_size, kernel_slim_disables(f),
+            s = next(iter(slim_dir.glob(f"{wname}-{version}+slim-*.whl")), None) or slim_wheel(f, slim_dir, drop)
+            variants[name].append(Variant("slim", s.stat().st_size, disables(f),
                                           requires=(("attention-backend", "triton"),)))
             files[(name, "slim")] = s
     return runtime_candidates(variants), files
@@ -331,17 +384,32 @@ def _decide_and_write(cands, files, first_wheel, fixed, out, budget, config, man
     return decision
 
 
-def build(lock, patched_wheel, release_wheel, out, python, platform, config, budget, dl_dir, progress=None):
+def _slimmed(wheel, dest, manifest):
+    """``wheel`` without ``RELEASE_SLIM_DROP``, made in ``dest``; the manifest lists what was dropped."""
+    Path(dest).mkdir(parents=True, exist_ok=True)
+    manifest["release_slim_dropped"] = list(RELEASE_SLIM_DROP)
+    return slim_wheel(wheel, dest, RELEASE_SLIM_DROP)
+
+
+def build(lock, patched_wheel, release_wheel, out, python, platform, config, budget, dl_dir, progress=None,
+          slim_release=False):
+    """The pin's bundle: the patched wheel, the delta that rebuilds the
+    release's own tree from it (``release_delta``) and the runtime wheels.
+    ``slim_release``: the patched wheel without ``RELEASE_SLIM_DROP`` (its
+    version ``+overlay.<hash>.slim``), the delta taken between the release
+    and that wheel with the same members left out of both."""
     say = progress or (lambda m: None)
-    out, dl_dir = Path(out), Path(dl_dir)
+    out, dl_dir, patched_wheel = Path(out), Path(dl_dir), Path(patched_wheel)
     cands, files = _candidates(lock.dependencies, dl_dir, python, platform, say)
     out.mkdir(parents=True, exist_ok=True)
+    manifest = {"python": python, "platform": platform}
+    if slim_release:
+        patched_wheel = _slimmed(patched_wheel, patched_wheel.parent / "slim", manifest)
     delta = out / "sglang-release-delta.zip"
-    d = release_delta(release_wheel, patched_wheel, delta)
-    fixed = Path(patched_wheel).stat().st_size + delta.stat().st_size
+    d = release_delta(release_wheel, patched_wheel, delta, manifest.get("release_slim_dropped", ()))
+    fixed = patched_wheel.stat().st_size + delta.stat().st_size
     return _decide_and_write(cands, files, patched_wheel, fixed, out, budget, config, {
-        "python": python, "platform": platform, "patched_wheel": Path(patched_wheel).name,
-        "release_wheel": Path(release_wheel).name,
+        **manifest, "patched_wheel": patched_wheel.name, "release_wheel": Path(release_wheel).name,
         "release_delta": {"file": delta.name, **{k: len(v) for k, v in d.items()}}})
 
 
@@ -373,8 +441,6 @@ def build_pristine(release_wheel, out, python, platform, config, budget, dl_dir,
     manifest = {"python": python, "platform": platform, "release": version, "patched_wheel": None,
                 "machine": dict(machine)}
     if slim_release:
-        (dl_dir / "slim").mkdir(parents=True, exist_ok=True)
-        release_wheel = slim_wheel(release_wheel, dl_dir / "slim", RELEASE_SLIM_DROP)
-        manifest["release_slim_dropped"] = list(RELEASE_SLIM_DROP)
+        release_wheel = _slimmed(release_wheel, dl_dir / "slim", manifest)
     manifest["release_wheel"] = release_wheel.name
     return _decide_and_write(cands, files, release_wheel, release_wheel.stat().st_size, out, budget, config, manifest)

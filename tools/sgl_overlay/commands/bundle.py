@@ -13,13 +13,16 @@ variant, is stated with what that disables.
 With --release, a pristine bundle of another release instead: its own wheel
 (no stack) and the runtime wheels at its own pins; refused (exit 1) when the
 release requires another version of what the machine provides (--machine,
-default torch==2.11.0 triton==3.6.0: the H200's).  --slim-release leaves out
-of the release's wheel what the server never imports at start (its diffusion
-runtime and gRPC module; local version +slim).
+default torch==2.11.0 triton==3.6.0: the H200's).
+
+--slim-release leaves out of the sglang wheel, the release's or the patched
+one, what the server never imports at start (the diffusion runtime, the gRPC
+module, the Rust server and image processor; local version +slim, or
++overlay.<hash>.slim for the patched wheel).  The pin's v0.5.17 bundle needs it
+to fit 64 MiB.
 
 Exit codes: 0 bundle written, 1 a required wheel does not fit the budget, or
-the release cannot run on the machine, 2 bad usage (--slim-release without
---release too), 3 integrity failure
+the release cannot run on the machine, 2 bad usage, 3 integrity failure
 (docs/exit-codes.md).
 """
 import argparse
@@ -47,8 +50,9 @@ def parse(argv):
     ap.add_argument("--release", metavar="VERSION",
                     help="a pristine bundle of this SGLang release (its own wheel, no stack) instead of the pin's")
     ap.add_argument("--slim-release", action="store_true",
-                    help="with --release: leave out of the release's wheel what the server never imports at start "
-                         "(" + ", ".join(bundle.RELEASE_SLIM_DROP) + "); its version gets the local label +slim")
+                    help="leave out of the sglang wheel (the patched one, or with --release the release's) what the "
+                         "server never imports at start (" + ", ".join(bundle.RELEASE_SLIM_DROP) + "); its version "
+                         "gets the local label slim")
     ap.add_argument("--machine", metavar="NAME==VERSION", action="append", default=None,
                     help="what the GPU machine provides, at which version (repeat; default "
                          + " ".join(f"{k}=={v}" for k, v in bundle.MACHINE.items()) + ")")
@@ -93,9 +97,6 @@ def pristine(args, progress):
 
 def main(argv):
     args = parse(argv)
-    if args.slim_release and not args.release:
-        raise UsageError("--slim-release slims another release's wheel: it needs --release VERSION",
-                         hint="the pin's bundle carries the patched wheel, which is never slimmed")
     progress = cli.Progress("bundle", quiet=args.quiet)
     root = None
     if not (args.release and args.out and args.downloads):     # a pristine bundle with both paths needs no checkout
@@ -117,7 +118,7 @@ def main(argv):
     release = artifacts.location(w["artifact"], args.cache)
     d = bundle.build(lock, w["path"], release, args.out, args.python, args.platform,
                      {"attention-backend": args.attention_backend}, int(args.max_mib * bundle.MIB),
-                     args.downloads, progress)
+                     args.downloads, progress, slim_release=args.slim_release)
     d["sha256_note"] = note
     cli.emit(d, args.json, text(d))
     return OK if d["fits"] else FAILED
