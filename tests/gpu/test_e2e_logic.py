@@ -21,7 +21,11 @@ def test_pairs():
 
 def test_check_case_zero_requests():
     case = e2e_cases.CASES["zero-requests-dflash"]
-    pr = {"healthy": False, "log_figures": e2e_log.parse_log("AssertionError: max_running_request is zero\n")}
+    # the pin's (v0.5.17) own refusal, as its kv_cache_configurator.py raises it for the incident's flags
+    # (tools/regress.py --scenario zero-requests-dflash on the pristine tree)
+    pr = {"healthy": False, "log_figures": e2e_log.parse_log(
+        "RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+        "max_mamba_cache_size=0 (total_rest_memory=4.06 GB, mamba_cache_per_req=146.81 MB).\n")}
     pa = {"healthy": False, "log_figures": e2e_log.parse_log("RuntimeError: Not enough GPU memory to start: x\nremedy: --max-running-requests = 2\n")}
     ok = {"healthy": True, "requests_ok": True, "log_figures": e2e_log.parse_log("")}
     c = e2e_cases.check_case(case, {"pristine": pr, "patched": pa, "patched+remedy": ok})
@@ -29,6 +33,9 @@ def test_check_case_zero_requests():
     assert "patched refused with remedy --max-running-requests 2" in c["why"]
     pa_bad = {"healthy": False, "log_figures": e2e_log.parse_log("AssertionError: max_running_request is zero\n")}
     assert not e2e_cases.check_case(case, {"pristine": pr, "patched": pa_bad})["pass"]
+    # v0.5.12.post1's assertion is that release's failure, not the pin's
+    old_pin = {"healthy": False, "log_figures": e2e_log.parse_log("AssertionError: max_running_request is zero\n")}
+    assert not e2e_cases.check_case(case, {"pristine": old_pin, "patched": pa, "patched+remedy": ok})["pass"]
 
 
 def test_table_of_recorded_report():
