@@ -49,3 +49,19 @@ def test_a_plain_run_checks_the_issue_s_cases_and_the_measurements_run_by_name()
     starts) run only when named."""
     assert set(e2e_cases.DEFAULT_CASES) == {"dense", "zero-requests-dflash", "dflash-smoke", "h200-16"}
     assert set(e2e_cases.DEFAULT_CASES) < set(e2e_cases.CASES) and {"rope-262k", "rope-2k"} <= set(e2e_cases.CASES)
+
+
+def test_a_refused_start_has_no_pools_to_hold_against_its_ledger():
+    """dflash-smoke-raised on the pin (H200, 2026-12-03): the patched tree refused, its ledger (the
+    refusal's) named pools that a refused start never allocates; only a started run is compared."""
+    case = e2e_cases.CASES["dflash-smoke-raised"]
+    pr = {"healthy": False, "log_figures": e2e_log.parse_log(
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.725.\n")}
+    missing = [{"name": "mamba_states", "ledger_bytes": 3848601600, "allocated_bytes": None, "diff": None,
+                "equal": False, "note": "in the ledger, no such pool allocated"}]
+    pa = {"healthy": False, "pools_vs_ledger": missing, "log_figures": e2e_log.parse_log(
+        "MemoryBudgetError: Not enough GPU memory to start: x\nremedy: --max-running-requests = 2\n")}
+    ok = {"healthy": True, "requests_ok": True, "log_figures": e2e_log.parse_log(""), "pools_vs_ledger": []}
+    assert e2e_cases.check_case(case, {"pristine": pr, "patched": pa, "patched+remedy": ok})["pass"]
+    bad = dict(ok, pools_vs_ledger=missing)
+    assert not e2e_cases.check_case(case, {"pristine": pr, "patched": pa, "patched+remedy": bad})["pass"]

@@ -157,3 +157,51 @@ def test_dense_fits_case_on_the_gpu_allocates_the_padding_page():
     cell, tokens, page = fig["target_cell_size_bytes"], fig["max_total_num_tokens"], fig["page_size"]
     assert row["ledger_bytes"] == tokens * cell and row["diff"] == page * cell == 8192
     assert row["allocated_bytes"] == (tokens + page) * cell
+
+
+# the pin (v0.5.17) on the H200, 2026-12-03 (tests/data/gpu_results/2026-12-03; docs/results/gpu.md)
+PIN = Path(__file__).parents[1] / "data" / "gpu_results" / "2026-12-03"
+
+
+def _pin_runs(part):
+    d = json.loads((PIN / part / "e2e.json").read_text())
+    if part == "lossless":
+        return {r["id"]: r for r in d["lossless"]["runs"] if r.get("probe")}
+    return {f"{c['name']}.{k}": r for c in d["cases"] for k, r in c["runs"].items() if r.get("probe")}
+
+
+def test_v0_5_17_keeps_the_conv_windows_in_a_physical_buffer_the_ledger_counts():
+    """DDTREE (tree verify: v0.5.17 keeps the dense [D, K-1] window per draft token) on the hybrid
+    model: the conv windows' storage is the pool's `_intermediate_conv_window_phys`; with it the
+    speculative intermediate states equal the ledger to the byte, without it they are short by it."""
+    r = _pin_runs("lossless")["hybrid.patched.ddtree.graphs"]
+    (mamba,) = [p for p in r["probe"]["pools"] if p["wrapped"] == "MambaPool"]
+    # the model (tools/gpu/e2e_models.py): 3 Gated DeltaNet layers, 2 key heads and 4 value heads of 128,
+    # conv kernel 4, float32 conv states; 32 slots + 1 padding, 16 draft tokens
+    conv_dim = 2 * 128 * 2 + 4 * 128
+    assert mamba["tensor_bytes"]["_intermediate_conv_window_phys"] == 3 * 33 * 16 * conv_dim * (4 - 1) * 4
+    rows = {x["name"]: x for x in pools.compare(r["ledger_raw"], r["probe"]["pools"])}
+    assert pools.equal(list(rows.values())), rows
+    without = [dict(p, tensor_bytes={k: v for k, v in p["tensor_bytes"].items()
+                                     if k != "_intermediate_conv_window_phys"}) for p in r["probe"]["pools"]]
+    short = {x["name"]: x for x in pools.compare(r["ledger_raw"], without)}["speculative_intermediate_states"]
+    assert short["diff"] == -mamba["tensor_bytes"]["_intermediate_conv_window_phys"]
+
+
+def test_v0_5_17_over_reserves_the_deduplicated_conv_windows_of_a_linear_chain():
+    """DFLASH (a linear draft chain) on the 27B shape: v0.5.17's MambaPool stores one shared
+    [conv_dim, D + K - 2] window per layer and slot (conv_window_dedup_enabled), but its sizing
+    reserves D x mamba_cache_per_req per slot, the dense D x (K - 1) columns: the ledger, which
+    states the sizing's reservation, is over the allocation by slots x (D(K-1) - (D+K-2)) columns.
+    An open difference (docs/results/gpu.md), asserted here so that a change to it is seen."""
+    col = LIN * (NK * DK * 2 + HV * DV) * 2                  # one conv column, every layer, bf16
+    runs = _pin_runs("cases")
+    for run, slots in (("dflash-smoke-raised.patched+remedy", 3), ("zero-requests-dflash.patched+remedy", 5)):
+        r = runs[run]
+        (mamba,) = [p for p in r["probe"]["pools"] if p["wrapped"] == "MambaPool"]
+        assert mamba["tensor_bytes"]["_intermediate_conv_window_phys"] == slots * (DRAFT_TOKENS + CONV_K - 2) * col
+        rows = {x["name"]: x for x in pools.compare(r["ledger_raw"], r["probe"]["pools"])}
+        assert all(rows[n]["equal"] for n in ("kv_cache", "draft_kv", "mamba_states")), rows
+        over = rows["speculative_intermediate_states"]
+        assert r["ledger_raw"]["reservations"]["speculative_intermediate_states"]["slots"] == slots
+        assert -over["diff"] == slots * (DRAFT_TOKENS * (CONV_K - 1) - (DRAFT_TOKENS + CONV_K - 2)) * col

@@ -109,7 +109,8 @@ def check_case(case, runs):
             why.append(f"{k}: requests failed: {r.get('request_error')}")
     for k in ("patched", "patched+remedy"):
         r = runs.get(k)
-        if r and r.get("pools_vs_ledger") is not None and not pools_mod.equal(r["pools_vs_ledger"]):
+        # a refused start allocates no pools: its ledger is the refusal's, with nothing to compare
+        if r and r.get("healthy") and r.get("pools_vs_ledger") is not None and not pools_mod.equal(r["pools_vs_ledger"]):
             ok = False
             why.append(f"{k}: ledger vs allocated: " + pools_mod.summary(r["pools_vs_ledger"]))
     if pr and pa and pr.get("outputs") and pa.get("outputs") and want.get("same_outputs"):

@@ -9,14 +9,18 @@ v0.5.12.post1): a KV pool's `k_buffer` + `v_buffer` (the target's pool, or the
 draft worker's for `draft_kv`); MambaPool's `mamba_cache.conv` +
 `mamba_cache.temporal` (the states) and `mamba_cache.intermediate_ssm` +
 `mamba_cache.intermediate_conv_window` (speculative verify's per-draft-token
-states)."""
+states); from v0.5.17 the conv windows' storage is `_intermediate_conv_window_phys`
+(the pool's `intermediate_conv_window` is a view of it, deduplicated for a linear
+draft chain), and the probe counts each storage once, under the first attribute
+that holds it."""
 
 PARTS = {
     "kv_cache": ("MHATokenToKVPool", False, ("k_buffer", "v_buffer")),
     "draft_kv": ("MHATokenToKVPool", True, ("k_buffer", "v_buffer")),
     "mamba_states": ("MambaPool", None, ("mamba_cache.conv", "mamba_cache.temporal")),
     "speculative_intermediate_states": ("MambaPool", None,
-                                        ("mamba_cache.intermediate_ssm", "mamba_cache.intermediate_conv_window")),
+                                        ("mamba_cache.intermediate_ssm", "mamba_cache.intermediate_conv_window",
+                                         "_intermediate_conv_window_phys")),
 }
 
 
