@@ -34,7 +34,8 @@ def tree(request, patched_tree_of):
 
 
 @pytest.fixture(scope="module")
-def patched_tree(patched_tree_of):
+def recorded_patched(patched_tree_of):
+    """The patched tree of the pin these start-ups ran on (a skip naming the gap since the pin moved)."""
     return patched_tree_of(RELEASE)
 
 
@@ -75,9 +76,9 @@ def test_zero_requests_on_the_pin_is_the_gpus_failure():
         f["kv_cache"][0]["tokens"], f["mamba_cache"][0]["max_mamba_cache_size"])
 
 
-def test_zero_requests_on_the_patched_tree_refuses_with_the_gpus_remedies(patched_tree):
+def test_zero_requests_on_the_patched_tree_refuses_with_the_gpus_remedies(recorded_patched):
     f = gpu("zero-requests-dflash.patched")
-    r = harness(patched_tree, "h200-zero-requests-dflash")
+    r = harness(recorded_patched, "h200-zero-requests-dflash")
     assert r.outcome is Outcome.REFUSED
     stated = [(x.parsed.flag, str(x.parsed.value)) for x in r.remedies]
     logged = list(dict.fromkeys(("--" + x["flag"].lstrip("-"), x["value"]) for x in f["remedies"]))  # logged twice
@@ -99,7 +100,7 @@ def test_h200_16_figures_equal_the_gpus(tree):
     started_with_the_gpus_figures(tree, "h200-16", "h200-16")
 
 
-def test_h200_16_patched_ledger_equals_the_gpus_ledger(patched_tree):
+def test_h200_16_patched_ledger_equals_the_gpus_ledger(recorded_patched):
     """Every figure of the ledger the patched tree wrote on the GPU (free bytes, headroom,
     budget, activation reserve, reservations, remedy) comes out of the harness unchanged,
     given the scenario's exact free bytes, weights bytes and flags (--disable-cuda-graph
@@ -107,8 +108,74 @@ def test_h200_16_patched_ledger_equals_the_gpus_ledger(patched_tree):
     and the warning's remedy would be 0.859, not the GPU's 0.863)."""
     import json
     real = json.loads((DATA / "h200-16.patched.ledger.json").read_text())
-    r = harness(patched_tree, "h200-16")
+    r = harness(recorded_patched, "h200-16")
     assert r.ledger["figures"] == real["figures"]
     assert r.ledger["reservations"] == real["reservations"]
     assert [(x["flag"], x["value"]) for x in r.ledger["remedies"]] == [
         (x["flag"], x["value"]) for x in real["remedies"]] == [("--mem-fraction-static", 0.863)]
+
+
+# The pin, v0.5.17, on the H200 (2026-12-03; tests/data/gpu_results/2026-12-03/cases): the harness
+# with the exact free bytes of that day's ledger (scenarios h200-v0517-*.toml) against the logs.
+PIN_RUNS = Path(__file__).parents[1] / "data" / "gpu_results" / "2026-12-03" / "cases" / "e2e.json"
+PIN_RELEASE = "0.5.17"
+
+
+def pin_gpu(case, run):
+    import json
+    cases = {c["name"]: c for c in json.loads(PIN_RUNS.read_text())["cases"]}
+    return cases[case]["runs"][run]["log_figures"]
+
+
+@pytest.fixture(scope="module")
+def pin_patched(patched_tree_of):
+    return patched_tree_of(PIN_RELEASE)
+
+
+def _figures(r):
+    return r.figures["max_total_num_tokens"], r.figures["max_running_requests"], r.figures["max_mamba_cache_size"]
+
+
+def _logged(f):
+    return f["max_total_num_tokens"], f["max_running_requests"], f["mamba_cache"][0]["max_mamba_cache_size"]
+
+
+def test_v0_5_17_records_say_what_docs_gpu_md_says():
+    for case in ("zero-requests-dflash", "dflash-smoke-raised"):
+        for run in ("pristine", "patched", "patched+remedy"):
+            assert pin_gpu(case, run)["load_begin_avail_gib"] == 92.06
+    assert _logged(pin_gpu("dflash-smoke-raised", "patched+remedy")) == (47882, 2, 24)
+    assert _logged(pin_gpu("zero-requests-dflash", "patched+remedy")) == (403888, 4, 20)
+
+
+def test_the_pin_fails_both_cases_as_on_the_gpu():
+    z = harness(release_tree(PIN_RELEASE), "h200-v0517-zero-requests-dflash")
+    (err,) = pin_gpu("zero-requests-dflash", "pristine")["errors"]
+    assert z.outcome is Outcome.REFUSED and z.error["type"] == "RuntimeError"
+    assert err == "RuntimeError: " + z.error["message"]       # every figure of the message: -1 slots, 4.69 GB
+    s = harness(release_tree(PIN_RELEASE), "h200-v0517-dflash-smoke-raised")
+    (err,) = pin_gpu("dflash-smoke-raised", "pristine")["errors"]
+    assert s.outcome is Outcome.REFUSED and err == "ValueError: " + s.error["message"]   # "above 0.597"
+
+
+def _refused_like_the_gpu(tree, case, scenario):
+    r = run_scenario(source_root(tree), load_scenario(scenario), verify_remedy=True)
+    f = pin_gpu(case, "patched")
+    assert r.outcome is Outcome.REFUSED
+    stated = [(x.parsed.flag, str(x.parsed.value)) for x in r.remedies]
+    logged = list(dict.fromkeys(("--" + x["flag"].lstrip("-"), x["value"]) for x in f["remedies"]))
+    assert stated == logged
+    return r
+
+
+def test_dflash_smoke_raised_on_the_patched_pin_refuses_and_its_remedy_starts_as_on_the_gpu(pin_patched):
+    r = _refused_like_the_gpu(pin_patched, "dflash-smoke-raised", "h200-v0517-dflash-smoke-raised")
+    assert [(x.parsed.flag, str(x.parsed.value)) for x in r.remedies] == [
+        ("--max-running-requests", "2"), ("--mem-fraction-static", "0.789")]
+    first = r.remedies[0].rerun           # the GPU's re-run took the first remedy
+    assert _figures(first) == _logged(pin_gpu("dflash-smoke-raised", "patched+remedy"))
+
+
+def test_zero_requests_on_the_patched_pin_refuses_and_its_remedy_starts_as_on_the_gpu(pin_patched):
+    r = _refused_like_the_gpu(pin_patched, "zero-requests-dflash", "h200-v0517-zero-requests-dflash")
+    assert _figures(r.remedies[0].rerun) == _logged(pin_gpu("zero-requests-dflash", "patched+remedy"))
