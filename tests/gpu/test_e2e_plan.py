@@ -65,7 +65,8 @@ def test_compare_skips_what_a_dead_start_did_not_say():
     assert rows == [{"field": "starts", "gpu": False, "planner": True, "equal": False}]
 
 
-def test_planner_equals_the_h200_start_ups(tmp_path, patched_tree, pristine_tree):
+def test_planner_equals_the_h200_start_ups(tmp_path, patched_tree_of):
+    patched_tree = patched_tree_of("0.5.12.post1")      # the stack these start-ups ran (2026-12-01)
     for name in ("qwen3.6-27b", "qwen3.6-27b-dflash"):
         (tmp_path / "models" / name).mkdir(parents=True)
         shutil.copy(ROOT / "tests/plan/data" / name / "config.json", tmp_path / "models" / name / "config.json")
@@ -84,12 +85,13 @@ def test_planner_equals_the_h200_start_ups(tmp_path, patched_tree, pristine_tree
     assert "| dflash-smoke.patched | 100,540,809,216 / 45,412,974,592 (ledger) | starts, over budget by 2.44 GiB taken from the headroom (remedy: --mem-fraction-static = 0.797) | True | 3079 | 4 | 24 | over_budget |" in md
 
 
-def test_planner_equals_the_h200_lossless_hybrid_start_ups(tmp_path, patched_tree):
+def test_planner_equals_the_h200_lossless_hybrid_start_ups(tmp_path, patched_tree_of):
     """Call A2 of 2026-12-01 (tests/data/gpu_results/2026-12-01/e2e-lossless-a2.json): the small
     Qwen3.5-shaped hybrid, saved in float32, served with --dtype bfloat16: the KV cells are
     bfloat16 (the flag overrides the checkpoint's dtype), so the planner must give the GPU's
     36,147,328 tokens (18,073,664 when it read the dtype from config.json), and 17,872,448
     with a drafter."""
+    patched_tree = patched_tree_of("0.5.12.post1")      # the stack these start-ups ran (2026-12-01)
     e2e_models = models
     report = json.loads((GPU_RESULTS / "2026-12-01/e2e-lossless-a2.json").read_text())
     report["lossless"]["runs"] = [r for r in report["lossless"]["runs"] if not r.get("skipped")]
@@ -132,3 +134,34 @@ def test_float32_runs_are_planned_with_their_conv_state_dtype(tmp_path, patched_
         kv[label] = {r["field"]: r["planner"] for r in x["rows"]}["kv_tokens"]
     assert kv["f32 conv"] < kv["bf16 conv"], kv
     assert "SGLANG_MAMBA_CONV_DTYPE" not in os.environ     # restored after each plan
+
+
+def test_planner_equals_the_pins_h200_start_ups(tmp_path, patched_tree):
+    """The pin (v0.5.17) on the H200, 2026-12-03: its pristine start-ups (cases/) and the patched
+    tree's (cases-conv-windows/, the stack as it is) through the planner with each run's exact free
+    bytes: every verdict, KV token count, request count, slot count and ledger case is the GPU's;
+    the release comes from the record's own patched wheel."""
+    day = GPU_RESULTS / "2026-12-03"
+    pristine, patched = (json.loads((day / part / "e2e.json").read_text()) for part in ("cases", "cases-conv-windows"))
+    cases = []
+    for c in patched["cases"]:
+        (p,) = [x for x in pristine["cases"] if x["name"] == c["name"]]
+        cases.append({"name": c["name"], "runs": {"pristine": p["runs"]["pristine"], **c["runs"]}})
+    assert plan_mod.ran_release(patched) == "0.5.17"
+    (tmp_path / "e2e.json").write_text(json.dumps(dict(patched, cases=cases)))
+    for name in ("qwen3.6-27b", "qwen3.6-27b-dflash"):
+        (tmp_path / "models" / name).mkdir(parents=True)
+        shutil.copy(ROOT / "tests/plan/data" / name / "config.json", tmp_path / "models" / name / "config.json")
+    rc = plan_mod.main([str(tmp_path), "--patched-tree", str(patched_tree), "--out", str(tmp_path)])
+    res = {x["id"]: x for x in json.loads((tmp_path / "plan_vs_gpu.json").read_text())}
+    assert len(res) == 6 and rc == 0, res
+    assert all(x["equal"] for x in res.values()), res
+    got = {r["field"]: r["planner"] for r in res["dflash-smoke-raised.patched+remedy"]["rows"]}
+    assert (got["kv_tokens"], got["running_requests"], got["mamba_slots"], got["case"]) == (48567, 2, 24, "over_budget")
+    assert not res["zero-requests-dflash.pristine"]["rows"][0]["planner"]      # starts: False, as on the GPU
+
+
+def test_a_record_without_a_patched_wheel_needs_release(tmp_path, capsys):
+    (tmp_path / "e2e.json").write_text(json.dumps({"cases": []}))
+    assert plan_mod.main([str(tmp_path)]) == 2
+    assert "give it with --release VERSION" in capsys.readouterr().err

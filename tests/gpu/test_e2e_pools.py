@@ -205,3 +205,15 @@ def test_v0_5_17_over_reserves_the_deduplicated_conv_windows_of_a_linear_chain()
         over = rows["speculative_intermediate_states"]
         assert r["ledger_raw"]["reservations"]["speculative_intermediate_states"]["slots"] == slots
         assert -over["diff"] == slots * (DRAFT_TOKENS * (CONV_K - 1) - (DRAFT_TOKENS + CONV_K - 2)) * col
+
+
+def test_with_the_conv_windows_reserved_as_allocated_the_ledger_equals_the_gpus_pools():
+    """The same cases on the H200 with memory-reserve-the-speculative-conv-windows.patch
+    (2026-12-03, cases-conv-windows): every reservation of every started run equal to the byte."""
+    d = json.loads((PIN / "cases-conv-windows" / "e2e.json").read_text())
+    started = [r for c in d["cases"] for r in c["runs"].values() if r.get("healthy")]
+    assert len(started) == 2
+    for r in started:
+        rows = pools.compare(r["ledger_raw"], r["probe"]["pools"])
+        assert {x["name"] for x in rows} == {"kv_cache", "draft_kv", "mamba_states", "speculative_intermediate_states"}
+        assert pools.equal(rows), rows

@@ -71,6 +71,23 @@ def draft_tokens(sc) -> int:
     return s.get("speculative_dflash_block_size", 0) if s.get("speculative_algorithm") else 0
 
 
+def spec_bytes_per_slot(sc) -> int:
+    """One slot's speculative intermediate states as MambaPool (v0.5.17) allocates them: an SSM
+    state per draft token, and the conv windows of a linear draft chain (DFLASH) as one shared
+    window of D + K - 2 columns per layer (its deduplicated layout), of a tree (DDTREE) as one
+    [dim, K - 1] window per draft token."""
+    d = draft_tokens(sc)
+    if not d:
+        return 0
+    t = sc.model["text_config"]
+    dim = t["linear_num_value_heads"] * t["linear_value_head_dim"] + 2 * t["linear_num_key_heads"] * t["linear_key_head_dim"]
+    k = t["linear_conv_kernel_dim"]
+    ssm = t["linear_num_value_heads"] * t["linear_value_head_dim"] * t["linear_key_head_dim"] * 4
+    columns = d * (k - 1) if sc.server.get("speculative_algorithm") == "DDTREE" else d + k - 2
+    linear_layers = t["num_hidden_layers"] - t["num_hidden_layers"] // t["full_attention_interval"]
+    return (d * ssm + dim * columns * 2) * linear_layers
+
+
 @dataclass(frozen=True)
 class Plan:
     """What the Mamba reservation takes for ``requests`` running requests and
@@ -87,15 +104,17 @@ class Plan:
 def reserve(sc, requests: int, budget: int, slots=None, padding=True) -> Plan:
     """The pin's reservation with the radix cache off (the scenarios here):
     (slots + 1) state slots and (min(requests, slots) + 1) x draft tokens of
-    intermediate states, each slot per_req bytes (59ef3b15cc, #32184: the pools'
-    padding slot is reserved); ``padding=False``: without the padding slots, the
-    arithmetic up to v0.5.16 (the over-budget start's reference)."""
+    intermediate states (59ef3b15cc, #32184: the pools' padding slot is reserved),
+    those as the pools allocate them (spec_bytes_per_slot, the stack's
+    memory-reserve-the-speculative-conv-windows.patch; the pin reserves D x per_req);
+    ``padding=False``: without the padding slots, the arithmetic up to v0.5.16 (the
+    over-budget start's reference)."""
     pad = 1 if padding else 0
-    pr, d = mamba_bytes_per_slot(sc), draft_tokens(sc)
+    pr = mamba_bytes_per_slot(sc)
     _, cell = kv_bytes_per_token(sc)
     slots = requests if slots is None else slots
     state = (slots + pad) * pr
-    spec = (min(requests, slots) + pad) * d * pr if d else 0
+    spec = (min(requests, slots) + pad) * spec_bytes_per_slot(sc)
     kv = budget - state - spec
     return Plan(requests, slots, state, spec, kv, kv // cell if kv > 0 else 0)
 

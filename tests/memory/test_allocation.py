@@ -101,11 +101,24 @@ def test_v0_5_12_post1_allocated_more_than_it_reserved():
     assert allocated - _reserved_by_the_sizing(rep) == pytest.approx((1 + 16) * per_slot, abs=2)
 
 
-def test_the_pin_reserves_what_its_mamba_pools_allocate(pristine):
-    """Why the patch was dropped: the pin (59ef3b15cc, #32184, v0.5.17) reserves
-    the pools' padding slots, so its reservation equals the allocation (the
-    service at 0.8, where the pin starts it)."""
-    rep = report_with(pristine, "dflash-smoke-raised", mem_fraction_static=0.8)
-    assert rep["outcome"] == "ok", rep["reason"]
-    a = rep["figures"]["allocation"]
-    assert a["mamba_states_bytes"] + a["speculative_intermediate_states_bytes"] == _reserved_by_the_sizing(rep)
+def test_the_pin_reserves_a_linear_chains_conv_windows_dense(pristine, patched):
+    """Why memory-reserve-the-speculative-conv-windows.patch: the pin (v0.5.17) reserves the pools'
+    padding slots (59ef3b15cc, #32184: why mamba-spec-reservation.patch was dropped), but D x
+    mamba_cache_per_req per intermediate slot, while its MambaPool keeps a linear draft chain's conv
+    windows deduplicated, one shared window of D + K - 2 columns per layer and slot: the pin reserves
+    more than its pools allocate by slots x (D(K-1) - (D+K-2)) columns x dim x 2 B x layers (the
+    service at 0.8, where the pin starts it; seen on the H200 the same way, docs/results/gpu.md).
+    The patched tree reserves what they allocate."""
+    sc = load_scenario("dflash-smoke-raised")
+    t = sc.model["text_config"]
+    dim = t["linear_num_value_heads"] * t["linear_value_head_dim"] + 2 * t["linear_num_key_heads"] * t["linear_key_head_dim"]
+    d, k, layers = E.draft_tokens(sc), t["linear_conv_kernel_dim"], 48
+    for tree, over in ((pristine, True), (patched, False)):
+        rep = report_with(tree, "dflash-smoke-raised", mem_fraction_static=0.8)
+        assert rep["outcome"] == "ok", rep["reason"]
+        a = rep["figures"]["allocation"]
+        slots = a["speculative_intermediate_slots"]
+        assert slots == 5                                   # 4 requests and the padding slot
+        gap = _reserved_by_the_sizing(rep) - (a["mamba_states_bytes"] + a["speculative_intermediate_states_bytes"])
+        want = slots * (d * (k - 1) - (d + k - 2)) * dim * 2 * layers if over else 0
+        assert gap == pytest.approx(want, abs=2), (tree, gap, want)

@@ -90,7 +90,7 @@ def test_ledger_equals_independent_computation(patched, name):
                 assert res["mamba_states"] == {"bytes": (slots + 1) * pr, "slots": slots + 1}
                 if d:
                     assert res["speculative_intermediate_states"] == {
-                        "bytes": (n + 1) * d * pr, "slots": n + 1, "draft_tokens": d}
+                        "bytes": (n + 1) * E.spec_bytes_per_slot(sc), "slots": n + 1, "draft_tokens": d}
         if case == "fits":
             if not hybrid:
                 assert f["max_total_num_tokens"] == f["budget_bytes"] // cell

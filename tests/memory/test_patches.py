@@ -75,7 +75,7 @@ def check_over_budget_start(tree):
     led = rep["ledger"]
     assert led and led["figures"]["case"] == Case.OVER_BUDGET, led and led["figures"].get("case")
     per_req, (_, cell) = f["mamba_cache_per_req_bytes"], E.kv_bytes_per_token(sc)
-    assert abs(led["figures"]["over_budget_bytes"] - (1 + E.draft_tokens(sc)) * per_req) <= cell
+    assert abs(led["figures"]["over_budget_bytes"] - (per_req + E.spec_bytes_per_slot(sc))) <= cell
     rem = rep["remedy"]
     assert rem["works"] and rem["rerun_case"] == Case.FITS, rem["why"]
     rf = rem["rerun_figures"]

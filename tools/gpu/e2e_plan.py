@@ -20,6 +20,7 @@ The extraction and comparison are pure (tests/gpu/test_e2e_plan.py)."""
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from unittest import mock
@@ -104,6 +105,13 @@ def planned(report):
             "mamba_slots": led.get("mamba_slots"), "case": report.get("case"), "verdict": verdict.text}
 
 
+def ran_release(report):
+    """The SGLang release an e2e.json's run installed: its patched wheel's version without the local
+    label (``sglang-0.5.17+overlay.4d28fe6c5f13.slim-cp312-...whl`` -> 0.5.17), or None."""
+    m = re.match(r"sglang-([^-+]+)", report.get("patched_wheel") or "")
+    return m.group(1) if m else None
+
+
 def compare(plan_fig, real_fig):
     """Field by field; a field the start-up did not report (it died first) is not compared,
     except `starts`.  `case` only where the start-up's ledger has one."""
@@ -134,7 +142,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("gpu_out", help="the --out folder of a tools/gpu/e2e.py run (e2e.json, models/)")
     ap.add_argument("--patched-tree", default=None, help="the patched tree the GPU ran (default: build/sglang)")
-    ap.add_argument("--release", default="0.5.12.post1", help="the pin the GPU ran as 'pristine'")
+    ap.add_argument("--release", default=None,
+                    help="the release the GPU ran as 'pristine' (default: the one of e2e.json's patched wheel)")
     ap.add_argument("--out", default=None, help="where plan_vs_gpu.json/.md go (default: GPU_OUT)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -146,6 +155,11 @@ def main(argv=None):
     except (OSError, ValueError) as e:
         print(f"e2e_plan: cannot read {out / 'e2e.json'}: {e}; give the --out folder of a tools/gpu/e2e.py run",
               file=sys.stderr)
+        return 2
+    release = args.release or ran_release(report)
+    if release is None:
+        print(f"e2e_plan: {out / 'e2e.json'} names no patched wheel, so which release ran is unknown; "
+              "give it with --release VERSION", file=sys.stderr)
         return 2
     gpu = "H200" if "H200" in str(report.get("gpu", "")) else None
     results = []
@@ -165,7 +179,7 @@ def main(argv=None):
             with mock.patch.dict(os.environ, sizing_env(run)):     # the planner's child interpreters inherit it
                 dep = deployment(inp["model"], gpu=gpu, argv=inp["argv"], draft=inp["draft"],
                                  tree=args.patched_tree if tree == "patched" else None,
-                                 release=args.release if tree == "pristine" else None,
+                                 release=release if tree == "pristine" else None,
                                  free_gib=[fb[0] / GIB, fb[1] / GIB], weights_gib=(fb[0] - fb[1]) / GIB)
                 rep = plan(dep, with_suggestions=False, with_sensitivity=False)
         except UsageError as e:

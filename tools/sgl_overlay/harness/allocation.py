@@ -110,8 +110,11 @@ def _readout(ctx, rec, req_pool, kv_pool, pools, config, page_size, kv_cache_dty
         out["mamba_states_bytes"] = _nbytes(cache.conv) + _nbytes(cache.temporal)
         out["mamba_slots"] = int(cache.temporal.shape[1])
         if hasattr(cache, "intermediate_ssm"):
-            out["speculative_intermediate_states_bytes"] = (
-                _nbytes(cache.intermediate_ssm) + _nbytes(cache.intermediate_conv_window))
+            # where the pool deduplicates the conv windows (a linear draft chain on CUDA) the
+            # cache holds as_strided views, logically D windows; the storage is the pool's own
+            # _intermediate_conv_window_phys (one shared [dim, D + K - 2] window per slot)
+            windows = getattr(mamba, "_intermediate_conv_window_phys", None) or cache.intermediate_conv_window
+            out["speculative_intermediate_states_bytes"] = _nbytes(cache.intermediate_ssm) + _nbytes(windows)
             out["speculative_intermediate_slots"] = int(cache.intermediate_ssm.shape[1])
     k, v = kv_pool.get_kv_size_bytes()
     out["kv_cache_bytes"] = int(k + v)
