@@ -23,6 +23,7 @@ import pytest
 from sgl_overlay.harness import Case, Outcome, load_scenario, run_child, run_scenario, source_root
 
 from tests import port_tree
+from tests.memory import expected as E
 
 SERIES_DIR = port_tree.PORTS / "memory"
 
@@ -62,6 +63,12 @@ def kv_bytes_per_token(name: str) -> int:
     full_layers = text["num_hidden_layers"] // text["full_attention_interval"]
     target = full_layers * text["num_key_value_heads"] * text["head_dim"] * 2 * 2
     return target + draft["num_hidden_layers"] * draft["num_key_value_heads"] * draft["head_dim"] * 2 * 2
+
+
+def spec_per_slot(name: str) -> int:
+    """One intermediate slot as v0.5.23's MambaPool allocates it (a linear draft chain: the conv
+    windows deduplicated; tests/memory/expected.py)."""
+    return E.spec_bytes_per_slot(load_scenario(name))
 
 
 def machine_remedies(rep: dict) -> dict:
@@ -105,8 +112,8 @@ def test_zero_requests_refused_with_working_remedies(port):
 
 def test_default_48_lowered_to_fit(port):
     """--max-running-requests unset: DFLASH's rule sets 48, whose intermediate
-    states (49 x 16 draft tokens x 147 MiB) exceed the card.  The count is
-    lowered to the largest n whose (n + 1) state slots and (n + 1) x 16
+    states (49 x 16 draft tokens of SSM state, 49 x 18 conv-window columns) exceed the card.
+    The count is lowered to the largest n whose (n + 1) state slots and (n + 1)
     intermediate slots leave n x 16 + 7 KV tokens (radix cache off: n slots,
     1 per request)."""
     name = "dflash-default-48"
@@ -117,7 +124,7 @@ def test_default_48_lowered_to_fit(port):
     cell = kv_bytes_per_token(name)
 
     def kv_tokens(n):
-        return int(budget_bytes(name) - (n + 1) * (1 + draft) * per_req) // cell
+        return int(budget_bytes(name) - (n + 1) * (per_req + spec_per_slot(name))) // cell
 
     n = max(k for k in range(1, 49) if kv_tokens(k) >= k * draft + 7)
     assert rep["figures"]["max_running_requests_flag"] == 48
@@ -128,7 +135,7 @@ def test_default_48_lowered_to_fit(port):
 def test_users_count_refused_with_slot_remedy(port):
     """The user's 4 requests with 24 explicit Mamba slots do not fit
     (dflash-smoke-tight): refused, not silently capped, with the largest
-    count n that fits (25 state slots and (n + 1) x 16 intermediate slots leave
+    count n that fits (25 state slots and (n + 1) intermediate slots leave
     n x 16 + 7 KV tokens), a --mem-fraction-static, and the slot count the 4
     requests need (4 x 1 slot with the radix cache off) where 4 requests fit
     with it; each re-run ok.  With the drafter's footprint counted (v0.5.23 starts
@@ -143,7 +150,7 @@ def test_users_count_refused_with_slot_remedy(port):
     draft, cell, want = load_scenario(name).draft["block_size"], kv_bytes_per_token(name), server["max_running_requests"]
 
     def fits(n, slots):
-        return int(budget_bytes(name) - (slots + 1) * per_req - (n + 1) * draft * per_req) // cell >= n * draft + 7
+        return int(budget_bytes(name) - (slots + 1) * per_req - (n + 1) * spec_per_slot(name)) // cell >= n * draft + 7
 
     largest = max(k for k in range(1, want) if fits(k, server["max_mamba_cache_size"]))
     # the refusal names the count asked for and the largest that fits, not only the budget's deficit
@@ -161,8 +168,7 @@ def test_dflash_smoke_starts(port):
     """The known-good service v0.5.14-v0.5.16 start (4 requests, 24 slots, with
     --mem-fraction-static raised by the drafter's share: dflash-smoke-raised)
     starts again: over budget by the two padding slots 59ef3b15cc
-    reserves (one state slot + one 16-token intermediate slot = 17 x
-    mamba_cache_per_req), with a --mem-fraction-static remedy that re-runs
+    reserves (one state slot + one intermediate slot), with a --mem-fraction-static remedy that re-runs
     within the budget (case fits) with at least the same figures."""
     name = "dflash-smoke-raised"
     rep = report(port, name)
@@ -174,12 +180,12 @@ def test_dflash_smoke_starts(port):
     per_req = f["mamba_cache_per_req_bytes"]
     draft = load_scenario(name).draft["block_size"]
     cell = kv_bytes_per_token(name)
-    # the reservation up to v0.5.16: 4 x 16 intermediate + 24 state slots
-    expected_tokens = int(budget_bytes(name) - (4 * draft + 24) * per_req) // cell
+    # the reservation without the padding slots (as up to v0.5.16): 4 intermediate + 24 state slots
+    expected_tokens = int(budget_bytes(name) - 4 * spec_per_slot(name) - 24 * per_req) // cell
     assert abs(f["max_total_num_tokens"] - expected_tokens) <= 1
     assert rep["case"] == Case.OVER_BUDGET
     over = rep["ledger"]["figures"]["over_budget_bytes"]
-    assert abs(over - (1 + draft) * per_req) <= cell, over
+    assert abs(over - (per_req + spec_per_slot(name))) <= cell, over
     assert rep["remedies"] and all(r["works"] and r["rerun_case"] == Case.FITS for r in rep["remedies"]), \
         [r.get("why") for r in rep.get("remedies", [])]
     for r in rep["remedies"]:
@@ -255,3 +261,21 @@ def test_upstream_unit_test_passes(port):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert " ok" in proc.stderr
+
+
+# -- memory-reserve-the-speculative-conv-windows.patch ----------------------------------
+
+def test_conv_windows_reserved_as_allocated(port):
+    """The known-good service at 0.8, where v0.5.23 starts it: the intermediate states the sizing
+    reserves are what MambaPool allocates for them (computed here from the model's shapes and the
+    pool's layout: an SSM state per draft token and the deduplicated conv windows, 5 slots), not
+    D x mamba_cache_per_req a slot (v0.5.23 reserves 5 x 30 columns of 983,040 B more)."""
+    import dataclasses
+    sc = load_scenario("dflash-smoke-raised")
+    rep = run_scenario(port, dataclasses.replace(sc, server=dict(sc.server, mem_fraction_static=0.8))).to_json()
+    assert rep["outcome"] == Outcome.OK, rep["reason"]
+    reserved = rep["ledger"]["reservations"]["speculative_intermediate_states"]
+    per_req = rep["figures"]["mamba_cache_per_req_bytes"]
+    assert reserved["draft_tokens"] == 16
+    assert reserved["bytes"] == 5 * spec_per_slot("dflash-smoke-raised")
+    assert 5 * 16 * per_req - reserved["bytes"] == 5 * 30 * 983040
