@@ -18,6 +18,37 @@ def test_configs_and_flags():
         bench.parse_configs("AR,EAGLE")
 
 
+def test_overlap_configurations():
+    """A name alone: the overlap scheduler off; with /overlap: on (SGLang's default, no flag)."""
+    ar, dd = bench.parse_configs("AR/overlap,DDTREE-16/overlap")
+    assert (ar.name, ar.algorithm, ar.overlap) == ("AR/overlap", None, True) and dd.budget == 16 and dd.overlap
+    assert bench.spec_flags(ar, "D") == []
+    assert bench.spec_flags(dd, "D") == ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "D",
+                                         "--speculative-ddtree-budget", "16"]
+    assert [c.name for c in bench.configs(budgets=(16,), overlap=True)] == ["AR/overlap", "DFLASH/overlap",
+                                                                            "DDTREE-16/overlap"]
+    assert bench.split_name("DDTREE-16/overlap") == ("DDTREE-16", True) and bench.split_name("AR") == ("AR", False)
+    with pytest.raises(ValueError, match="unknown configuration 'DFLASH/sync'"):
+        bench.parse_configs("DFLASH/sync")
+
+
+def test_ratios_and_projection_within_one_scheduling():
+    """DDTREE/overlap is set against DFLASH/overlap and AR/overlap, never against the synchronous runs."""
+    rows = [{"config": c, "batch": 1, "tokens_per_s": t, "step_ms": s}
+            for c, t, s in [("AR", 100.0, 10.0), ("DFLASH", 80.0, 15.0), ("DDTREE-16", 90.0, 16.0),
+                            ("AR/overlap", 125.0, 8.0), ("DFLASH/overlap", 100.0, 12.0),
+                            ("DDTREE-16/overlap", 120.0, 12.5)]]
+    m = {r["config"]: r for r in bench.ratios(rows)}
+    assert m["DDTREE-16/overlap"]["vs_dflash"] == 1.2 and m["DDTREE-16/overlap"]["step_over_dflash_ms"] == 0.5
+    assert m["DDTREE-16/overlap"]["speedup_vs_ar"] == 0.96 and m["DFLASH/overlap"]["step_vs_ar"] == 1.5
+    assert m["DDTREE-16"]["vs_dflash"] == 1.125 and m["DDTREE-16"]["step_over_dflash_ms"] == 1.0
+    p = {r["config"]: r for r in bench.projection(rows, ({"source": "s", "DFLASH": 6.0, "DDTREE": 8.0},))}
+    assert p["DFLASH/overlap"]["projected_speedup"] == 4.0 and p["DDTREE-16/overlap"]["projected_speedup"] == 5.12
+    assert p["DFLASH"]["projected_speedup"] == 4.0 and p["DDTREE-16"]["projected_speedup"] == 5.0
+    md = bench.table(list(m.values()), "t")
+    assert md.index("| 1 | DDTREE-16 |") < md.index("| 1 | AR/overlap |") < md.index("| 1 | DDTREE-16/overlap |")
+
+
 def meta(n, verify, tput, lat):
     return {"completion_tokens": n, "spec_verify_ct": verify, "decode_throughput": tput, "e2e_latency": lat}
 

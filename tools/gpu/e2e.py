@@ -123,7 +123,7 @@ def run(args):
             args.lossless, work, out, args.budget_s, t0, args.start_timeout, args.dtype, port, save,
             weights_device=args.weights_device, fallback=not args.no_dtype_fallback,
             resume=json.loads(Path(args.resume).read_text()).get("lossless") if args.resume else None)
-        report["lossless"]["ddtree_pristine"] = "not available on the pin: v0.5.12.post1 has no DDTREE algorithm"
+        report["lossless"]["ddtree_pristine"] = "not available: upstream SGLang has no DDTREE algorithm (the ddtree topic adds it)"
         md += "\n" + e2e_lossless_runs.lossless_table(report["lossless"]["runs"])
         ok &= all(r["check"]["pass"] for r in report["lossless"]["runs"])    # a skipped run is not a pass
     report["total_s"] = round(time.time() - t0, 1)

@@ -2,7 +2,10 @@
 server flags, measured how, summarised how, and the projection for another card.
 
 - Configurations (`configs`): AR (no speculation), DFLASH (the drafter's chain) and DDTREE at each
-  budget; overlap scheduling off for all (DDTREE v1 refuses it).
+  budget; a name alone runs with SGLang's overlap scheduler off (`--disable-overlap-schedule`, as
+  every record before the pin moved to v0.5.17: the v1 DDTREE worker refused overlap), a name with
+  the suffix `/overlap` (`DDTREE-16/overlap`) with it on, SGLang's default. Ratios compare a
+  configuration with AR and DFLASH of the same scheduling.
 - A measurement (`closed_loop`): `concurrency` client threads, each sending the next prompt when
   its last one is answered, so the server holds that many requests; per request SGLang's own
   meta_info (completion_tokens, spec_verify_ct, e2e_latency, and decode_throughput with
@@ -44,42 +47,56 @@ PUBLISHED = (
 )
 
 
+OVERLAP = "/overlap"          # the name's suffix of a configuration run with the overlap scheduler on
+
+
 @dataclass(frozen=True)
 class Config:
-    name: str                     # "AR", "DFLASH", "DDTREE-16"
+    name: str                     # "AR", "DFLASH", "DDTREE-16", "DDTREE-16/overlap"
     algorithm: Optional[str]      # None, "DFLASH", "DDTREE"
     budget: Optional[int] = None
+    overlap: bool = False         # SGLang's overlap scheduler (off: --disable-overlap-schedule)
 
     @property
     def speculative(self):
         return self.algorithm is not None
 
 
-def configs(budgets=BUDGETS, algorithms=("AR", "DFLASH", "DDTREE")):
+def _named(base, overlap):
+    return base + (OVERLAP if overlap else "")
+
+
+def split_name(name):
+    """'DDTREE-16/overlap' -> ('DDTREE-16', True); 'DFLASH' -> ('DFLASH', False)."""
+    return (name[:-len(OVERLAP)], True) if name.endswith(OVERLAP) else (name, False)
+
+
+def configs(budgets=BUDGETS, algorithms=("AR", "DFLASH", "DDTREE"), overlap=False):
     out = []
     if "AR" in algorithms:
-        out.append(Config("AR", None))
+        out.append(Config(_named("AR", overlap), None, overlap=overlap))
     if "DFLASH" in algorithms:
-        out.append(Config("DFLASH", "DFLASH"))
+        out.append(Config(_named("DFLASH", overlap), "DFLASH", overlap=overlap))
     if "DDTREE" in algorithms:
-        out += [Config(f"DDTREE-{b}", "DDTREE", b) for b in budgets]
+        out += [Config(_named(f"DDTREE-{b}", overlap), "DDTREE", b, overlap=overlap) for b in budgets]
     return out
 
 
 def parse_configs(text, budgets=BUDGETS):
-    """'AR,DFLASH,DDTREE-16' -> Configs (ValueError naming what is unknown)."""
-    known = {c.name: c for c in configs(budgets=tuple(range(1, 256)))}
+    """'AR,DFLASH,DDTREE-16/overlap' -> Configs (ValueError naming what is unknown)."""
+    known = {c.name: c for ov in (False, True) for c in configs(budgets=tuple(range(1, 256)), overlap=ov)}
     out = []
     for name in [x.strip() for x in text.split(",") if x.strip()]:
         if name not in known:
-            raise ValueError(f"unknown configuration {name!r}: AR, DFLASH or DDTREE-<budget>")
+            raise ValueError(f"unknown configuration {name!r}: AR, DFLASH or DDTREE-<budget>, "
+                             f"each optionally with {OVERLAP} (the overlap scheduler on)")
         out.append(known[name])
     return out
 
 
 def spec_flags(cfg, draft_path):
-    """The speculative part of a server's flags (overlap off for every configuration)."""
-    f = ["--disable-overlap-schedule"]
+    """The speculative part of a server's flags, and the scheduler's overlap off unless the configuration has it."""
+    f = [] if cfg.overlap else ["--disable-overlap-schedule"]
     if cfg.algorithm:
         f += ["--speculative-algorithm", cfg.algorithm, "--speculative-draft-model-path", str(draft_path)]
     if cfg.algorithm == "DDTREE":
@@ -174,14 +191,15 @@ def ratios(rows):
     idx = {(r["config"], r["batch"]): r for r in rows}
     out = []
     for r in rows:
-        ar, df = idx.get(("AR", r["batch"])), idx.get(("DFLASH", r["batch"]))
+        ov = split_name(r["config"])[1]
+        ar, df = idx.get((_named("AR", ov), r["batch"])), idx.get((_named("DFLASH", ov), r["batch"]))
+        tree = r["config"].startswith("DDTREE")
         r = dict(r)
         r["speedup_vs_ar"] = _ratio(r.get("tokens_per_s"), ar and ar.get("tokens_per_s"))
         r["step_vs_ar"] = _ratio(r.get("step_ms"), ar and ar.get("step_ms"))
-        r["vs_dflash"] = _ratio(r.get("tokens_per_s"), df and df.get("tokens_per_s")) if r["config"].startswith("DDTREE") else None
+        r["vs_dflash"] = _ratio(r.get("tokens_per_s"), df and df.get("tokens_per_s")) if tree else None
         r["step_over_dflash_ms"] = (round(r["step_ms"] - df["step_ms"], 4)
-                                    if r["config"].startswith("DDTREE") and df and df.get("step_ms") and r.get("step_ms")
-                                    else None)
+                                    if tree and df and df.get("step_ms") and r.get("step_ms") else None)
         out.append(r)
     return out
 
@@ -204,7 +222,8 @@ def table(rows, title):
 
 
 def _order(name):
-    return (0, 0) if name == "AR" else (1, 0) if name == "DFLASH" else (2, int(name.split("-")[1]))
+    base, ov = split_name(name)
+    return (ov,) + ((0, 0) if base == "AR" else (1, 0) if base == "DFLASH" else (2, int(base.split("-")[1])))
 
 
 def projection(step_rows, published=PUBLISHED, batch=1):
@@ -213,17 +232,16 @@ def projection(step_rows, published=PUBLISHED, batch=1):
     and published acceptance lengths.  A projection: it assumes the measured cost ratio holds on
     the other card and that the drafter reaches the published acceptance."""
     idx = {r["config"]: r for r in step_rows if r["batch"] == batch and r.get("step_ms")}
-    ar = idx.get("AR")
     out = []
-    if not ar:
-        return out
     for p in published:
         for algo in ("DFLASH", "DDTREE"):
             tau = p.get(algo)
             if tau is None:
                 continue
             for name, r in idx.items():
-                if (algo == "DFLASH" and name == "DFLASH") or (algo == "DDTREE" and name.startswith("DDTREE")):
+                base, ov = split_name(name)
+                ar = idx.get(_named("AR", ov))       # the AR step of the same scheduling
+                if ar and ((algo == "DFLASH" and base == "DFLASH") or (algo == "DDTREE" and base.startswith("DDTREE"))):
                     out.append({"source": p["source"], "config": name, "accept_length": tau,
                                 "step_ratio": round(r["step_ms"] / ar["step_ms"], 4),
                                 "projected_speedup": round(tau * ar["step_ms"] / r["step_ms"], 3),

@@ -112,6 +112,11 @@ def prepare(args):
 
 
 # ------------------------------------------------------------------------------------------- run (GPU)
+def file_name(config_name):
+    """A configuration's name as one path component ('DDTREE-16/overlap' -> 'DDTREE-16+overlap')."""
+    return config_name.replace("/", "+")
+
+
 class Servers:
     """The check's servers, each a process group (GROUPS): started, waited for, shut down."""
 
@@ -120,9 +125,10 @@ class Servers:
 
     def start(self, name, model, flags, port, common):
         flags = list(flags) + ["--nccl-port", str(port + 1000)]     # parallel starts: no race for a free port
-        log_full = self.work / f"{name}.log.full"
-        env = e2e_server.server_env(self.tree, self.work, self.work / f"{name}.ledger.json", self.work / "probe" / name,
-                                    {"SGLO_E2E_PHASES": "1", "SGLANG_TORCH_PROFILER_DIR": str(self.work / "traces" / name)})
+        f = file_name(name)
+        log_full = self.work / f"{f}.log.full"
+        env = e2e_server.server_env(self.tree, self.work, self.work / f"{f}.ledger.json", self.work / "probe" / f,
+                                    {"SGLO_E2E_PHASES": "1", "SGLANG_TORCH_PROFILER_DIR": str(self.work / "traces" / f)})
         p, base, cmd = e2e_server.start_server(self.tree, self.work, model, flags, log_full, port, common, env)
         self.live[name] = {"p": p, "base": base, "t0": time.time(), "run": {"command": cmd}, "log": log_full}
         return base
@@ -226,7 +232,14 @@ def run(args):
     d = DEFAULTS[model]
     cfgs = bench.parse_configs(args.configs or d["configs"])
     batches = [int(x) for x in (args.batches or d["batches"]).split(",")]
-    prof = bench.parse_configs(d["profile"] if args.profile is None else args.profile)
+    if args.profile is None:        # the defaults that this run measures
+        prof = [c for c in bench.parse_configs(d["profile"]) if c in cfgs]
+    else:
+        prof = bench.parse_configs(args.profile)
+        if [c for c in prof if c not in cfgs]:
+            raise ValueError(f"--profile {args.profile}: {', '.join(c.name for c in prof if c not in cfgs)} "
+                             f"not among the configurations measured ({', '.join(c.name for c in cfgs)}); "
+                             "add it to --configs or leave it out of --profile")
     max_new = args.max_new_tokens or d["max_new"]
     rounds = args.rounds or d["rounds"]
     out, work = Path(args.out).resolve(), Path(args.work).resolve()
@@ -349,19 +362,21 @@ def run(args):
         log(f"drafter trained: {report['training']['seconds']} s, sha256 {report['training']['sha256']}")
         save()
         spec = [c for c in cfgs if c.speculative]
+        others = [c for c in cfgs if not c.speculative and c.name != "AR"]    # AR with the overlap scheduler
         refused = [c for c in spec if c.algorithm == "DDTREE" and c.budget < cfg["block_size"] - 1]
         report["expected_refusals"] = {c.name: f"budget {c.budget} < block {cfg['block_size']} - 1 (ddtree_algo.py)"
                                        for c in refused}
-        for i, c in enumerate(spec):
-            servers.start(c.name, tdir, PAIR_SPEC + bench.spec_flags(c, ddir), port + 1 + i, PAIR_COMMON)
-        servers.wait([c.name for c in spec], args.start_timeout)
+        for i, c in enumerate(spec + others):
+            servers.start(c.name, tdir, (PAIR_SPEC if c.speculative else PAIR_AR) + bench.spec_flags(c, ddir),
+                          port + 1 + i, PAIR_COMMON)
+        servers.wait([c.name for c in spec + others], args.start_timeout)
         report["rows"] = measure(servers, cfgs, batches, rounds, prompt_sets, sampling,
                                  lambda: budget_left() - 30 * (1 + len(prof)), save=lambda rows: (report.update(rows=rows), save()))
         save()
         report["profiles"] = {}
         for c in prof:
             if c.name in servers.live and servers.live[c.name]["run"].get("healthy"):
-                report["profiles"][c.name] = profile_one(servers.live[c.name]["base"], ev[0], work / "traces" / c.name,
+                report["profiles"][c.name] = profile_one(servers.live[c.name]["base"], ev[0], work / "traces" / file_name(c.name),
                                                          160)
                 log(f"profile {c.name}: {report['profiles'][c.name].get('iteration_ms')} ms / iteration")
         servers.stop_all(runs)
@@ -378,7 +393,7 @@ def run(args):
             if servers.wait([c.name], args.start_timeout):
                 report["rows"] += measure(servers, [c], batches, rounds, prompt_sets, sampling, lambda: budget_left() - 60)
                 if c in prof:
-                    report["profiles"][c.name] = profile_one(servers.live[c.name]["base"], ev[0], work / "traces" / c.name,
+                    report["profiles"][c.name] = profile_one(servers.live[c.name]["base"], ev[0], work / "traces" / file_name(c.name),
                                                              max_new)
                     log(f"profile {c.name}: {report['profiles'][c.name].get('iteration_ms')} ms / iteration")
             runs[c.name] = servers.stop(c.name)
