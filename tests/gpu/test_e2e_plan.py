@@ -165,3 +165,33 @@ def test_a_record_without_a_patched_wheel_needs_release(tmp_path, capsys):
     (tmp_path / "e2e.json").write_text(json.dumps({"cases": []}))
     assert plan_mod.main([str(tmp_path)]) == 2
     assert "give it with --release VERSION" in capsys.readouterr().err
+
+
+def test_planner_equals_the_pins_lossless_start_ups(tmp_path, patched_tree):
+    """The pin's lossless matrix on the H200 (2026-12-03, lossless-matrix-2): the small dense and
+    hybrid models in float32 (the hybrid's conv states float32 too: lossless_env), with and without
+    a DFlash or DDTREE drafter, on the patched tree (its ledger's exact free bytes) and on pristine
+    v0.5.17 (the hybrid in bfloat16, after float32 was refused): every start-up's KV tokens, running
+    requests and Mamba slots are the GPU's, through the planner with the same flags."""
+    e2e_models = models
+    report = json.loads((GPU_RESULTS / "2026-12-03/lossless-matrix-2/e2e.json").read_text())
+    assert plan_mod.ran_release(report) == "0.5.17"
+    # config.json as the GPU machine wrote them: save_pretrained of float32 models (the files did not
+    # come back; the fields the sizing reads are these)
+    for name, cfg in (("dense", e2e_models.DENSE), ("hybrid", e2e_models.HYBRID),
+                      ("dense-draft", e2e_models.drafter_config(e2e_models.DENSE)),
+                      ("hybrid-draft", e2e_models.drafter_config(e2e_models.HYBRID))):
+        (tmp_path / "models" / name).mkdir(parents=True)
+        (tmp_path / "models" / name / "config.json").write_text(json.dumps(dict(cfg, torch_dtype="float32")))
+    (tmp_path / "e2e.json").write_text(json.dumps(report))
+    rc = plan_mod.main([str(tmp_path), "--patched-tree", str(patched_tree), "--out", str(tmp_path)])
+    res = {x["id"]: x for x in json.loads((tmp_path / "plan_vs_gpu.json").read_text())}
+    assert sorted(res) == sorted(r["id"] for r in report["lossless"]["runs"])
+    assert all(x["equal"] for x in res.values()), {k: x["rows"] for k, x in res.items() if not x["equal"]}
+    assert rc == 0
+    gpu = {rid: {r["field"]: r["gpu"] for r in x["rows"]} for rid, x in res.items()}
+    # what the comparison covered, each start-up's own figures (read from its log by e2e_log): DDTREE's
+    # tree verify keeps the dense conv windows a linear DFLASH chain shares, so on the same hybrid and
+    # the same free bytes it starts with fewer KV tokens, and the planner says so too
+    assert gpu["hybrid.patched.ddtree.graphs.no-overlap"]["mamba_slots"] == 32
+    assert gpu["hybrid.patched.ddtree.graphs.no-overlap"]["kv_tokens"] < gpu["hybrid.patched.dflash.graphs"]["kv_tokens"]
