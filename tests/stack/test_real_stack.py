@@ -161,3 +161,44 @@ def test_real_port_applies_and_its_evidence_holds(repo_stack, topic, tmp_path):
         assert p["status"] == "applied", p
         got = {t["node"]: t["verdict"] for t in p["evidence"]["tests"]}
         assert got == {n: "fails on pristine, passes patched" for n in nodes[p["patch"]]}, (p["patch"], got)
+
+
+def test_3way_takes_the_preimage_from_the_old_stack_where_index_lines_are_stale(repo_stack, tmp_path):
+    """memory-ledger.patch's index lines name blobs of an earlier export of the
+    memory patches (refresh keeps index lines as noise), so plain `git am
+    --3way` of the file cannot build its merge base on v0.5.23 + the memory
+    port ("could not build fake ancestor"): a port session would stop with no
+    conflict to resolve.  attempt() then merges the old stack's own commit of
+    the patch (OLD~(n - i), re-exported), and the conflict is in the files, with
+    markers, for a person to resolve."""
+    import re
+
+    from sgl_overlay import builder, gitcmd
+    import importlib
+
+    from sgl_overlay.stack import ports
+    rebase_mod = importlib.import_module("sgl_overlay.stack.rebase")   # the module (stack.rebase is its function)
+
+    lock, st = repo_stack
+    ledger = next(p for p in st.patches if p.name == "memory-ledger.patch")
+    tree = tmp_path / "tree"
+    rebase_mod.prepare_tree(lock, st, stack.Onto(version="0.5.23"), tree)
+    blobs = re.findall(r"^index ([0-9a-f]+)\.\.", ledger.raw.decode(), re.M)
+    stale = [b for b in blobs if gitcmd.run(tree, "cat-file", "-e", b, check=False).returncode]
+    assert stale, ("memory-ledger.patch's index lines all name blobs of the stack now (refreshed?): "
+                   "this test's premise is gone; make a patch with stale index lines for it")
+    memory = ports.load(PORTS_0_5_23 / "memory")
+    for p in memory.patches:
+        assert builder.apply_patch(tree, p, len(memory.patches)) is None, p.name
+    head = gitcmd.out(tree, "rev-parse", "HEAD")
+    # the control: the patch file alone gives git no merge base
+    plain = gitcmd.run(tree, "am", "--3way", str(ledger.path), check=False)
+    assert plain.returncode and "could not build fake ancestor" in plain.stdout + plain.stderr, plain.stderr
+    gitcmd.run(tree, "am", "--abort", check=False)
+    assert gitcmd.out(tree, "rev-parse", "HEAD") == head
+    a = rebase_mod.attempt(tree, ledger, len(st.patches), keep_conflict=True)
+    assert a.status == stack.Status.CONFLICT and a.stopped, a
+    touched = {pf.path for pf in ledger.patchset}
+    assert a.conflicted and set(a.conflicted) <= touched, (a.conflicted, touched)
+    for f in a.conflicted:
+        assert "\n<<<<<<< " in "\n" + (tree / f).read_text(), f
