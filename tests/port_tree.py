@@ -1,5 +1,5 @@
 """SGLang v0.5.23 with a topic's port applied, for the ports' tests
-(tests/memory and tests/sm120).
+(tests/memory, tests/sm120 and tests/ddtree_integration).
 
 ``build(series_dir, dest, upto)`` lays the v0.5.23 release tree
 (``release_trees.release_tree``, cached and verified) out as upstream has it
@@ -49,18 +49,22 @@ def _link_or_copy(src, dst):
         shutil.copy2(src, dst)
 
 
-def build(series_dir: Path, dest: Path, upto: int | None = None) -> Path:
-    """v0.5.23 + the first ``upto`` patches of ``series_dir`` under ``dest``
-    (which must not exist); returns ``dest``."""
+def build(series_dir: Path, dest: Path, upto: int | None = None, on: tuple = ()) -> Path:
+    """v0.5.23 + the whole series of each folder in ``on`` (the port series
+    this one ``Requires:``), then the first ``upto`` patches of ``series_dir``,
+    under ``dest`` (which must not exist); returns ``dest``."""
     release = release_trees.release_tree(RELEASE)
     shutil.copytree(release / "sglang", dest / "python" / "sglang", copy_function=_link_or_copy)
-    for rel in touched(series_dir, upto):
-        path = dest / rel
-        if path.exists():  # break the hard link: the patch writes this file
-            data = path.read_bytes()
-            path.unlink()
-            path.write_bytes(data)
+    steps = [(Path(d), None) for d in on] + [(series_dir, upto)]
+    for d, n in steps:
+        for rel in touched(d, n):
+            path = dest / rel
+            if path.exists():  # break the hard link: the patch writes this file
+                data = path.read_bytes()
+                path.unlink()
+                path.write_bytes(data)
     gitcmd.init(dest)  # git apply works on the files, whatever repository holds dest
-    for name in patches(series_dir)[:upto]:
-        gitcmd.run(dest, "apply", "--whitespace=error", str(series_dir / name))
+    for d, n in steps:
+        for name in patches(d)[:n]:
+            gitcmd.run(dest, "apply", "--whitespace=error", str(d / name))
     return dest

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 FLA_MODULES = ("utils", "index", "op", "chunk", "chunk_delta_h", "chunk_fwd", "chunk_o", "cumsum", "l2norm", "wy_fast",
-               "fused_recurrent", "fused_sigmoid_gating_recurrent", "fused_gdn_gating", "layernorm_gated")
+               "fused_recurrent", "layernorm_gated")
 # Where the kernels live: up to v0.5.16 under srt/layers/attention and jit_kernel;
 # from v0.5.17 under sglang/kernels/ops (the kernels package, #32648).
 LAYOUTS = {
@@ -36,17 +36,24 @@ LAYOUTS = {
                     helpers=("sglang.kernels.ops.attention.decode_attention",
                              "sglang.kernels.ops.attention.score_mod")),
 }
+for _mods in LAYOUTS.values():
+    _mods.update(fsg=f"{_mods['fla']}.fused_sigmoid_gating_recurrent", gating=f"{_mods['fla']}.fused_gdn_gating")
+# by v0.5.23 the sigmoid-gating recurrence and the GDN gating left fla/ for kernels/ops/attention/linear/
+LAYOUTS["kernels-linear"] = dict(LAYOUTS["kernels"], fsg="sglang.kernels.ops.attention.linear.fused_sigmoid_gating_recurrent",
+                                 gating="sglang.kernels.ops.attention.linear.fused_gdn_gating")
 
 
 def layout(root) -> dict:
     """The module names of the tree's kernels (``LAYOUTS``)."""
-    kernels = Path(root, "sglang", "kernels", "ops", "attention", "fla", "chunk.py").is_file()
-    return LAYOUTS["kernels" if kernels else "srt"]
+    attention = Path(root, "sglang", "kernels", "ops", "attention")
+    if not (attention / "fla" / "chunk.py").is_file():
+        return LAYOUTS["srt"]
+    return LAYOUTS["kernels-linear" if (attention / "linear" / "fused_gdn_gating.py").is_file() else "kernels"]
 
 
 def gdn_modules(mods: dict) -> list:
     return [f"{mods['fla']}.{m}" for m in FLA_MODULES] + [
-        mods["conv"], "sglang.srt.configs.mamba_utils", "sglang.srt.environ", mods["proj"], mods["extend"],
+        mods["fsg"], mods["gating"], mods["conv"], "sglang.srt.configs.mamba_utils", "sglang.srt.environ", mods["proj"], mods["extend"],
         mods["prefill"], mods["kv_materialize"], *mods.get("helpers", ())]
 
 
@@ -134,8 +141,8 @@ def hybrid_kernels(root: str, dtype: str = "float32", env: dict | None = None, c
     out = {"calls": {}}
     with installed:
         L = loader.load
-        chunk, fsg, fr = L(f"{FLA}.chunk"), L(f"{FLA}.fused_sigmoid_gating_recurrent"), L(f"{FLA}.fused_recurrent")
-        gating, lng, conv = L(f"{FLA}.fused_gdn_gating"), L(f"{FLA}.layernorm_gated"), L(mods["conv"])
+        chunk, fsg, fr = L(f"{FLA}.chunk"), L(mods["fsg"]), L(f"{FLA}.fused_recurrent")
+        gating, lng, conv = L(mods["gating"]), L(f"{FLA}.layernorm_gated"), L(mods["conv"])
         state_dtype = L("sglang.srt.configs.mamba_utils").mamba2_state_dtype(None)
         conv_dt = state_dtype.conv
         out["conv_state_dtype"] = str(conv_dt)
@@ -270,3 +277,33 @@ def forward_extend_embeds(root: str, model_dtype: str, embeds_dtype: str) -> dic
         except RuntimeError as e:
             seen["linear"] = str(e)
     return seen
+
+
+def upstream_unit_test(root: str, path: str) -> dict:
+    """An upstream-style unit test file of the port (SGLang's test/ layout) run
+    with unittest against the tree, its module under test
+    (model_executor/model_runner.py) and sglang.test.ci.ci_register loaded from
+    the tree by the harness's targeted loader (SGLang's other modules, and the
+    GPU dependencies they import, stay inert stand-ins).  Returns the tests run
+    and each failure or error."""
+    import importlib.util
+    import io
+    import unittest
+
+    from sgl_overlay.harness.standins import install_transformers_standin
+
+    install_transformers_standin()
+    real = ["sglang.srt.model_executor.model_runner", "sglang.test.ci.ci_register"]
+    loader, installed = _loader(root, real)
+    with installed:
+        for name in real:
+            loader.load(name)
+        spec = importlib.util.spec_from_file_location("upstream_unit_test", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        stream = io.StringIO()
+        result = unittest.TextTestRunner(stream=stream, verbosity=2).run(
+            unittest.defaultTestLoader.loadTestsFromModule(module))
+    return {"run": result.testsRun,
+            "failed": [(str(t), tb.strip().splitlines()[-1]) for t, tb in result.failures + result.errors],
+            "log": stream.getvalue()[-2000:]}

@@ -306,3 +306,133 @@ def test_export_pinned_ignores_the_port(ported, tmp_path):
     assert r.returncode == 1 and r.data["status"] == "does-not-apply", r.stdout + r.stderr
     assert "port" not in r.data
     assert {p["patch"]: p["status"] for p in r.data["patches"]} == {"kept.patch": "applied", "nsa.patch": "conflict"}
+
+
+# -- a port series that Requires another, and a topic marked Inappropriate ------
+
+RAGDEBUG = "patches/ports/v0.5.23/ragdebug"
+NAMED = ("                    f\"position {p}: idx len \"\n",
+         "                    f\"ragged position {p}: idx len \"\n")
+RAGDEBUG_EVIDENCE = "tests/ragged/test_named_port.py"
+RAGDEBUG_TEST = '''from tests.ragged.test_flatten_port import flatten_under_O
+
+
+def test_refusal_names_the_column_pair(patched_tree):
+    got = flatten_under_O(patched_tree, [[0.5, 0.25]], [[7]])
+    assert got.startswith("refused: ragged position 0:"), got
+'''
+
+
+@pytest.fixture(scope="module")
+def ragdebug_patch(port_patches, tmp_path_factory):
+    """A patch made on v0.5.23 + the ragged port (its line exists only there):
+    Upstream-Status Inappropriate, Requires: ragged."""
+    d = tmp_path_factory.mktemp("ragdebug")
+    maker = PatchMaker(port_patches["base"], d / "scratch")
+    for name in ("one.patch", "two.patch"):
+        f = d / name
+        f.write_text(port_patches[name])
+        gitcmd.run(maker.dir, "am", "--quiet", str(f))
+    on = gitcmd.out(maker.dir, "rev-parse", "HEAD")
+    unit = ("import pytest\n\nfrom sglang.srt.utils.flatten import flatten_ragged\n\n\n"
+            "def test_refusal_names_the_column_pair():\n"
+            "    with pytest.raises(ValueError, match=\"ragged position 0\"):\n"
+            "        flatten_ragged([[0.5, 0.25]], [[7]])\n")
+    text, _ = maker.make([(FLATTEN, *NAMED), ("test/registered/unit/utils/test_flatten_named.py", None, unit)],
+                         subject="debug: name the ragged columns in the refusal",
+                         body="Instrumentation for our own logs; not for upstream.",
+                         trailers="Topic: ragdebug\nUpstream-Status: Inappropriate [debug instrumentation]\n"
+                                  "Ports: dbg.patch\nRequires: ragged\n"
+                                  f"Evidence: {RAGDEBUG_EVIDENCE}::test_refusal_names_the_column_pair\n", on=on)
+    return text
+
+
+@pytest.fixture
+def ported_debug(ported, patches, ragdebug_patch):
+    """The scratch project with a pinned topic ragdebug (Inappropriate) and its
+    port, which applies on the ragged port."""
+    dbg, _ = patches.make([(HOOKS, "import fnmatch\n", "import fnmatch  # dbg\n")], subject="Dbg",
+                          trailers="Upstream-Status: Inappropriate [debug]\nTopic: ragdebug\n")
+    names = ["kept.patch", "nsa.patch", "other.patch", "dbg.patch"]
+    ported.series(names, {"dbg.patch": dbg})
+    d = ported.root / RAGDEBUG
+    d.mkdir(parents=True)
+    (d / "one.patch").write_text(ragdebug_patch)
+    (d / "series").write_text("# ragdebug on v0.5.23, on the ragged port\none.patch\n")
+    (ported.root / RAGDEBUG_EVIDENCE).write_text(RAGDEBUG_TEST)
+    (ported.root / "tests" / "ragged" / "__init__.py").touch()
+    (ported.root / "tests" / "__init__.py").touch()
+    return ported
+
+
+def test_export_refuses_an_inappropriate_port_and_names_check(ported_debug, tmp_path):
+    r = run(ported_debug, "export", "--topic", "ragdebug", "--onto", "0.5.23", "--out", str(tmp_path / "pr"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Upstream-Status: Inappropriate" in r.stderr and f"{RAGDEBUG}/one.patch" in r.stderr, r.stderr
+    assert "--check" in r.stderr
+    assert not (tmp_path / "pr").exists()
+
+
+def test_export_check_verifies_a_port_on_the_one_it_requires(ported_debug, tmp_path):
+    """--check: the ragged port applied first (strict git am), then the patch,
+    and its evidence run before (v0.5.23 + the ragged port) and after; nothing
+    written.  Without the ragged port the patch would not apply at all (its
+    context is the ragged port's own line)."""
+    out = tmp_path / "pr"
+    r = run(ported_debug, "export", "--topic", "ragdebug", "--onto", "0.5.23", "--out", str(out), "--check",
+            "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = r.data
+    assert d["status"] == "checked" and d["requires"] == [{"topic": "ragged", "patches": 2}], d
+    (p,) = d["patches"]
+    assert p["status"] == "applied" and p["ports"] == ["dbg.patch"]
+    (t,) = p["evidence"]["tests"]
+    assert (t["before"], t["after"], t["verdict"]) == ("failed", "passed", "fails on pristine, passes patched")
+    assert t["before_reason"].startswith("AssertionError: refused: position 0:"), t["before_reason"]
+    assert p["evidence"]["runs"]["before"]["command"].endswith("--tree <v0.5.23 + ragged port (2)>")
+    assert p["evidence"]["runs"]["after"]["command"].endswith("--tree <v0.5.23 + ragged port (2) + patches 1..1>")
+    assert d["files"] == [] and not out.exists()
+    text = run(ported_debug, "export", "--topic", "ragdebug", "--onto", "0.5.23", "--out", str(out), "--check",
+               "--no-tests").stdout
+    assert "on the ragged port (2 patch(es), Requires: ragged)" in text and "--check: nothing written" in text
+
+
+def test_export_check_stops_where_the_required_port_does_not_apply(ported_debug, port_patches, tmp_path):
+    bad = port_patches["one.patch"].replace("\n     for p, pv in enumerate(per_pos_val):\n",
+                                            "\n     for p, pv in enumerate(per_pos_val, 1):\n")
+    write_port(ported_debug.root, {"one.patch": bad, "two.patch": port_patches["two.patch"]})
+    r = run(ported_debug, "export", "--topic", "ragdebug", "--onto", "0.5.23", "--check", "--no-tests")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{PORT}/one.patch, which {RAGDEBUG} requires, does not apply with strict git am" in r.stderr, r.stderr
+    assert FLATTEN in r.stderr
+
+
+def test_lint_reads_requires_and_not_ported(ported_debug):
+    assert lint(ported_debug) == (0, [])
+    d = ported_debug.root / RAGDEBUG
+    one = (d / "one.patch").read_text()
+    (d / "one.patch").write_text(one.replace("Requires: ragged", "Requires: nowhere"))
+    assert lint(ported_debug)[1] == [("Requires", f"{RAGDEBUG}: 'Requires: nowhere' names no other port series "
+                                                  "in patches/ports/v0.5.23/")]
+    (d / "one.patch").write_text(one)
+    # a pinned patch the port cannot carry: said in the series, with the reason
+    two = ported_debug.root / PORT / "two.patch"
+    two.write_text(two.read_text().replace(DROPPED, ""))
+    series_file = ported_debug.root / PORT / "series"
+    text = series_file.read_text()
+    assert lint(ported_debug)[1] == [("Ports", f"{PORT}: pinned patch(es) of topic 'ragged' not accounted for: "
+                                               "nsa.patch")]
+    series_file.write_text(text + "# not ported: nsa.patch -- the pool it extends is gone at v0.5.23;\n"
+                                  "#   a port would be a new pool\n")
+    assert lint(ported_debug) == (0, [])
+    assert ports.not_ported(ported_debug.root / PORT) == [
+        ("nsa.patch", "the pool it extends is gone at v0.5.23; a port would be a new pool")]
+    nsa = "# not ported: nsa.patch -- its pool is gone\n"
+    for comments, error in [
+            ("# not ported: nsa.patch --\n", "'not ported: nsa.patch' gives no reason"),
+            (nsa + "# not ported: gone.patch -- why\n", "'not ported: gone.patch' names no pinned patch of "
+                                                        "topic 'ragged'"),
+            (nsa + "# not ported: kept.patch -- why\n", "kept.patch is said not ported and is named by a port "
+                                                        "patch's 'Ports:' or 'Dropped:'")]:
+        series_file.write_text(text + comments)
+        assert [e for _, e in lint(ported_debug)[1]] == [f"{PORT}/series: {error}"], comments

@@ -82,28 +82,123 @@ def test_export_onto_0_5_23_refuses_what_git_apply_refuses(repo_stack, topic, tm
     assert not (tmp_path / "pr").exists()          # nothing written for a series that does not apply
 
 
-def test_rebase_onto_0_5_23_names_the_real_ports():
-    """`stack.py rebase --onto 0.5.23` on the repository's stack: every
-    pinned memory and sm120 patch is `ported`, by the port patch whose
-    `Ports:` line names it (read here from the files with a plain regex) or
-    as dropped, and no other topic's patch is."""
-    import json
+PORTS_0_5_23 = ROOT / "patches" / "ports" / "v0.5.23"
+
+
+def _ports_oracle():
+    """{pinned patch: port patch file} from the port files' `Ports:` lines and
+    {pinned patch: series folder} from the series files' `# not ported:` lines,
+    read with plain regexes (not the tool's parser)."""
     import re
-    import sys
-    oracle = {}
-    for f in sorted((ROOT / "patches" / "ports" / "v0.5.23").glob("*/*.patch")):
+    ported, not_ported = {}, {}
+    for f in sorted(PORTS_0_5_23.glob("*/*.patch")):
         m = re.search(r"^Ports: (.+)$", f.read_text(), re.M)
         for name in re.split(r"[,\s]+", m.group(1).strip()) if m else []:
-            oracle[name] = f.relative_to(ROOT).as_posix()
+            ported[name] = f.relative_to(ROOT).as_posix()
+    for f in sorted(PORTS_0_5_23.glob("*/series")):
+        for name in re.findall(r"^# not ported: (\S+\.patch) ", f.read_text(), re.M):
+            not_ported[name] = f.parent.relative_to(ROOT).as_posix()
+    return ported, not_ported
+
+
+def test_rebase_onto_0_5_23_names_the_real_ports():
+    """`stack.py rebase --onto 0.5.23` on the repository's stack: every
+    pinned patch of the four topics is `ported`, by the port patch whose
+    `Ports:` line names it, or as dropped, except those a port series says it
+    does not carry (`# not ported:`), which keep git's status with the
+    reason beside it."""
+    import json
+    import sys
+    oracle, not_ported = _ports_oracle()
     assert oracle, "no port in patches/ports/v0.5.23"
+    topics = sorted(d.name for d in PORTS_0_5_23.iterdir() if (d / "series").is_file())
+    assert topics == ["ddtree", "debug", "memory", "sm120"], topics
     p = subprocess.run([sys.executable, str(ROOT / "tools" / "stack.py"), "rebase", "--onto", "0.5.23", "--json"],
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 1, p.stderr                    # ported is not resolved: --write stays refused
     report = json.loads(p.stdout)
+    assert {r["topic"] for r in report["patches"]} <= set(topics)
     for r in report["patches"]:
-        if r["topic"] in ("memory", "sm120"):
+        if r["patch"] in not_ported:
+            assert r["status"] != "ported" and r["patch"] not in oracle, r
+            assert r["not_ported"]["port"] == not_ported[r["patch"]] and r["not_ported"]["not_ported"], r
+        else:
             assert r["status"] == "ported", r
             assert r["ported"] == {"port": oracle[r["patch"]]} if r["patch"] in oracle else "dropped" in r["ported"], r
-        else:
-            assert r["status"] != "ported" and r["patch"] not in oracle, r
-    assert report["ported"] == sum(r["topic"] in ("memory", "sm120") for r in report["patches"])
+    assert report["ported"] == len(report["patches"]) - len(not_ported)
+
+
+def _evidence_nodes(topic):
+    """{port patch: its Evidence: node ids}, read from the files with a plain regex."""
+    import re
+    out = {}
+    for name in (PORTS_0_5_23 / topic / "series").read_text().splitlines():
+        if name and not name.startswith("#"):
+            m = re.search(r"^Evidence: (.+)$", (PORTS_0_5_23 / topic / name).read_text(), re.M)
+            out[name] = m.group(1).split()
+    return out
+
+
+@pytest.mark.parametrize("topic", ["ddtree", "debug"])
+def test_real_port_applies_and_its_evidence_holds(repo_stack, topic, tmp_path):
+    """The repository's ddtree and debug ports on the real v0.5.23 (the debug
+    one on the memory port, which it requires): every patch applies with strict
+    git am, and every Evidence test fails before its patch and passes with it
+    (export --check: nothing written)."""
+    from tests.ddtree_integration.test_float32 import _kernel_deps
+
+    if topic == "ddtree" and _kernel_deps():
+        pytest.skip(f"the ddtree port's kernel evidence needs Triton's front end: {_kernel_deps()}")
+    lock, _ = repo_stack
+    out = stack.export(ROOT, lock, topic, stack.Onto(version="0.5.23"), tmp_path / "pr", check_only=True)
+    assert out["status"] == "checked", {k: out.get(k) for k in ("status", "failed", "warnings")}
+    assert not (tmp_path / "pr").exists()
+    memory = len(_evidence_nodes("memory"))
+    assert out.get("requires", []) == ([{"topic": "memory", "patches": memory}] if topic == "debug" else [])
+    nodes = _evidence_nodes(topic)
+    assert [p["patch"] for p in out["patches"]] == list(nodes)
+    for p in out["patches"]:
+        assert p["status"] == "applied", p
+        got = {t["node"]: t["verdict"] for t in p["evidence"]["tests"]}
+        assert got == {n: "fails on pristine, passes patched" for n in nodes[p["patch"]]}, (p["patch"], got)
+
+
+def test_3way_takes_the_preimage_from_the_old_stack_where_index_lines_are_stale(repo_stack, tmp_path):
+    """memory-ledger.patch's index lines name blobs of an earlier export of the
+    memory patches (refresh keeps index lines as noise), so plain `git am
+    --3way` of the file cannot build its merge base on v0.5.23 + the memory
+    port ("could not build fake ancestor"): a port session would stop with no
+    conflict to resolve.  attempt() then merges the old stack's own commit of
+    the patch (OLD~(n - i), re-exported), and the conflict is in the files, with
+    markers, for a person to resolve."""
+    import re
+
+    from sgl_overlay import builder, gitcmd
+    import importlib
+
+    from sgl_overlay.stack import ports
+    rebase_mod = importlib.import_module("sgl_overlay.stack.rebase")   # the module (stack.rebase is its function)
+
+    lock, st = repo_stack
+    ledger = next(p for p in st.patches if p.name == "memory-ledger.patch")
+    tree = tmp_path / "tree"
+    rebase_mod.prepare_tree(lock, st, stack.Onto(version="0.5.23"), tree)
+    blobs = re.findall(r"^index ([0-9a-f]+)\.\.", ledger.raw.decode(), re.M)
+    stale = [b for b in blobs if gitcmd.run(tree, "cat-file", "-e", b, check=False).returncode]
+    assert stale, ("memory-ledger.patch's index lines all name blobs of the stack now (refreshed?): "
+                   "this test's premise is gone; make a patch with stale index lines for it")
+    memory = ports.load(PORTS_0_5_23 / "memory")
+    for p in memory.patches:
+        assert builder.apply_patch(tree, p, len(memory.patches)) is None, p.name
+    head = gitcmd.out(tree, "rev-parse", "HEAD")
+    # the control: the patch file alone gives git no merge base
+    plain = gitcmd.run(tree, "am", "--3way", str(ledger.path), check=False)
+    assert plain.returncode and "could not build fake ancestor" in plain.stdout + plain.stderr, plain.stderr
+    gitcmd.run(tree, "am", "--abort", check=False)
+    assert gitcmd.out(tree, "rev-parse", "HEAD") == head
+    a = rebase_mod.attempt(tree, ledger, len(st.patches), keep_conflict=True)
+    assert a.status == stack.Status.CONFLICT and a.stopped, a
+    touched = {pf.path for pf in ledger.patchset}
+    assert a.conflicted and set(a.conflicted) <= touched, (a.conflicted, touched)
+    for f in a.conflicted:
+        assert "\n<<<<<<< " in "\n" + (tree / f).read_text(), f

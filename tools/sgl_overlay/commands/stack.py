@@ -14,13 +14,14 @@
         change (without --tree: the stack is built and re-exported, which must
         reproduce patches/ exactly)
   python tools/stack.py export --topic T [--onto VERSION|COMMIT] [--out DIR]
-        [--test-python PY] [--pinned] [--no-tests]
+        [--test-python PY] [--pinned] [--no-tests] [--check]
         the topic alone on the newest (or given) upstream, verified to apply
         and to pass tests/T there, as numbered mails + pull-request.md; with a
         ported series (patches/ports/<label>/T/) that series, strict git am,
         every patch's Evidence: tests run before/after it and the
         upstream-style tests on pristine/patched, results in pull-request.md
-        (--pinned: the pinned patches even so)
+        (--pinned: the pinned patches even so; --check: all of it, nothing
+        written, also for a topic marked Inappropriate, which export refuses)
   python tools/stack.py lint
         series and files agree, headers, trailers, whitespace, python/ paths,
         the debug topic never marked for upstream; patches/ports/** too
@@ -87,6 +88,9 @@ def parse(argv):
     e.add_argument("--no-tests", action="store_true")
     e.add_argument("--pinned", action="store_true",
                    help="export the pinned patches (rebased) even where patches/ports/<label>/T/ exists")
+    e.add_argument("--check", action="store_true",
+                   help="verify as the export would (strict git am, the evidence, the upstream-style tests) and "
+                        "write nothing; the way to verify a topic marked Upstream-Status: Inappropriate (debug)")
     e.add_argument("--test-python", metavar="PY",
                    help="the interpreter that runs a ported series' upstream-style tests (test/...), one with "
                         "SGLang's dependencies (default: this one)")
@@ -133,6 +137,8 @@ def rebase_text(report):
                      f" ({pt['port']}: dropped, {pt['dropped']})") + f" (git: {r['git_status']})"
         if r["status"] == stack.Status.APPLIED and not r.get("changed"):
             extra = " (unchanged)"
+        if r.get("not_ported"):
+            extra += f" (not ported by {r['not_ported']['port']}: {r['not_ported']['not_ported']})"
         lines.append(f"  {r['index']:>2} {r['patch']:<40} {r['status']}{extra}")
         if r.get("failure") and r["status"] == stack.Status.CONFLICT:
             lines += ["     " + l for l in builder.format_failure(r["failure"]).splitlines()[1:]]
@@ -170,7 +176,7 @@ def main(argv):
             held.enter_context(series_lock(root, args.wait, progress))
         if args.verb == "refresh" and args.tree:
             held.enter_context(builder.lock_dest(args.tree, args.wait, progress))
-        if args.verb == "export":
+        if args.verb == "export" and not args.check:
             held.enter_context(builder.lock_dest(args.out, args.wait, progress))
         return _main(args, progress, root)
 
@@ -188,9 +194,12 @@ def _main(args, progress, root):
         spec = args.onto if args.verb == "rebase" else args.against
         onto = onto_of(spec, args.repo)
         cover = stack.coverage(root, onto) if args.verb == "rebase" else {}     # a bad port: exit 2 before work
+        said = stack.not_ported_in(root, onto) if args.verb == "rebase" else {}
         report = stack.rebase(lock, series.load(root), onto, args.cache, progress)
         if cover:
             stack.mark_ported(report, cover)
+        if said:
+            stack.mark_not_ported(report, said)
         if args.verb == "rebase" and args.write:
             report["written"] = stack.write_rebase(root, lock, series.load(root), report, onto, args.cache, progress)
         cli.emit(strip_texts(report), args.json, rebase_text(report))
@@ -219,14 +228,17 @@ def _main(args, progress, root):
                 raise UsageError("export with --repo needs --onto COMMIT", hint="e.g. --onto main")
             spec = release_list.list_releases(progress)[-1]       # the newest release
         r = stack.export(root, lock, args.topic, onto_of(spec, args.repo), args.out, args.cache, progress,
-                         run_tests=not args.no_tests, test_python=test_python, use_port=not args.pinned)
+                         run_tests=not args.no_tests, test_python=test_python, use_port=not args.pinned,
+                         check_only=args.check)
         cli.emit(strip_texts(r), args.json, export_text(r))
-        return OK if r["status"] == stack.ExportStatus.EXPORTED else FAILED
+        return OK if r["status"] in (stack.ExportStatus.EXPORTED, stack.ExportStatus.CHECKED) else FAILED
     return OK
 
 
 def export_text(r):
     text = [f"topic {r['topic']} onto {r['onto']}: {r['status']}" + (f" (from {r['port']})" if r.get("port") else "")]
+    text += [f"  on the {q['topic']} port ({q['patches']} patch(es), Requires: {q['topic']})"
+             for q in r.get("requires", [])]
     for p in r["patches"]:
         text.append(f"  {p['patch']}: {p['status']}")
         if p.get("failure"):
@@ -241,6 +253,8 @@ def export_text(r):
     text += [f"  warning: {w}" for w in r.get("warnings", [])]
     text += [f"  failed: {f}" for f in r.get("failed", [])]
     text += [f"  wrote {f}" for f in r["files"]]
+    if r["status"] == stack.ExportStatus.CHECKED:
+        text.append("  --check: nothing written")
     return "\n".join(text)
 
 

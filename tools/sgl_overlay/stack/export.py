@@ -25,6 +25,7 @@ DOWNSTREAM_TRAILERS = ports.DOWNSTREAM
 class ExportStatus(enum.StrEnum):
     """The outcome of an export (its value is the report's word)."""
     EXPORTED = "exported"
+    CHECKED = "checked"            # --check: everything an export verifies held; nothing written
     DOES_NOT_APPLY = "does-not-apply"
     TESTS_FAIL = "tests-fail"
 
@@ -36,27 +37,39 @@ def strip_trailers(text):
     return head.rstrip("\n") + sep + rest if sep else head
 
 
+def _refuse_inappropriate(topic, patches, where):
+    inappropriate = [p.name for p in patches if p.upstream_status.startswith("Inappropriate")]
+    if inappropriate:
+        raise UsageError(f"topic {topic!r} is marked Upstream-Status: Inappropriate ({where}{inappropriate[0]})",
+                         hint="it is downstream-only and is not exported; --check verifies it as an export "
+                              "would (strict git am, the evidence run) and writes nothing")
+
+
 def export(root, lock, topic, onto, out_dir, cache=None, progress=None, run_tests=True, test_python=None,
-           use_port=True):
+           use_port=True, check_only=False):
     """The topic's patches alone on ``onto``: verified to apply and to pass
     the topic's tests there, written as numbered mails plus a pull-request
     description.  A ported series for ``onto`` is exported instead of the
-    pinned patches (``export_port``) unless ``use_port`` is false."""
+    pinned patches (``export_port``) unless ``use_port`` is false.
+    ``check_only``: every check, nothing written (status ``checked``); the
+    one way to verify a topic marked Upstream-Status: Inappropriate."""
     say = progress or (lambda m: None)
     root = Path(root)
     d = ports.port_dir(root, topic, onto) if use_port else None
     if d:
-        say(f"exporting the ported series {d.relative_to(root).as_posix()}")
-        return export_port(root, lock, ports.load(d), onto, out_dir, cache, progress, run_tests, test_python)
+        port = ports.load(d)
+        if not check_only:
+            _refuse_inappropriate(topic, port.patches, f"{port.rel}/")
+        say(f"{'checking' if check_only else 'exporting'} the ported series {d.relative_to(root).as_posix()}")
+        return export_port(root, lock, port, onto, out_dir, cache, progress, run_tests, test_python,
+                           write=not check_only)
     stack = series.load(root)
     mine = [p for p in stack.patches if p.topic == topic]
     if not mine:
         topics = sorted({p.topic for p in stack.patches})
         raise UsageError(f"no patch has Topic: {topic}", hint=f"topics in the stack: {', '.join(topics) or 'none'}")
-    inappropriate = [p.name for p in mine if p.upstream_status.startswith("Inappropriate")]
-    if inappropriate:
-        raise UsageError(f"topic {topic!r} is marked Upstream-Status: Inappropriate ({inappropriate[0]})",
-                         hint="it is downstream-only and is not exported")
+    if not check_only:
+        _refuse_inappropriate(topic, mine, "")
     sub = dataclasses.replace(stack, patches=[dataclasses.replace(p, index=i) for i, p in enumerate(mine, 1)],
                               overlay=[])
     tmp = Path(tempfile.mkdtemp(prefix="sgl-overlay-export-"))
@@ -81,6 +94,9 @@ def export(root, lock, topic, onto, out_dir, cache=None, progress=None, run_test
                 return out
         else:
             out["tests"] = {"summary": f"no tests/{topic} folder" if run_tests else "not run"}
+        if check_only:
+            out["status"] = ExportStatus.CHECKED
+            return out
         out["files"] = write_mails(out_dir, report["patches"], _description(topic, mine, report, out))
         out["status"] = ExportStatus.EXPORTED
         return out
@@ -107,11 +123,36 @@ def write_mails(out_dir, entries, description):
     return files
 
 
-def export_port(root, lock, port, onto, out_dir, cache=None, progress=None, run_tests=True, test_python=None):
+def _apply_required(root, port, tree, say):
+    """The port series ``port`` requires (``Requires:``, same label), applied
+    with strict git am in order; [(topic, patch count)].  A required series
+    that does not apply is a usage error naming it (export it first)."""
+    done = []
+    for topic in ports.requires(port):
+        d = port.dir.parent / topic
+        if topic == port.topic or not (d / "series").is_file():
+            raise UsageError(f"{port.rel}: 'Requires: {topic}' names no port series in {port.dir.parent}",
+                             hint="name the topic whose port series this one applies on (tools/stack.py lint)")
+        req = ports.load(d)
+        for p in req.patches:
+            say(f"git am (required {req.rel}) {p.index}/{len(req.patches)} {p.name}")
+            failure = builder.apply_patch(tree, p, len(req.patches))
+            if failure:
+                raise UsageError(f"{req.rel}/{p.name}, which {port.rel} requires, does not apply with strict git am:"
+                                 f"\n{builder.format_failure(failure)}",
+                                 hint=f"tools/stack.py export --topic {topic} --onto ... names why; fix that series "
+                                      "first")
+        done.append((topic, len(req.patches)))
+    return done
+
+
+def export_port(root, lock, port, onto, out_dir, cache=None, progress=None, run_tests=True, test_python=None,
+                write=True):
     """A ported series: strict git am onto the upstream's prepared tree (the
-    one rebase prepares), then every patch's evidence run before/after and
-    the upstream-style tests on pristine/patched; the mails and
-    pull-request.md only when all of it holds."""
+    one rebase prepares; with the port series it ``Requires:`` applied
+    first), then every patch's evidence run before/after and the
+    upstream-style tests on pristine/patched; the mails and pull-request.md
+    only when all of it holds and ``write``."""
     say = progress or (lambda m: None)
     tmp = Path(tempfile.mkdtemp(prefix="sgl-overlay-export-"))
     try:
@@ -121,9 +162,14 @@ def export_port(root, lock, port, onto, out_dir, cache=None, progress=None, run_
         gitcmd.run(tree, "checkout", "--quiet", "-b", "patched")
         total = len(port.patches)
         label = ports.label_of(onto) if onto.version else base["base_commit"][:12]
+        required = _apply_required(root, port, tree, say)
+        if required:       # the state every "before" starts from names what it holds
+            label += "".join(f" + {t} port ({n})" for t, n in required)
         out = {"topic": port.topic, "onto": onto.label, "label": label, "port": port.rel, "base": base,
                "patches": [], "files": []}
-        commits = [base["base_commit"]]
+        if required:
+            out["requires"] = [{"topic": t, "patches": n} for t, n in required]
+        commits = [gitcmd.out(tree, "rev-parse", "HEAD")]
         for p in port.patches:
             say(f"git am {p.index}/{total} {p.name}")
             entry = {"patch": p.name, "index": p.index, "subject": p.subject, "topic": p.topic,
@@ -151,6 +197,9 @@ def export_port(root, lock, port, onto, out_dir, cache=None, progress=None, run_
                 out["failed"] = failed
                 out["status"] = ExportStatus.TESTS_FAIL
                 return out
+        if not write:
+            out["status"] = ExportStatus.CHECKED
+            return out
         out["files"] = write_mails(out_dir, out["patches"], port_description(port, out, run_tests))
         out["status"] = ExportStatus.EXPORTED
         return out

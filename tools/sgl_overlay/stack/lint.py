@@ -109,12 +109,31 @@ def lint_port(root, stack, d):
                                          f"a port of {d.name!r} carries that topic's patches only"))
         accounted.update(named + dropped)
         problems += _lint_evidence(root, p, where)
+    for n, reason in ports.not_ported(d):
+        where = f"{rel}/series"
+        if n not in pinned or pinned[n].topic != d.name:
+            problems.append(_problem(where, "not ported", f"{where}: 'not ported: {n}' names no pinned patch of "
+                                     f"topic {d.name!r}", "name a patch of patches/series with that Topic"))
+        elif n in accounted:
+            problems.append(_problem(where, "not ported", f"{where}: {n} is said not ported and is named by a "
+                                     "port patch's 'Ports:' or 'Dropped:'", "keep one of the two"))
+        elif not reason:
+            problems.append(_problem(where, "not ported", f"{where}: 'not ported: {n}' gives no reason",
+                                     "say why after the name: what of that upstream it would extend, and why "
+                                     "it cannot be carried honestly"))
+        accounted.add(n)
+    for t in ports.requires(ports.PortSeries(d, d.parent.name, d.name, patches)):
+        if t == d.name or not (d.parent / t / "series").is_file():
+            problems.append(_problem(rel, "Requires", f"{rel}: 'Requires: {t}' names no other port series in "
+                                     f"{ports.PORTS.as_posix()}/{d.parent.name}/",
+                                     "name the topic whose port series this one applies on"))
     missing = [p.name for p in stack.patches if p.topic == d.name and p.name not in accounted]
     if missing and patches:
         problems.append(_problem(None, "Ports", f"{rel}: pinned patch(es) of topic {d.name!r} not accounted "
                                  f"for: {', '.join(missing)}",
                                  "name each in a port patch's 'Ports:', or say in a body "
-                                 "'Dropped: X.patch — upstream already does this in <commit> (#PR)'"))
+                                 "'Dropped: X.patch — upstream already does this in <commit> (#PR)', or, "
+                                 "where it cannot be ported, in the series '# not ported: X.patch -- why'"))
     if patches and not any(ports.upstream_tests(p) for p in patches):
         problems.append(_problem(None, "test", f"{rel}: no patch adds an upstream-style test (test/.../test_*.py)",
                                  "add a unit test in SGLang's own test/ layout, runnable on a CPU"))

@@ -13,10 +13,16 @@ from .classify import RESOLVED, Status
 
 PORTS = Path("patches") / "ports"
 HEX = re.compile(r"^[0-9a-f]{7,40}$")
-DOWNSTREAM = ("Topic", "Upstream-Status", "Ports", "Evidence")   # trailers stripped on export
+DOWNSTREAM = ("Topic", "Upstream-Status", "Ports", "Evidence", "Requires")   # trailers stripped on export
 DROPPED = re.compile(
     r"Dropped:\s+([A-Za-z0-9][A-Za-z0-9._+-]*\.patch)\s*(?:—|–|--|-)\s*"
     r"(upstream already does this in\b[^\n]*(?:\n(?!\n|Dropped:|[A-Za-z][A-Za-z0-9-]*: )[^\n]*)*)")
+
+
+# a pinned patch the port cannot carry honestly, said in the series file:
+#   # not ported: X.patch -- why (the v0.5.23 code it extends, what a port would take)
+#   #   (continuation lines start with '#' and more indentation)
+NOT_PORTED = re.compile(r"^#\s*not ported:\s+([A-Za-z0-9][A-Za-z0-9._+-]*\.patch)\s*(?:—|–|--|-|:)\s*(.*)$")
 
 
 def label_of(onto):
@@ -75,6 +81,30 @@ def load(d):
     return PortSeries(dir=d, label=d.parent.name, topic=d.name, patches=patches)
 
 
+def not_ported(d):
+    """[(pinned patch, reason)] from the series file's "# not ported: X.patch
+    -- reason" comments (a reason may continue on comment lines indented
+    past the '#')."""
+    out, current = [], None
+    for line in (Path(d) / "series").read_text(encoding="utf-8").splitlines():
+        m = NOT_PORTED.match(line.strip())
+        if m:
+            current = [m.group(1), m.group(2).strip()]
+            out.append(current)
+        elif current is not None and re.match(r"^#\s{2,}\S", line):
+            current[1] = f"{current[1]} {line.lstrip('#').strip()}".strip()
+        else:
+            current = None
+    return [(n, r) for n, r in out]
+
+
+def requires(port):
+    """The topics whose port series (same label) this series applies on
+    (its patches' ``Requires:`` trailers, in order, each once)."""
+    names = [n for p in port.patches for n in re.split(r"[,\s]+", p.trailers.get("Requires", "")) if n]
+    return list(dict.fromkeys(names))
+
+
 def ports_of(patch):
     """The pinned patches a port patch carries (its ``Ports:`` trailer)."""
     return [n for n in re.split(r"[,\s]+", patch.trailers.get("Ports", "")) if n]
@@ -117,6 +147,27 @@ def coverage(root, onto):
                 for name in ports_of(p):
                     out[name] = {"port": where(port.rel, p.name)}
     return out
+
+
+def not_ported_in(root, onto):
+    """{pinned patch name: {"not_ported": reason, "port": the series folder}}
+    for the patches a port series onto ``onto`` says it cannot carry."""
+    out = {}
+    for base in label_dirs(root, onto):
+        for d in sorted(p for p in base.iterdir() if (p / "series").is_file()):
+            for name, reason in not_ported(d):
+                out.setdefault(name, {"not_ported": reason, "port": (PORTS / base.name / d.name).as_posix()})
+    return out
+
+
+def mark_not_ported(report, said):
+    """The rebase report with what the port series say they do not carry
+    (``not_ported_in``): the patch keeps what git reported; the reason is
+    added."""
+    for r in report["patches"]:
+        if r["patch"] in said and r["status"] != Status.PORTED:
+            r["not_ported"] = said[r["patch"]]
+    return report
 
 
 def mark_ported(report, cover):

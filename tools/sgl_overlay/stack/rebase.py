@@ -72,9 +72,36 @@ def prepare_tree(lock, stack, onto, dest, cache=None, progress=None, bare=None):
     return base
 
 
-def _am(repo_dir, patch, *args):
+def _am(repo_dir, patch, *args, path=None):
     return gitcmd.run(repo_dir, "am", "--quiet", "--committer-date-is-author-date", "--keep-non-patch", *args,
-                      str(patch.path), check=False)
+                      str(path or patch.path), check=False)
+
+
+# git am --3way's words when the patch's index lines name blobs the tree lacks
+NO_PREIMAGE = ("could not build fake ancestor", "sha1 information is lacking")
+
+
+def old_commit_of(repo_dir, patch, total):
+    """The commit of ``patch`` in the old stack fetched as ``OLD`` (patch i of
+    n is ``OLD~(n - i)``), or None where the tree has no ``OLD``."""
+    r = gitcmd.run(repo_dir, "rev-parse", "--verify", "--quiet", f"{OLD}~{total - patch.index}^{{commit}}",
+                   check=False)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def _am_3way_from_old(repo_dir, patch, total, args):
+    """git am --3way with the patch as the old stack's own commit re-exported
+    (``format-patch`` of ``OLD~(n - i)``): its index lines name the blobs the
+    old stack really had.  A patch file's index lines are noise to refresh
+    (docs/stack.md), so after an earlier patch changed they can name blobs no
+    tree has, and git am --3way then cannot build the merge base at all."""
+    old = old_commit_of(repo_dir, patch, total)
+    if not old:
+        return None
+    with tempfile.TemporaryDirectory(prefix="sgl-overlay-old-") as tmp:
+        f = Path(tmp) / patch.name
+        f.write_text(format_patch(repo_dir, old))
+        return _am(repo_dir, patch, "--3way", *args, path=f)
 
 
 def _am_abort(repo_dir):
@@ -114,7 +141,12 @@ def attempt(repo_dir, patch, total, upstream_commit=None, keep_conflict=False):
     if not (rev or upstream_commit):
         rev_reduced = gitcmd.run(repo_dir, "apply", "--check", "--reverse", "-C1", str(patch.path),
                                  check=False).returncode == 0
-        t = _am(repo_dir, patch, "--3way", *(["--rerere-autoupdate"] if keep_conflict else []))
+        extra = ["--rerere-autoupdate"] if keep_conflict else []
+        t = _am(repo_dir, patch, "--3way", *extra)
+        if t.returncode and any(w in t.stdout + t.stderr for w in NO_PREIMAGE) and \
+                old_commit_of(repo_dir, patch, total):
+            _am_abort(repo_dir)
+            t = _am_3way_from_old(repo_dir, patch, total, extra)
         tw = t.returncode == 0
         tw_empty = not tw and "No changes" in (t.stdout + t.stderr)
         if tw and not gitcmd.out(repo_dir, "diff", "--name-only", "HEAD~1", "HEAD"):
