@@ -68,3 +68,39 @@ def build(series_dir: Path, dest: Path, upto: int | None = None, on: tuple = ())
         for name in patches(d)[:n]:
             gitcmd.run(dest, "apply", "--whitespace=error", str(d / name))
     return dest
+
+
+# Runs one upstream unit test file in a fresh interpreter with SGLang's
+# package __init__ files not executed (they import SGLang's GPU dependencies;
+# the module under test and the test need none of them).
+_RUN_UPSTREAM_TEST = """
+import importlib.util, os, sys, types, unittest
+root, path = sys.argv[1], sys.argv[2]
+for name in ("sglang", "sglang.srt", "sglang.srt.model_executor", "sglang.test", "sglang.test.ci"):
+    package = types.ModuleType(name)
+    package.__path__ = [os.path.join(root, "python", *name.split("."))]
+    sys.modules[name] = package
+spec = importlib.util.spec_from_file_location("upstream_unit_test", path)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+result = unittest.TextTestRunner(verbosity=2).run(unittest.defaultTestLoader.loadTestsFromModule(module))
+sys.exit(0 if result.wasSuccessful() and result.testsRun else 1)
+"""
+
+
+def run_upstream_unit_test(tree: Path, test_file: Path) -> None:
+    """Asserts that ``test_file`` (relative to the checkout root: ``test/...``), an upstream-style
+    unit test a port adds, passes on ``tree`` (its ``python/`` folder or the root above it), each
+    test reported ``ok``; fails when the tree has no such file (a checkout layout is needed)."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    root = tree.parent if tree.name == "python" else None
+    if root is None or not (root / test_file).is_file():
+        pytest.fail(f"{test_file} is not in the tree {tree} (a checkout layout with test/ is needed)")
+    proc = subprocess.run([sys.executable, "-c", _RUN_UPSTREAM_TEST, str(root), str(root / test_file)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert " ok" in proc.stderr

@@ -230,37 +230,10 @@ def test_dense_sizing_unchanged(port):
 
 UPSTREAM_TEST = Path("test/registered/unit/model_executor/test_memory_budget.py")
 
-# Runs one upstream unit test file in a fresh interpreter with SGLang's
-# package __init__ files not executed (they import SGLang's GPU dependencies;
-# the module under test and the test need none of them).
-_RUN_UPSTREAM_TEST = """
-import importlib.util, os, sys, types, unittest
-root, path = sys.argv[1], sys.argv[2]
-for name in ("sglang", "sglang.srt", "sglang.srt.model_executor", "sglang.test", "sglang.test.ci"):
-    package = types.ModuleType(name)
-    package.__path__ = [os.path.join(root, "python", *name.split("."))]
-    sys.modules[name] = package
-spec = importlib.util.spec_from_file_location("upstream_unit_test", path)
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-result = unittest.TextTestRunner(verbosity=2).run(unittest.defaultTestLoader.loadTestsFromModule(module))
-sys.exit(0 if result.wasSuccessful() and result.testsRun else 1)
-"""
-
-
 def test_upstream_unit_test_passes(port):
     """test/registered/unit/model_executor/test_memory_budget.py (added by
     budget-ledger.patch, SGLang's test layout) passes on the tree."""
-    import subprocess
-    import sys
-
-    root = port.parent if port.name == "python" else None
-    if root is None or not (root / UPSTREAM_TEST).is_file():
-        pytest.fail(f"{UPSTREAM_TEST} is not in the tree {port} (a checkout layout with test/ is needed)")
-    proc = subprocess.run([sys.executable, "-c", _RUN_UPSTREAM_TEST, str(root), str(root / UPSTREAM_TEST)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert " ok" in proc.stderr
+    port_tree.run_upstream_unit_test(port, UPSTREAM_TEST)
 
 
 # -- memory-reserve-the-speculative-conv-windows.patch ----------------------------------
