@@ -70,8 +70,8 @@ def test_on_the_h200_with_the_v0_5_16_bundle_what_is_missing_is_what_e2e_stands_
 
 @pytest.mark.parametrize("version", ["0.5.12.post1", "0.5.13.post1", "0.5.14"])
 def test_earlier_releases_import_soundfile_too_and_no_xgrammar(tmp_path, version):
-    """v0.5.12.post1 (the pin before v0.5.17) and v0.5.13.post1..v0.5.14 import soundfile at start as well (sglang/srt/entrypoints/openai/
-    streaming_asr.py), never xgrammar: their bundles, which carried soundfile within 60.5 MiB, needed the
+    """v0.5.12.post1 (the pin before v0.5.17) and v0.5.13.post1..v0.5.14 import soundfile at start as
+    well (sglang/srt/entrypoints/openai/streaming_asr.py), never xgrammar: their bundles, which carried soundfile within 60.5 MiB, needed the
     IPython stand-in alone; without soundfile they need its one too."""
     b = pristine_bundle(tmp_path, version)
     rc, d, err = _cli("--bundle", str(b), "--machine-packages", str(_machine(tmp_path)), "--json")
