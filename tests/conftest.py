@@ -100,7 +100,10 @@ def earlier_pin_root(version, dest):
                     f"cannot read ({p.stderr.decode(errors='replace').strip()}); a full clone has it",
                     pytrace=False)
     with tarfile.open(fileobj=io.BytesIO(p.stdout)) as tar:
-        tar.extractall(dest, filter="data")
+        if hasattr(tarfile, "data_filter"):     # Python 3.11.4+
+            tar.extractall(dest, filter="data")
+        else:
+            tar.extractall(dest)                # git archive of our own commit: no links out, no absolute names
     return dest
 
 

@@ -41,6 +41,19 @@ def recorded_patched(patched_tree_of):
     return patched_tree_of(RELEASE)
 
 
+def test_the_stack_built_for_the_release_is_the_one_its_last_records_ran(recorded_patched):
+    """patched_tree_of's stack for v0.5.12.post1 (this repository's history, EARLIER_PINS) is the stack
+    of the patched wheel that the last records of 2026-12-01 name (its local label: the stack digest)."""
+    import json
+
+    from sgl_overlay import builder
+    digest = builder.read_manifest(recorded_patched)["stack_digest"]
+    for record in ("e2e-rope-262k.json", "e2e-lossless-float32.json"):
+        wheel = json.loads((Path(__file__).parents[1] / "data" / "gpu_results" / "2026-12-01" / record).read_text())[
+            "patched_wheel"]
+        assert wheel.startswith(f"sglang-{RELEASE}+overlay.{digest[:12]}-"), (record, wheel, digest)
+
+
 def test_the_recorded_logs_say_what_docs_gpu_md_says():
     smoke = {t: gpu(f"dflash-smoke.{t}") for t in ("pristine", "patched")}
     for f in smoke.values():
