@@ -1,14 +1,21 @@
 """Options and fixtures shared by the test folders.
 
-``pristine_tree``: the pinned release (0.5.12.post1) unpacked, a directory
-holding ``sglang/``.  ``patched_tree``: this repository's whole stack built
-by tools/apply.py into a temporary directory (holding ``python/sglang``), or
-the tree given with ``--tree``.  Every patch's test runs against both: it
+``pristine_tree``: the pinned release (upstream.lock's version) unpacked, a
+directory holding ``sglang/``.  ``patched_tree``: this repository's whole stack
+built by tools/apply.py into a temporary directory (holding ``python/sglang``),
+or the tree given with ``--tree``.  Every patch's test runs against both: it
 must fail on the first and pass on the second.  ``stack_without(NAME)``: the
 pin with the whole series but patch NAME (and the overlay), built once per
 name and session, for a patch that builds on earlier ones: there its test
 shows the specific reason, where the pin only shows that the earlier patches
 are missing (docs/testing.md).
+
+The release matrix (docs/testing.md, "Release matrix"): a test about one
+release, not about the pin, names that release and takes its trees from
+``release_tree(VERSION)`` (the release unpacked, from the cache) and
+``patched_tree_of(VERSION)`` (the stack this repository kept for that
+release: the pin's own stack, or an earlier pin's from this repository's
+history, ``EARLIER_PINS``).  Such a test runs whatever the pin is.
 
 The tests never touch the user's cache (~/.cache/sgl-overlay): every tool
 they run, in this process and in the ones it starts, uses
@@ -21,7 +28,10 @@ deprecated ``SGL_*``) variable of the host is removed before any test runs,
 so no test's figures depend on the machine; a test that needs one sets it
 itself (``monkeypatch.setenv``).  The header of the run names what was removed.
 """
+import io
 import os
+import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -67,16 +77,75 @@ def pinned_lock():
     return lock.load(ROOT / "upstream.lock")
 
 
+# The releases this repository pinned before upstream.lock's, each with the last commit of its
+# first-parent history whose upstream.lock named that release: that commit's upstream.lock, patches/
+# and overlay/ are the stack the GPU records of those days ran (and the one that commit's own tests
+# held equal to them).  v0.5.12.post1: pinned from the start until the move to v0.5.17 (issue #25);
+# ad8bf30 is the last commit before ef8475e made v0.5.17 the pin for good.
+EARLIER_PINS = {"0.5.12.post1": "ad8bf30d0163dd9e86d729d66c0a8780f0599779"}
+
+
+def earlier_pin_root(version, dest):
+    """upstream.lock, patches/ and overlay/ of this repository at EARLIER_PINS[version], unpacked into
+    ``dest`` (a root series.load and lock.load read).  A release this repository never pinned, or a
+    clone without that commit (shallow), fails the test that asked: its record cannot be checked."""
+    commit = EARLIER_PINS.get(version)
+    if commit is None:
+        pytest.fail(f"no stack of this repository is known for v{version} (tests/conftest.py EARLIER_PINS "
+                    f"names {sorted(EARLIER_PINS)})", pytrace=False)
+    p = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", commit, "upstream.lock", "patches",
+                        "overlay"], capture_output=True)
+    if p.returncode != 0:
+        pytest.fail(f"the stack of v{version} is commit {commit[:12]} of this repository, which this clone "
+                    f"cannot read ({p.stderr.decode(errors='replace').strip()}); a full clone has it",
+                    pytrace=False)
+    with tarfile.open(fileobj=io.BytesIO(p.stdout)) as tar:
+        if hasattr(tarfile, "data_filter"):     # Python 3.11.4+
+            tar.extractall(dest, filter="data")
+        else:
+            tar.extractall(dest)                # git archive of our own commit: no links out, no absolute names
+    return dest
+
+
 @pytest.fixture(scope="session")
-def patched_tree_of(pinned_lock, request):
-    """The patched tree for a GPU record taken on release `version`: the pin's patched tree
-    when the record is the pin's; a skip naming the gap when the pin has moved since (the
-    stack that ran there is not the pin's any more, so its figures cannot be compared)."""
+def release_tree():
+    """Callable: version -> that release unpacked (cached, verified; a directory holding sglang/)."""
+    from sgl_overlay import release_trees
+
+    trees = {}
+
     def get(version):
-        if pinned_lock.version != version:
-            pytest.skip(f"H200 record of the v{version} pin; the pin is v{pinned_lock.version}: "
-                        "take the record again on the GPU (docs/gpu.md)")
-        return request.getfixturevalue("patched_tree")
+        if version not in trees:
+            trees[version] = release_trees.release_tree(version)
+        return trees[version]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def patched_tree_of(pinned_lock, request, tmp_path_factory):
+    """Callable: version -> the patched tree (holding python/sglang) of the stack this repository kept
+    for that release: ``patched_tree`` for the pin; for an earlier pin, that pin's upstream.lock,
+    patches/ and overlay/ from this repository's history (EARLIER_PINS) through today's real builder,
+    built once per session.  A GPU record taken on that release is checked against the stack that ran
+    there, whatever the pin is now."""
+    from sgl_overlay import builder, lock, series
+
+    built = {}
+
+    def get(version):
+        if version == pinned_lock.version:
+            return request.getfixturevalue("patched_tree")
+        if version not in built:
+            base = tmp_path_factory.mktemp(f"stack-v{version}")
+            root = earlier_pin_root(version, base / "root")
+            old_lock = lock.load(root / "upstream.lock")
+            assert old_lock.version == version, (EARLIER_PINS[version], old_lock.version)
+            dest = base / "sglang"
+            builder.build(old_lock, series.load(root), dest)
+            built[version] = dest
+        return built[version]
+
     return get
 
 

@@ -53,3 +53,16 @@ def test_v0_5_12_post1_dropped_the_last_request():
     assert r["ok"], r
     v, last = r["value"], len(SEQ_LENS) - 1
     assert v["state_indices"][last] == -1 != v["expected_state_indices"][last], v
+
+
+def test_the_patch_kept_the_last_request_on_v0_5_12_post1(patched_tree_of):
+    """The dropped patch's evidence on its own release (the release matrix): the stack this
+    repository kept for v0.5.12.post1 (tests/conftest.py EARLIER_PINS, with
+    hybrid-verify-graph-padding.patch) keeps every real request's slot and query range through
+    the same entry point where the release alone loses the last one (the test above)."""
+    r = probe(patched_tree_of("0.5.12.post1"), "chain_verify_replay_before_28579",
+              module="tests.ddtree_integration.padding_probes", seq_lens=SEQ_LENS, bs=BS, draft_tokens=N)
+    assert r["ok"], r
+    v = r["value"]
+    assert v["state_indices"] == v["expected_state_indices"], v
+    assert v["query_start_loc"] == v["expected_query_start_loc"], v

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from sgl_overlay import project, series
+from sgl_overlay import lock, project, series
 
 REPO = Path(__file__).resolve().parents[2]
-PIN = "0.5.12.post1"
+PIN = lock.load(REPO / "upstream.lock").version
+NEXT = "0.5.18"      # the release after the pin: the bisect's other end
 TOOLS = ("apply", "bisect", "regress", "plan", "stack", "bundle", "imports")
 
 AUDIT = textwrap.dedent('''
@@ -254,7 +255,7 @@ def test_regress_and_imports_from_the_second_checkout(second, built, audited):
 
 def test_bisect_with_the_stack_uses_the_second_stack(second, audited, tmp_path):
     log = tmp_path / "bisect.jsonl"
-    p = audited(sgl("bisect", "--releases", f"{PIN}..0.5.13", "--with-stack", "--log", log, "--json", "--",
+    p = audited(sgl("bisect", "--releases", f"{PIN}..{NEXT}", "--with-stack", "--log", log, "--json", "--",
                     sys.executable, "-c", "import sys, os; sys.exit(not os.path.isdir(sys.argv[1]))", "{tree}"),
                 second)
     assert p.returncode in (0, 4, 5, 6), p.stderr

@@ -27,7 +27,7 @@ def test_v0_5_18_requires_another_torch_than_the_h200s():
         {"name": "torch", "requires": "torch==2.13.0", "machine": "2.11.0"}]
 
 
-@pytest.mark.parametrize("version", ["0.5.12.post1", "0.5.17"])
+@pytest.mark.parametrize("version", ["0.5.12.post1", "0.5.17"])    # the releases the H200 ran (12-01, 12-03)
 def test_releases_on_torch_2_11_have_no_blocker(version):
     assert bundle.release_blockers(metadata(version), TAGS, bundle.MACHINE) == []
 
@@ -50,11 +50,12 @@ def test_runtime_wheels_at_the_releases_own_pins(pinned_lock):
     assert len(r18) == len(pin) == len(bundle.RUNTIME)
 
 
-def test_metadata_is_the_wheels_own_and_its_absence_names_the_file(tmp_path):
+def test_metadata_is_the_wheels_own_and_its_absence_names_the_file(tmp_path, pinned_lock):
     import zipfile
     from sgl_overlay.errors import UsageError
-    wheel = artifacts.release("0.5.12.post1", tags=TAGS).path
-    assert "\nName: sglang\nVersion: 0.5.12.post1\n" in metadata("0.5.12.post1")
+    version = pinned_lock.version
+    wheel = artifacts.release(version, tags=TAGS).path
+    assert f"\nName: sglang\nVersion: {version}\n" in metadata(version)
     broken = tmp_path / wheel.name
     with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(broken, "w") as dst:
         for info in src.infolist():

@@ -1,6 +1,7 @@
 """Lossless speculation's comparison, margins, acceptance and the run plan/report
 (tools/gpu/e2e_lossless.py, e2e_lossless_runs.check_lossless / lossless_table) on CPU, with
-/generate answers in the format SGLang v0.5.12.post1's tokenizer manager writes
+/generate answers in the format SGLang's tokenizer manager writes (as read in v0.5.12.post1's; the
+H200 records keep the verdicts, not the answers)
 (`output_top_logprobs`: (logprob, token id, None) per candidate with
 --skip-tokenizer-init; `spec_verify_ct`, `completion_tokens`, `spec_num_correct_drafts`)."""
 import copy

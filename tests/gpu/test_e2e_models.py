@@ -1,6 +1,6 @@
 """The lossless check's drafter checkpoint (tools/gpu/e2e_models.py): its names are
-the ones SGLang v0.5.12.post1's DFlashDraftModel.load_weights reads (checked against
-the release's own sglang/srt/models/dflash.py: its stacked-parameter mapping and the
+the ones the pin's DFlashDraftModel.load_weights reads (checked against
+the pin's own sglang/srt/models/dflash.py, fixture pristine_tree: its stacked-parameter mapping and the
 modules its constructors create), its shapes follow the config, its init is normal."""
 import ast
 

@@ -21,6 +21,9 @@ CMD = ("-m sglang.launch_server --model-path $WORK/models/qwen3.6-27b --port 301
        "--speculative-algorithm DFLASH --speculative-dflash-block-size 16 --disable-radix-cache --mamba-scheduler-strategy "
        "no_buffer --max-running-requests 4 --max-mamba-cache-size 24 --mem-fraction-static 0.6856901 "
        "--speculative-draft-model-path $WORK/models/qwen3.6-27b-dflash")
+# The release the 2026-12-01 start-ups ran on (pristine) and the one whose stack the patched ones ran
+# (tests/conftest.py's patched_tree_of); e2e.json of that day names no patched wheel, so it is given there.
+RECORDS_RELEASE = "0.5.12.post1"
 PRE, POST = 100540809216, 45412974592       # the patched tree's ledger on the H200
 
 
@@ -66,13 +69,14 @@ def test_compare_skips_what_a_dead_start_did_not_say():
 
 
 def test_planner_equals_the_h200_start_ups(tmp_path, patched_tree_of):
-    patched_tree = patched_tree_of("0.5.12.post1")      # the stack these start-ups ran (2026-12-01)
+    patched_tree = patched_tree_of(RECORDS_RELEASE)     # the stack these start-ups ran (2026-12-01)
     for name in ("qwen3.6-27b", "qwen3.6-27b-dflash"):
         (tmp_path / "models" / name).mkdir(parents=True)
         shutil.copy(ROOT / "tests/plan/data" / name / "config.json", tmp_path / "models" / name / "config.json")
     report = {"gpu": "NVIDIA H200", "cases": [{"name": "dflash-smoke", "runs": {t: _run(t) for t in ("pristine", "patched")}}]}
     (tmp_path / "e2e.json").write_text(json.dumps(report))
-    rc = plan_mod.main([str(tmp_path), "--patched-tree", str(patched_tree), "--out", str(tmp_path)])
+    rc = plan_mod.main([str(tmp_path), "--patched-tree", str(patched_tree), "--release", RECORDS_RELEASE,
+                       "--out", str(tmp_path)])
     res = {x["id"]: x for x in json.loads((tmp_path / "plan_vs_gpu.json").read_text())}
     for rid in ("dflash-smoke.pristine", "dflash-smoke.patched"):
         got = {r["field"]: (r["gpu"], r["planner"]) for r in res[rid]["rows"]}
@@ -91,9 +95,10 @@ def test_planner_equals_the_h200_lossless_hybrid_start_ups(tmp_path, patched_tre
     bfloat16 (the flag overrides the checkpoint's dtype), so the planner must give the GPU's
     36,147,328 tokens (18,073,664 when it read the dtype from config.json), and 17,872,448
     with a drafter."""
-    patched_tree = patched_tree_of("0.5.12.post1")      # the stack these start-ups ran (2026-12-01)
-    e2e_models = models
     report = json.loads((GPU_RESULTS / "2026-12-01/e2e-lossless-a2.json").read_text())
+    assert plan_mod.ran_release(report) == RECORDS_RELEASE           # its own patched wheel says so
+    patched_tree = patched_tree_of(RECORDS_RELEASE)     # the stack these start-ups ran (2026-12-01)
+    e2e_models = models
     report["lossless"]["runs"] = [r for r in report["lossless"]["runs"] if not r.get("skipped")]
     # config.json as the GPU machine wrote it: transformers' save_pretrained of a float32 model
     # (the files themselves did not come back; the fields the sizing reads are these)

@@ -1,7 +1,7 @@
 """The ledger against the allocator (tools/gpu/e2e_pools.py) and the allocation probe
 (tools/gpu/probe) on CPU.  The ledger is the one the patched tree wrote on the H200 for
 dflash-smoke (2026-12-01); the pool records are built from the allocation shapes in
-sglang/srt/mem_cache/memory_pool.py at v0.5.12.post1 for that model and those flags
+sglang/srt/mem_cache/memory_pool.py at v0.5.12.post1 (the release that ledger ran on) for that model and those flags
 (Qwen3.6-27B: 48 Gated DeltaNet + 16 attention layers; 24 Mamba slots, 4 requests,
 3,079 KV tokens, page 1, 16 draft tokens), computed here from the config, not from the
 ledger."""

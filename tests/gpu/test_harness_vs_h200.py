@@ -3,8 +3,11 @@
 SGLang's real sizing code on a CPU, with the exact free bytes the patched
 tree's ledger recorded there (scenarios h200-*.toml).  Every figure the
 GPU's logs state must come out exactly: KV tokens, running requests and
-Mamba slots, on the pin and on the patched tree; the pin's failure and the
-patched tree's refusal, with the same remedies."""
+Mamba slots, on v0.5.12.post1 (the release those start-ups ran) and on the
+stack this repository kept for it (patched_tree_of); that release's failure and
+the patched tree's refusal, with the same remedies.  A release-matrix test: it
+runs on v0.5.12.post1 whatever the pin is.  The second half: the pin, v0.5.17,
+against its own H200 records of 2026-12-03."""
 from pathlib import Path
 
 import pytest
@@ -12,10 +15,9 @@ import pytest
 from tests.gpu.e2e_script import e2e_log
 
 from sgl_overlay.harness import Outcome, load_scenario, run_scenario, source_root
-from sgl_overlay.release_trees import release_tree
 
 DATA = Path(__file__).parent / "data" / "h200-2026-12-01"
-RELEASE = "0.5.12.post1"        # the release these start-ups ran on (the pin of 2026-12-01)
+RELEASE = "0.5.12.post1"        # the release these start-ups ran on (the pin of those days)
 
 
 def gpu(name):
@@ -27,7 +29,7 @@ def harness(tree, scenario):
 
 
 @pytest.fixture(scope="module", params=["pristine", "patched"])
-def tree(request, patched_tree_of):
+def tree(request, release_tree, patched_tree_of):
     if request.param == "pristine":
         return release_tree(RELEASE), "pristine"
     return patched_tree_of(RELEASE), "patched"
@@ -35,8 +37,21 @@ def tree(request, patched_tree_of):
 
 @pytest.fixture(scope="module")
 def recorded_patched(patched_tree_of):
-    """The patched tree of the pin these start-ups ran on (a skip naming the gap since the pin moved)."""
+    """The stack this repository kept for the release these start-ups ran on (tests/conftest.py)."""
     return patched_tree_of(RELEASE)
+
+
+def test_the_stack_built_for_the_release_is_the_one_its_last_records_ran(recorded_patched):
+    """patched_tree_of's stack for v0.5.12.post1 (this repository's history, EARLIER_PINS) is the stack
+    of the patched wheel that the last records of 2026-12-01 name (its local label: the stack digest)."""
+    import json
+
+    from sgl_overlay import builder
+    digest = builder.read_manifest(recorded_patched)["stack_digest"]
+    for record in ("e2e-rope-262k.json", "e2e-lossless-float32.json"):
+        wheel = json.loads((Path(__file__).parents[1] / "data" / "gpu_results" / "2026-12-01" / record).read_text())[
+            "patched_wheel"]
+        assert wheel.startswith(f"sglang-{RELEASE}+overlay.{digest[:12]}-"), (record, wheel, digest)
 
 
 def test_the_recorded_logs_say_what_docs_gpu_md_says():
@@ -66,7 +81,7 @@ def test_dflash_smoke_figures_equal_the_gpus(tree):
     started_with_the_gpus_figures(tree, "dflash-smoke", "h200-dflash-smoke")
 
 
-def test_zero_requests_on_the_pin_is_the_gpus_failure():
+def test_zero_requests_on_the_release_is_the_gpus_failure(release_tree):
     f = gpu("zero-requests-dflash.pristine")
     r = harness(release_tree(RELEASE), "h200-zero-requests-dflash")
     got = r.figures
@@ -151,7 +166,7 @@ def test_v0_5_17_records_say_what_docs_gpu_md_says():
     assert _logged(pin_gpu("zero-requests-dflash", "patched+remedy")) == (398116, 4, 20)
 
 
-def test_the_pin_fails_both_cases_as_on_the_gpu():
+def test_the_pin_fails_both_cases_as_on_the_gpu(release_tree):
     z = harness(release_tree(PIN_RELEASE), "h200-v0517-zero-requests-dflash")
     (err,) = pin_gpu("zero-requests-dflash", "pristine")["errors"]
     assert z.outcome is Outcome.REFUSED and z.error["type"] == "RuntimeError"

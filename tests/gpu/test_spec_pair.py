@@ -1,6 +1,6 @@
 """The trained pair (tools/gpu/spec_pair.py): the target's parts proved before use, the configs
-SGLang and SpecForge read, the drafter checkpoint's names against what SGLang v0.5.12.post1's
-DFlashDraftModel.load_weights reads, and SpecForge's own DFlash model and loss on a CPU."""
+SGLang and SpecForge read, the drafter checkpoint's names against e2e_models' (the names the pin's
+DFlashDraftModel.load_weights reads, test_e2e_models.py), and SpecForge's own DFlash model and loss on a CPU."""
 import json
 import os
 import subprocess

@@ -70,8 +70,8 @@ def test_on_the_h200_with_the_v0_5_16_bundle_what_is_missing_is_what_e2e_stands_
 
 @pytest.mark.parametrize("version", ["0.5.12.post1", "0.5.13.post1", "0.5.14"])
 def test_earlier_releases_import_soundfile_too_and_no_xgrammar(tmp_path, version):
-    """The pin and v0.5.13.post1..v0.5.14 import soundfile at start as well (sglang/srt/entrypoints/openai/
-    streaming_asr.py), never xgrammar: their bundles, which carried soundfile within 60.5 MiB, needed the
+    """v0.5.12.post1 (the pin before v0.5.17) and v0.5.13.post1..v0.5.14 import soundfile at start as
+    well (sglang/srt/entrypoints/openai/streaming_asr.py), never xgrammar: their bundles, which carried soundfile within 60.5 MiB, needed the
     IPython stand-in alone; without soundfile they need its one too."""
     b = pristine_bundle(tmp_path, version)
     rc, d, err = _cli("--bundle", str(b), "--machine-packages", str(_machine(tmp_path)), "--json")
@@ -176,14 +176,18 @@ def test_usage_errors(tmp_path):
     assert rc == 2 and "--python '2.7' is not a CPython 3 version" in err
 
 
-def test_an_unpacked_wheel_walks_as_the_wheel(tmp_path):
-    """--tree takes a folder holding sglang/ (an unpacked wheel, a pip --target) as well as the wheel."""
+def test_an_unpacked_wheel_walks_as_the_wheel(tmp_path, pinned_lock):
+    """--tree takes a folder holding sglang/ (an unpacked wheel, a pip --target) as well as the wheel
+    (the pin's; the IPython import's line read from its own sglang/utils.py)."""
+    import re
     import zipfile
-    wheel = artifacts.release("0.5.12.post1", tags=TAGS).path
+    wheel = artifacts.release(pinned_lock.version, tags=TAGS).path
     with zipfile.ZipFile(wheel) as z:
         z.extractall(tmp_path / "tree")
+        utils = z.read("sglang/utils.py").decode().splitlines()
+    ipython = [f"sglang.utils:{n}" for n, line in enumerate(utils, 1) if re.match(r"(from|import) IPython\b", line)]
     (tmp_path / "tree" / "sglang" / "__pycache__").mkdir(exist_ok=True)
     (tmp_path / "tree" / "sglang" / "__pycache__" / "utils.cpython-311.pyc").write_bytes(b"")
     a, b = (start_imports.walk(start_imports.Tree(p), ROOTS) for p in (wheel, tmp_path / "tree"))
     assert a == b and a.modules > 500
-    assert [w["at"] for w in a.external["IPython"]] == ["sglang.utils:26"]
+    assert len(ipython) == 1 and [w["at"] for w in a.external["IPython"]] == ipython

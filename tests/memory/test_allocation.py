@@ -101,6 +101,22 @@ def test_v0_5_12_post1_allocated_more_than_it_reserved():
     assert allocated - _reserved_by_the_sizing(rep) == pytest.approx((1 + 16) * per_slot, abs=2)
 
 
+def test_mamba_spec_reservation_reserved_what_v0_5_12_post1_allocates(patched_tree_of):
+    """The release matrix: the stack this repository kept for v0.5.12.post1 (tests/conftest.py
+    EARLIER_PINS, with mamba-spec-reservation.patch) reserves, in the same service, exactly the Mamba
+    state and intermediate bytes its pools allocate (the release alone: one state slot and one
+    intermediate slot short, the test above)."""
+    from sgl_overlay.harness import source_root
+
+    rep = report(source_root(patched_tree_of("0.5.12.post1")), "dflash-smoke")
+    a = rep["figures"]["allocation"]
+    allocated = a["mamba_states_bytes"] + a["speculative_intermediate_states_bytes"]
+    per_slot = E.mamba_bytes_per_slot(load_scenario("dflash-smoke"))
+    assert (a["mamba_slots"], a["speculative_intermediate_slots"]) == (24 + 1, 4 + 1)   # with the padding slots
+    assert allocated == (25 + 5 * 16) * per_slot
+    assert _reserved_by_the_sizing(rep) == pytest.approx(allocated, abs=2)
+
+
 def test_the_pin_reserves_a_linear_chains_conv_windows_dense(pristine, patched):
     """Why memory-reserve-the-speculative-conv-windows.patch: the pin (v0.5.17) reserves the pools'
     padding slots (59ef3b15cc, #32184: why mamba-spec-reservation.patch was dropped), but D x

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sgl_overlay import lock
 from sgl_overlay.planner import core, deployment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,9 +16,13 @@ DFLASH = DATA / "qwen3.6-27b-dflash"
 LLAMA8B = DATA / "llama-3.1-8b"
 LLAMA8B_NOINDEX = DATA / "llama-3.1-8b-noindex"
 UNKNOWN_ARCH = DATA / "unknown-arch"
-PIN = "0.5.12.post1"
+# The pin (upstream.lock): the release of the planner tests that are about no release in particular.
+PIN = lock.load(ROOT / "upstream.lock").version
+# The release the incident's services ran on (docs/plan.md): the LOGGED_* figures are its log's, so the
+# tests that check them plan on it, whatever the pin is (a release-matrix test, docs/testing.md).
+INCIDENT = "0.5.12.post1"
 
-# SGLang's start-up log of the incident: "Load weight begin. avail mem=94.24 GB",
+# SGLang v0.5.12.post1's start-up log of the incident: "Load weight begin. avail mem=94.24 GB",
 # "Load weight end ... avail mem=43.19 GB" (SGLang's GB are GiB).
 LOGGED_FREE = [94.24, 43.19]
 LOGGED_TOKENS, LOGGED_SLOTS = 11893, 24

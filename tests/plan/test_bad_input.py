@@ -11,7 +11,7 @@ from .helpers import DFLASH, LLAMA8B, PIN, QWEN36, UNKNOWN_ARCH, cli
 def test_architecture_unknown_to_the_release():
     code, out, err = cli(UNKNOWN_ARCH, "--gpu", "H200", "--release", PIN, "--", "--mem-fraction-static", "0.9")
     assert code == 2
-    assert "architecture 'FrobnicatorForCausalLM' is not one SGLang 0.5.12.post1 knows" in err
+    assert f"architecture 'FrobnicatorForCausalLM' is not one SGLang {PIN} knows" in err
     assert "architectures registered in" in err and "closest:" in err
 
 

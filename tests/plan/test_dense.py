@@ -1,5 +1,6 @@
-"""A dense model on an H200 and an RTX 5090: the plan's numbers are the harness's
-numbers for the same figures (one code path: both are harness runs of the same tree)."""
+"""A dense model on an H200 and an RTX 5090, on the pin: the plan's numbers are the harness's
+numbers for the same figures (one code path: both are harness runs of the same tree), and the
+regression oracle's, derived by hand from the release's formulas (tests/regress/oracle.py)."""
 
 import dataclasses
 
@@ -8,6 +9,7 @@ import pytest
 from sgl_overlay.harness import Outcome, load_scenario, run_scenario
 from sgl_overlay.planner import core, deployment
 
+from ..regress import oracle
 from .helpers import LLAMA8B, LLAMA8B_NOINDEX, PIN
 
 
@@ -24,13 +26,16 @@ def _scenario_with(dep):
 
 
 def test_h200_with_the_scenarios_figures_gives_the_scenarios_numbers():
-    """The scenario file's figures as --free-gib: the harness matrix's 918,523 / 3,587."""
+    """The scenario file's figures as --free-gib: the oracle's KV tokens and running requests for the
+    pin (918,523 / 3,587 on v0.5.17; the oracle gives the same on every release 0.5.5-0.5.23)."""
     dep = deployment(model=LLAMA8B, argv=["--mem-fraction-static", "0.911"], release=PIN,
                      free_gib=[139.5, 124.54])
     s = core.size(dep)
     rep = run_scenario(dep.tree.root, load_scenario("healthy-h200-8b"))
-    assert (s.ledger["kv_tokens"], s.ledger["running_requests"]) == (918523, 3587)
-    assert (rep.figures["max_total_num_tokens"], rep.figures["max_running_requests"]) == (918523, 3587)
+    want = oracle.expect(PIN, "healthy-h200-8b").figures
+    want = (want["max_total_num_tokens"], want["max_running_requests"])
+    assert (s.ledger["kv_tokens"], s.ledger["running_requests"]) == want
+    assert (rep.figures["max_total_num_tokens"], rep.figures["max_running_requests"]) == want
     assert s.verdict == core.STARTS
 
 

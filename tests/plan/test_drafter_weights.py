@@ -12,7 +12,7 @@ from sgl_overlay.harness import Outcome
 from sgl_overlay.planner import core, deployment, plan
 from sgl_overlay.planner.model import load_draft
 
-from .helpers import DFLASH, LOGGED_FREE, LOGGED_TOKENS, PIN, QWEN36, SMOKE_FLAGS
+from .helpers import DFLASH, LOGGED_FREE, LOGGED_TOKENS, INCIDENT, QWEN36, SMOKE_FLAGS
 
 MIB = 1 << 20
 CELL = 86016  # the smoke flags' bytes per KV token (bf16 target + 5 drafter layers; test_incident.py)
@@ -39,8 +39,8 @@ def test_from_v0514_the_drafters_weights_come_out_of_the_kv_budget(drafter):
         assert s.outcome is Outcome.OK, s.reason
         return s.ledger["kv_tokens"], s.drafter_reading
 
-    # the pin sizes before the drafter starts: its weights do not move the KV figure
-    assert tokens(PIN, DFLASH)[0] == tokens(PIN, drafter)[0] == LOGGED_TOKENS
+    # v0.5.12.post1 sizes before the drafter starts: its weights do not move the KV figure
+    assert tokens(INCIDENT, DFLASH)[0] == tokens(INCIDENT, drafter)[0] == LOGGED_TOKENS
     without, note = tokens("0.5.16", DFLASH)
     with_w, dr = tokens("0.5.16", drafter)
     assert "overstate the budget" in note["note"] and dr["lowered_by_gib"] * (1 << 30) == 8 * MIB
@@ -48,6 +48,6 @@ def test_from_v0514_the_drafters_weights_come_out_of_the_kv_budget(drafter):
     report = plan(deployment(model=QWEN36, draft=drafter, argv=SMOKE_FLAGS, release="0.5.16",
                              free_gib=LOGGED_FREE), with_suggestions=False, with_sensitivity=False)
     assert any("#23862" in a for a in report["assumptions"])
-    pin = plan(deployment(model=QWEN36, draft=drafter, argv=SMOKE_FLAGS, release=PIN, free_gib=LOGGED_FREE),
+    before = plan(deployment(model=QWEN36, draft=drafter, argv=SMOKE_FLAGS, release=INCIDENT, free_gib=LOGGED_FREE),
                with_suggestions=False, with_sensitivity=False)
-    assert any("reserve, not out of the KV budget" in a for a in pin["assumptions"])
+    assert any("reserve, not out of the KV budget" in a for a in before["assumptions"])

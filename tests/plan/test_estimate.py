@@ -4,13 +4,13 @@ logged figures is measured here (and reported in docs/results/plan.md)."""
 
 from sgl_overlay.planner import core, deployment, gpus, plan
 
-from .helpers import DFLASH, LOGGED_FREE, LOGGED_TOKENS, PIN, QWEN36, SMOKE_FLAGS, cli
+from .helpers import DFLASH, LOGGED_FREE, LOGGED_TOKENS, INCIDENT, QWEN36, SMOKE_FLAGS, cli
 
 
 def test_estimate_states_assumptions_and_sensitivity_and_lands_where_the_inputs_say():
-    est_dep = deployment(model=QWEN36, draft=DFLASH, argv=SMOKE_FLAGS, release=PIN, gpu="RTX PRO 6000 Blackwell")
+    est_dep = deployment(model=QWEN36, draft=DFLASH, argv=SMOKE_FLAGS, release=INCIDENT, gpu="RTX PRO 6000 Blackwell")
     est = plan(est_dep, with_suggestions=False)
-    logged = core.size(deployment(model=QWEN36, draft=DFLASH, argv=SMOKE_FLAGS, release=PIN, free_gib=LOGGED_FREE))
+    logged = core.size(deployment(model=QWEN36, draft=DFLASH, argv=SMOKE_FLAGS, release=INCIDENT, free_gib=LOGGED_FREE))
     assert logged.ledger["kv_tokens"] == LOGGED_TOKENS
     text = " ".join(est["assumptions"])
     assert "97,887 MiB" in text and "assumed start-up overhead" in text
@@ -40,7 +40,7 @@ def test_estimate_states_assumptions_and_sensitivity_and_lands_where_the_inputs_
 
 
 def test_cli_prints_assumptions_and_sensitivity():
-    code, out, err = cli(QWEN36, "--draft", DFLASH, "--gpu", "rtx pro 6000", "--release", PIN, "--no-suggest",
+    code, out, err = cli(QWEN36, "--draft", DFLASH, "--gpu", "rtx pro 6000", "--release", INCIDENT, "--no-suggest",
                          "-q", "--", *SMOKE_FLAGS)
     assert code in (0, 1), err
     assert "assumptions:" in out and "assumed start-up overhead" in out

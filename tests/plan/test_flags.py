@@ -5,7 +5,9 @@ import pytest
 from sgl_overlay.errors import UsageError
 from sgl_overlay.planner import core, gpus
 
-from .helpers import PIN
+# a release with the old field name and human_readable_int (a release-matrix test: each
+# release's own ServerArgs)
+OLD_FIELD_RELEASE = "0.5.12.post1"
 
 
 def _tree(release):
@@ -14,7 +16,7 @@ def _tree(release):
 
 def test_field_names_and_types_come_from_the_release():
     argv = ["--mamba-scheduler-strategy", "extra_buffer", "--context-length", "32k", "--tp-size", "2"]
-    fields, dropped = core.parse_flags(_tree(PIN), argv)
+    fields, dropped = core.parse_flags(_tree(OLD_FIELD_RELEASE), argv)
     # v0.5.12.post1: the field is mamba_scheduler_strategy; --context-length takes
     # the tree's own human_readable_int ("32k" = 32,000)
     assert fields == {"mamba_scheduler_strategy": "extra_buffer", "context_length": 32000, "tp_size": 2}

@@ -7,14 +7,15 @@ service started at v0.5.12.post1 with 24 Mamba slots, 11,893 KV tokens, 4 runnin
 requests; the zero-requests flags ended with 0 requests), the arithmetic of
 docs/memory.md and the tree's own sizing re-run, never from the planner's output.
 The planner's free-memory reading (free_gib) is the sizing's own: with no drafter
-footprint given, the smoke service sizes as on v0.5.12.post1."""
+footprint given, the patched pin's reference sizing (over-budget-start.patch: upstream's
+arithmetic without the padding slots) sizes the smoke service as v0.5.12.post1 logged it."""
 
 import pytest
 
 from sgl_overlay.harness import Case
 from sgl_overlay.planner import Kind, Verdict, core, deployment, plan
 
-from .helpers import DFLASH, LOGGED_FREE, LOGGED_SLOTS, LOGGED_TOKENS, QWEN36, SMOKE_FLAGS, ZERO_FLAGS, \
+from .helpers import DFLASH, LOGGED_FREE, LOGGED_SLOTS, LOGGED_TOKENS, PIN, QWEN36, SMOKE_FLAGS, ZERO_FLAGS, \
     recheck_all
 
 GIB = 1 << 30
@@ -23,11 +24,15 @@ CELL = 86_016  # bf16 KV + DFlash draft KV, bytes per token (docs/incidents.md)
 
 
 def test_smoke_flags_start_over_budget_on_the_patched_tree(patched_tree):
-    """The known-good smoke service: the pin started it with the logged 24 / 11,893 / 4,
-    its pools over the 13.57 GiB budget: "starts, over budget by 2.41 GiB
+    """The known-good smoke service: v0.5.12.post1 started it with the logged 24 / 11,893 / 4; the
+    pristine pin refuses it (its budget now holds the pools' padding slots, over-budget-start.patch),
+    and the patched pin starts it with the reference sizing (upstream's arithmetic without the padding
+    slots), which gives those figures, its pools over the 13.57 GiB budget: "starts, over budget by 2.41 GiB
     taken from the headroom (remedy ...)", exit 0, with the pin's requests and slots and
     1,371 KV tokens more: the 4 intermediate slots' deduplicated conv windows (4 x 30 columns
     of 983,040 B, in 86,016 B tokens) that the pin's arithmetic reserved dense."""
+    pin = core.size(deployment(model=QWEN36, draft=DFLASH, argv=SMOKE_FLAGS, release=PIN, free_gib=LOGGED_FREE))
+    assert pin.verdict == core.WONT, pin.verdict    # the pristine pin refuses it: the padding slots (#32184)
     dep = deployment(model=QWEN36, draft=DFLASH, argv=SMOKE_FLAGS, tree=str(patched_tree), free_gib=LOGGED_FREE)
     s = core.size(dep)
     # pools as allocated: 25 state slots, (4 + 1) intermediate slots (16 SSM states and the conv
@@ -48,7 +53,7 @@ def test_smoke_flags_start_over_budget_on_the_patched_tree(patched_tree):
 
 
 def test_zero_request_flags_will_not_start_on_the_patched_tree(patched_tree):
-    """The zero-requests flags (0 running requests at the pin): "will not start", exit 1,
+    """The zero-requests flags (0 running requests on v0.5.12.post1, the incident): "will not start", exit 1,
     with the tree's stated remedies re-run and shown as working."""
     args = dict(model=QWEN36, draft=DFLASH, argv=ZERO_FLAGS, tree=str(patched_tree), free_gib=LOGGED_FREE)
     dep = deployment(**args)

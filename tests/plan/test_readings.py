@@ -14,6 +14,8 @@ from sgl_overlay.planner import core, deployment, plan
 from .helpers import DFLASH, LLAMA8B, PIN, QWEN36, cli, cli_json
 
 RECORD = Path(__file__).resolve().parents[1] / "data/gpu_results/2026-12-01/e2e-h200-16.json"
+# the release that start ran (a release-matrix test, docs/testing.md): its patched wheel's version
+RECORD_RELEASE = json.loads(RECORD.read_text())["patched_wheel"].split("-")[1].split("+")[0]
 # the H200 start's command line (tools/gpu/e2e_cases.py "h200-16"), and SGLang's own fraction for the card
 H200_16 = ("--tp-size 1 --page-size 1 --context-length 32768 --speculative-algorithm DFLASH "
            "--speculative-dflash-block-size 16 --disable-radix-cache --mamba-scheduler-strategy no_buffer "
@@ -21,15 +23,16 @@ H200_16 = ("--tp-size 1 --page-size 1 --context-length 32768 --speculative-algor
 
 
 def test_a_plan_from_the_h200_s_log_lines_is_the_real_start():
-    """The pin on the H200 (2026-12-01, h200-16): the plan given only the log's "Load weight begin" /
+    """v0.5.12.post1 on the H200 (2026-12-01, h200-16; the release that record ran): the plan given only the log's "Load weight begin" /
     "Load weight end" lines (138.61 / 87.36, --readings logged) holds the server's 277,916 KV tokens,
     16 requests and 16 Mamba slots; the span's whole width is the lines' rounding (the H200's pool is
     measured, the RoPE pre-expansion exact)."""
+    assert RECORD_RELEASE == "0.5.12.post1"
     run = json.loads(RECORD.read_text())["cases"][0]["runs"]["pristine"]
     f = run["log_figures"]
     free = f"{f['load_begin_avail_gib']},{f['load_end_avail_gib']}"
     code, rep, err = cli_json(QWEN36, "--draft", DFLASH, "--gpu", "H200", "--free-gib", free, "--readings", "logged",
-                              "--release", PIN, "--no-suggest", "--no-sensitivity", "--",
+                              "--release", RECORD_RELEASE, "--no-suggest", "--no-sensitivity", "--",
                               *H200_16, str(f["server_args"]["mem_fraction_static"]))
     assert code == 0, err
     assert rep["readings"]["kind"] == "logged" and rep["ledger"]["readings"] == "logged"

@@ -3,7 +3,8 @@
 v0.5.14 and v0.5.16: docs/results/gpu.md, "fourth session").  Each run is the 27B-shaped Qwen3.5
 target with a DFlash drafter and the incident's known-good flags at two
 --mem-fraction-static values; the probe recorded every free-memory reading in bytes.
-(tests/gpu/test_harness_vs_h200.py does the same for the pin's runs of 2026-12-01.)
+(tests/gpu/test_harness_vs_h200.py does the same for the v0.5.12.post1 runs of 2026-12-01 and
+the pin's of 2026-12-03.)
 
 The harness runs the shipped scenario of these starts, ``h200-dflash-smoke``, at each run's
 --mem-fraction-static: its readings and its ``[draft] weights_gib`` are first checked against

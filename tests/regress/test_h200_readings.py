@@ -1,7 +1,7 @@
 """Every H200 start-up in the project's records, from its readings of both kinds (issue 27).
 
-The records: tools/gpu/e2e.py's runs on the H200 (tests/data/gpu_results/2026-12-01 on the pin and the
-patched tree; 2026-12-02/r13, r14, r16 on pristine v0.5.13.post1, v0.5.14, v0.5.16), each with the
+The records: tools/gpu/e2e.py's runs on the H200 (tests/data/gpu_results/2026-12-01 on v0.5.12.post1 and the
+stack this repository kept for it; 2026-12-02/r13, r14, r16 on pristine v0.5.13.post1, v0.5.14, v0.5.16), each with the
 server's own log figures (``log_figures``: "Load weight begin" / "Load weight end ... avail mem" with two
 decimals, the KV tokens, running requests and Mamba slots, or its refusal and remedies).  Each start has
 a shipped scenario (``h200-*``) whose readings are the sizing's own, exact (the probe's or the patched
@@ -28,7 +28,7 @@ from sgl_overlay.harness.remedy import parse_remedies
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gpu_results"
 
-RECORDS_RELEASE = "0.5.12.post1"    # the pin the patched records ran on (2026-12-01)
+RECORDS_RELEASE = "0.5.12.post1"    # the release the 2026-12-01 records ran on (its stack: patched_tree_of)
 
 # (record file, case, run, release or "patched", the shipped scenario)
 STARTS = [

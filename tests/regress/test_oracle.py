@@ -101,7 +101,7 @@ def test_release_facts_match_its_code(release_tree, version):
 
 
 def test_oracle_reproduces_the_incident():
-    """v0.5.12.post1 (the pin): the incident's logged 11,893 tokens, 24 Mamba
+    """v0.5.12.post1 (the incident's release): the incident's logged 11,893 tokens, 24 Mamba
     slots, 4 requests (docs/incidents.md), and scenario B2's 0 requests."""
     smoke = oracle.expect("0.5.12.post1", "dflash-smoke")
     assert (smoke.outcome, smoke.figures) == ("ok", {"max_mamba_cache_size": 24, "max_total_num_tokens": 11893,

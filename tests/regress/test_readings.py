@@ -139,18 +139,20 @@ def test_a_tree_that_does_not_show_it_is_unknown(tmp_path):
     assert release_window.stream_pool_in_window(none, 1) is InWindow.UNKNOWN
 
 
-def test_the_vision_tower_s_default_is_the_release_s(release_tree):
+@pytest.mark.parametrize("version", ["0.5.12.post1", "0.5.17"])   # the releases of the H200's 27B-shaped starts
+def test_the_vision_tower_s_default_is_the_release_s(release_tree, version):
     """A Qwen3.5-family config.json without vision_config: the tree's own Qwen3VLVisionConfig defaults
-    (hidden 1152, 16 heads), as the 27B-shaped H200 starts had (tests/plan/data/qwen3.6-27b)."""
-    rel = rope_reserve.release_rope(source_root(release_tree("0.5.12.post1")))
+    (hidden 1152, 16 heads), as the 27B-shaped H200 starts had (tests/plan/data/qwen3.6-27b; on
+    v0.5.12.post1 on 2026-12-01, on the pin, v0.5.17, on 2026-12-03)."""
+    rel = rope_reserve.release_rope(source_root(release_tree(version)))
     assert rel.vision_default == (1152, 16)
     model = {"kind": "qwen3_5", "context_len": 32768,
              "text_config": {"max_position_embeddings": 262144, "head_dim": 256}}
     assert rope_reserve.expansion(model, 32768, rel).lo == 20 * MIB   # the measured post-load gap
 
 
-def test_an_unknown_rope_type_is_a_span_and_the_environment_is_read(release_tree):
-    rel = rope_reserve.release_rope(source_root(release_tree("0.5.12.post1")))
+def test_an_unknown_rope_type_is_a_span_and_the_environment_is_read(pristine_tree):
+    rel = rope_reserve.release_rope(source_root(pristine_tree))          # the pin
     model = {"kind": "dense", "max_position_embeddings": 32768, "head_dim": 128,
              "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
     e = rope_reserve.expansion(model, 131072, rel)

@@ -61,7 +61,7 @@ def test_hybrid_radix_cache_kept_v0_5_12_post1(release_tree):
     assert report.outcome is Outcome.BROKEN
 
 
-@pytest.mark.parametrize("version", ["0.5.5", "0.5.9", "0.5.13", "0.5.16", "0.5.19", "0.5.22", "0.5.23"])
+@pytest.mark.parametrize("version", ["0.5.5", "0.5.9", "0.5.13", "0.5.16", "0.5.17", "0.5.19", "0.5.22", "0.5.23"])
 def test_every_era_resolves(release_tree, version):
     """The release's ServerArgs is built by its own code in every era (dataclass
     __post_init__; arg_groups hooks; v0.5.22+ msgspec Struct and resolve_once):
@@ -74,7 +74,7 @@ def test_every_era_resolves(release_tree, version):
 
 
 @pytest.mark.parametrize("drop", [("capability", "total_mib"), ("device_name", "capability", "total_mib")])
-def test_a_scenario_without_the_device_keys_names_them(release_tree, tmp_path, drop):
+def test_a_scenario_without_the_device_keys_names_them(pristine_tree, tmp_path, drop):
     """The release's flag rules probe the device; a scenario whose [gpu] table lacks
     device_name, capability or total_mib is untestable, and the reason names exactly
     the keys the file lacks, with [gpu] lines that give them (valid TOML)."""
@@ -87,7 +87,7 @@ def test_a_scenario_without_the_device_keys_names_them(release_tree, tmp_path, d
     path.write_text("\n".join(kept) + "\n")
     assert all(k not in tomllib.loads(path.read_text())["gpu"] for k in drop)
 
-    report = run_scenario(release_tree("0.5.12.post1"), load_scenario(str(path)), verify_remedy=False)
+    report = run_scenario(pristine_tree, load_scenario(str(path)), verify_remedy=False)     # the pin
     assert report.outcome is Outcome.UNTESTABLE, report.reason
     reason = report.reason
     assert f"[gpu] table lacks {', '.join(drop)} (" in reason, reason

@@ -140,6 +140,15 @@ def test_symm_mem_keyerror_on_sm120_at_v0_5_12_post1(on_device, monkeypatch):
         symm_mem_communicator(on_device, release_trees.release_tree("0.5.12.post1"), SM120, monkeypatch)
 
 
+def test_the_dropped_half_declined_sm120_at_v0_5_12_post1(on_device, patched_tree_of, monkeypatch):
+    """The release matrix: the stack this repository kept for v0.5.12.post1 (tests/conftest.py
+    EARLIER_PINS, sm120-communication.patch with its KeyError half) starts the communicator on SM12x
+    disabled, allocating nothing, where the release alone raises KeyError: 12 (the test above)."""
+    comm, allocated = symm_mem_communicator(on_device, patched_tree_of("0.5.12.post1"), SM120, monkeypatch)
+    assert (comm.disabled, allocated) == (True, [])
+    assert comm.should_torch_symm_mem_allreduce(torch.zeros(4, dtype=torch.bfloat16)) is False
+
+
 @pytest.mark.parametrize("device_key", CONTROLS)
 def test_torch_symm_mem_controls_unchanged(device_key, pristine_tree, patched_tree, on_device, monkeypatch):
     got = {}

@@ -9,7 +9,7 @@ later releases: the classifications follow from what those releases hold
   communication patch, which adds its pass after them there, conflicts on
   server_args.py; nothing of sm120 is merged upstream.
 (The rebases of the old pin's stack, v0.5.12.post1's, onto 0.5.13-0.5.16 were
-this file's subject until the move; that stack is in git history only.)
+this file's subject until the move; that stack is in git history, tests/conftest.py EARLIER_PINS.)
 """
 import os
 import subprocess
