@@ -643,7 +643,10 @@ def parse_range_diff(text):
 
 def range_diff(tree, base="upstream"):
     """``git range-diff`` of the old series against the new one, the
-    commits since ``base`` (text)."""
+    commits since ``base`` (text; empty where there are none: git takes no
+    empty range)."""
+    if not gitcmd.out(tree, "rev-list", "--max-count=1", f"{base}..HEAD"):
+        return ""
     return gitcmd.run(tree, "range-diff", "--no-color", f"{OLD_BASE}..{OLD}", f"{base}..HEAD").stdout
 
 
