@@ -25,7 +25,7 @@ import pytest
 from sgl_overlay import gitcmd
 from sgl_overlay.stack import port, ports
 from tests.apply.support import ROOT
-from tests.stack.test_port_session import KILLER, git, hashes
+from tests.stack.test_port_session import KILLER, git, hashes, upstream  # noqa: F401 (a fixture)
 
 STACK = ROOT / "tools" / "stack.py"
 TOPIC = "debug"
@@ -242,6 +242,29 @@ def test_killed_at_each_step_of_the_finish_leaves_the_port_folder_whole(stopped,
     assert seen == {"staged": "old, applying", "finishing": "old, finishing", "swapped": "new, finishing",
                     "done": "new, done"}
     assert run(root, "--continue").returncode == 0 and normalized(root) == new
+
+
+def test_a_commit_of_repo_gets_a_folder_named_by_it(tmp_path, upstream):  # noqa: F811
+    """--onto COMMIT --repo: the tests' upstream whose tag v0.5.17 holds the
+    pin's own tree, so the sm120 patches apply strictly; the folder is named
+    by the commit's 12 digits, each mail carries its pinned patch's change
+    and names it in Ports:, and the lint findings of a first port (no
+    Evidence: yet, no upstream-style test) are reported, not hidden."""
+    root = make_checkout(tmp_path / "proj")
+    before = hashes(root)
+    commit = gitcmd.out(upstream, "rev-parse", "v0.5.17^{commit}")
+    r = run(root, "--topic", "sm120", "--onto", commit, "--repo", str(upstream), "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.data["label"] == commit[:12] and r.data["port"] == f"patches/ports/{commit[:12]}/sm120"
+    d = root / "patches" / "ports" / commit[:12] / "sm120"
+    names = ["sm120-communication.patch", "sm120-kernel-tables.patch", "sm120-startup-defaults.patch"]
+    assert [l for l in (d / "series").read_text().splitlines() if l and not l.startswith("#")] == names
+    assert r.data["written"]["added"] == names
+    for n in names:
+        assert patch_id(d / n) == patch_id(ROOT / "patches" / n), n
+        assert trailer(d / n, "Ports") == n and trailer(d / n, "Evidence") is None
+    assert any("missing trailer 'Evidence:'" in f["error"] for f in r.data["lint"])
+    assert {k: v for k, v in hashes(root).items() if k in before} == before      # nothing else written
 
 
 # --------------------------------------------------------------------------

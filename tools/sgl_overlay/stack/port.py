@@ -506,7 +506,8 @@ def load(places):
     """The session in ``places``; UsageError (exit 2) when there is none."""
     if not places.session.exists():
         raise UsageError(f"no port session in {places.session}",
-                         hint="start one: python tools/stack.py port --onto VERSION [--repo URL_OR_PATH]")
+                         hint="start one: python tools/stack.py port --onto VERSION [--repo URL_OR_PATH], or "
+                              "for one topic: python tools/stack.py port --topic T --onto VERSION")
     try:
         return Session.from_json(json.loads(places.state.read_text()))
     except FileNotFoundError:
