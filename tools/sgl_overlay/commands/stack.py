@@ -38,6 +38,14 @@
         at the end patches/ is refreshed, upstream.lock pins VERSION (every
         field verified, as rebase --write), and a per-patch git range-diff
         is printed and kept in build/port/range-diff.txt
+  python tools/stack.py port --topic T --onto VERSION|COMMIT [--repo URL_OR_PATH]
+        the same session for one topic, without moving the pin: the pinned
+        topic's patches onto that upstream (a release through its verified
+        artifact, or a commit of --repo), on the port series they require
+        (Requires:); --skip records '# not ported: X.patch -- why'; at the
+        end patches/ports/<label>/T/ is written (series and mails, each with
+        Ports: naming its pinned patch, Evidence: carried over), atomically;
+        patches/ and upstream.lock are never written
 
 Every verb takes --json. Exit codes: 0 ok (port: finished, aborted,
 reported), 1 a patch does not resolve / lint findings / refresh --check
@@ -103,8 +111,11 @@ def parse(argv):
     what.add_argument("--skip", action="store_true", help="drop the stopped patch (needs --reason)")
     what.add_argument("--abort", action="store_true", help="remove the session; patches/ and the lock untouched")
     what.add_argument("--status", action="store_true", help="where the session stands")
+    pt.add_argument("--topic", metavar="T", help="with --onto: port topic T to patches/ports/<label>/T/ "
+                                                 "(the pin stays); --onto may then be a commit of --repo")
     pt.add_argument("--repo", metavar="URL_OR_PATH", help="SGLang's git history, for the new lock "
-                                                          "(default: the lock's repo)")
+                                                          "(default: the lock's repo); with --topic, the "
+                                                          "history --onto COMMIT is read from")
     pt.add_argument("--reason", metavar="TEXT", help="with --skip: why the patch is no longer needed")
     args = ap.parse_args(argv)
     if args.verb == "port":
@@ -113,6 +124,10 @@ def parse(argv):
         if args.repo and not args.onto:
             raise UsageError("port --repo goes with --onto (the session keeps the repo it started with)",
                              hint="port --onto VERSION --repo URL_OR_PATH")
+        if args.topic is not None and not args.onto:
+            raise UsageError("port --topic goes with --onto (the session keeps the topic it started with)",
+                             hint="port --topic T --onto VERSION; --continue, --skip, --abort and --status "
+                                  "take on the session there, whatever it ports")
     return args
 
 
@@ -273,7 +288,9 @@ def shown(path):
 def _port(args, progress, root):
     tool = "python tools/stack.py port" + (f" --root {args.root}" if args.root else "")
     kw = {"progress": progress, "shown": shown, "tool": tool}
-    if args.onto:
+    if args.onto and args.topic is not None:
+        r = port.start_topic(root, args.topic, onto_of(args.onto, args.repo), args.cache, **kw)
+    elif args.onto:
         r = port.start(root, onto_of(args.onto, args.repo), args.cache, **kw)
     elif args.cont:
         r = port.continue_(root, args.cache, **kw)
@@ -297,11 +314,16 @@ def port_text(r, tool):
     tree = shown(r.places.tree)
     head = {port.Outcome.STOPPED: "stopped", port.Outcome.FINISHED: "finished",
             port.Outcome.IN_PROGRESS: "in progress"}[r.outcome]
-    lines = [f"port v{s.old_version} -> {s.label} ({shown(r.places.session)}): {head}"]
+    if s.topic:
+        on = "".join(f" on the {t} port ({n})" for t, n in s.requires)
+        lines = [f"port topic {s.topic} of v{s.old_version} -> {s.label}{on}, to {s.target} "
+                 f"({shown(r.places.session)}): {head}"]
+    else:
+        lines = [f"port v{s.old_version} -> {s.label} ({shown(r.places.session)}): {head}"]
     for d in r.patches():
         res = port.Resolution(d["resolution"])
         if res is port.Resolution.SKIPPED:
-            extra = f", skipped: {d['reason']}"
+            extra = f", skipped: {d['reason']}" + (" (# not ported)" if s.topic else "")
         elif not d["commits"]:
             extra = f", left the series: {d['reason']}"
         else:
@@ -334,11 +356,19 @@ def port_text(r, tool):
     if s.phase is port.Phase.DONE and s.staged:
         ch = s.staged.changes
         count = {c: sum(1 for _, x in ch if x is c) for c in port.Change}
-        lines.append(f"patches/: {count[port.Change.REWRITTEN]} rewritten, {count[port.Change.ADDED]} added, "
-                     f"{count[port.Change.REMOVED]} dropped, {count[port.Change.UNCHANGED]} unchanged; "
-                     f"upstream.lock pins {s.label}")
-        lines.append(f"range-diff (old v{s.old_version} series against the new one; kept in "
-                     f"{shown(r.places.range_diff)}):")
+        if s.topic:
+            lines.append(f"{s.target}: {count[port.Change.REWRITTEN]} rewritten, {count[port.Change.ADDED]} "
+                         f"added, {count[port.Change.REMOVED]} removed, {count[port.Change.UNCHANGED]} unchanged, "
+                         f"{sum(1 for d in r.patches() if not d['commits'])} not ported; patches/ and "
+                         f"upstream.lock untouched (the pin stays v{s.old_version})")
+            lines.append(f"range-diff (the pinned v{s.old_version} patches against the port patches; kept in "
+                         f"{shown(r.places.range_diff)}):")
+        else:
+            lines.append(f"patches/: {count[port.Change.REWRITTEN]} rewritten, {count[port.Change.ADDED]} added, "
+                         f"{count[port.Change.REMOVED]} dropped, {count[port.Change.UNCHANGED]} unchanged; "
+                         f"upstream.lock pins {s.label}")
+            lines.append(f"range-diff (old v{s.old_version} series against the new one; kept in "
+                         f"{shown(r.places.range_diff)}):")
         lines += ["  " + l for rd in s.range_diff for l in rd.lines]
     lines += [f"lint: {p['error']}\n  hint: {p['hint']}" for p in r.lint]
     if r.note:

@@ -123,26 +123,28 @@ def write_mails(out_dir, entries, description):
     return files
 
 
-def _apply_required(root, port, tree, say):
-    """The port series ``port`` requires (``Requires:``, same label), applied
-    with strict git am in order; [(topic, patch count)].  A required series
-    that does not apply is a usage error naming it (export it first)."""
+def apply_required(label_dir, topics, topic, rel, tree, say):
+    """The port series of ``topics`` (folders of ``label_dir``), which the
+    series ``rel`` of ``topic`` requires (``Requires:``), applied to
+    ``tree`` with strict git am in order; [(topic, patch count)].  A
+    required series that is not there or does not apply is a usage error
+    naming it (export it first)."""
     done = []
-    for topic in ports.requires(port):
-        d = port.dir.parent / topic
-        if topic == port.topic or not (d / "series").is_file():
-            raise UsageError(f"{port.rel}: 'Requires: {topic}' names no port series in {port.dir.parent}",
+    for t in topics:
+        d = Path(label_dir) / t
+        if t == topic or not (d / "series").is_file():
+            raise UsageError(f"{rel}: 'Requires: {t}' names no port series in {label_dir}",
                              hint="name the topic whose port series this one applies on (tools/stack.py lint)")
         req = ports.load(d)
         for p in req.patches:
             say(f"git am (required {req.rel}) {p.index}/{len(req.patches)} {p.name}")
             failure = builder.apply_patch(tree, p, len(req.patches))
             if failure:
-                raise UsageError(f"{req.rel}/{p.name}, which {port.rel} requires, does not apply with strict git am:"
+                raise UsageError(f"{req.rel}/{p.name}, which {rel} requires, does not apply with strict git am:"
                                  f"\n{builder.format_failure(failure)}",
-                                 hint=f"tools/stack.py export --topic {topic} --onto ... names why; fix that series "
+                                 hint=f"tools/stack.py export --topic {t} --onto ... names why; fix that series "
                                       "first")
-        done.append((topic, len(req.patches)))
+        done.append((t, len(req.patches)))
     return done
 
 
@@ -162,7 +164,7 @@ def export_port(root, lock, port, onto, out_dir, cache=None, progress=None, run_
         gitcmd.run(tree, "checkout", "--quiet", "-b", "patched")
         total = len(port.patches)
         label = ports.label_of(onto) if onto.version else base["base_commit"][:12]
-        required = _apply_required(root, port, tree, say)
+        required = apply_required(port.dir.parent, ports.requires(port), port.topic, port.rel, tree, say)
         if required:       # the state every "before" starts from names what it holds
             label += "".join(f" + {t} port ({n})" for t, n in required)
         out = {"topic": port.topic, "onto": onto.label, "label": label, "port": port.rel, "base": base,

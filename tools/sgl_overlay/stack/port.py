@@ -36,11 +36,13 @@ from pathlib import Path
 
 from .. import builder, clones, gitcmd, lock as lockmod, locking, series
 from ..errors import IntegrityError, UsageError
+from . import ports
 from .classify import LEAVES_SERIES, RESOLVED, Status
+from .export import apply_required
 from .lint import lint, lint_series
 from .rebase import OLD, OLD_BASE, Attempt, attempt, merged_upstream, new_lock, prepare_tree, unmerged
-from .refresh import Change, compare, stage_patches
-from .texts import slug
+from .refresh import Change, change_of, compare, stage_patches
+from .texts import add_trailers, format_patch, slug
 
 SESSION = Path("build") / "port"
 RR_CACHE = Path("build") / "port-rr-cache"
@@ -85,12 +87,21 @@ class Places:
         return self.root / RR_CACHE
 
     @property
+    def staged_port(self):
+        """A topic port's new series folder, staged."""
+        return self.stage / "port"
+
+    @property
     def patches(self):
         return self.root / "patches"
 
     @property
     def lock(self):
         return self.root / "upstream.lock"
+
+    def port(self, s):
+        """A topic port's series folder, ``patches/ports/<label>/<topic>``."""
+        return self.root / ports.PORTS / s.label / s.topic
 
 
 # --------------------------------------------------------------------------
@@ -228,13 +239,32 @@ class Session:
     stop: Stop | None = None
     staged: Staged | None = None
     range_diff: tuple = ()     # RangeDiffs (at the end)
+    # a topic port (port --topic T): the pinned topic's patches onto the upstream, written as
+    # patches/ports/<ports_label>/<topic>/; the pin (patches/, upstream.lock) is never written
+    topic: str = ""            # "": the whole stack, ending by moving the pin
+    ports_label: str = ""      # the port folder's label (v0.5.23, or a commit)
+    base: str = "upstream"     # what the carried commits start on (a topic port: the required port series)
+    requires: tuple = ()       # (topic, patch count) of the port series applied first
+    ports_digest: str | None = None   # digest of the topic's port folder at the start (None: none yet)
 
     @property
     def label(self):
-        return f"v{self.onto}"
+        return self.ports_label or f"v{self.onto}"
+
+    @property
+    def target(self):
+        """What the end writes, as the person reads it."""
+        return f"{ports.PORTS.as_posix()}/{self.label}/{self.topic}/" if self.topic else "patches/"
+
+    @property
+    def target_digest(self):
+        """The digest of what the end writes, at the start."""
+        return self.ports_digest if self.topic else self.patches_digest
 
     def to_json(self):
         return {"schema": SCHEMA, "onto": self.onto, "repo": self.repo, "old_version": self.old_version,
+                "topic": self.topic, "ports_label": self.ports_label, "base": self.base,
+                "requires": [list(r) for r in self.requires], "ports_digest": self.ports_digest,
                 "lock_digest": self.lock_digest, "patches_digest": self.patches_digest,
                 "new_lock_digest": self.new_lock_digest, "new_base": self.new_base, "merged": self.merged,
                 "phase": str(self.phase), "head": self.head, "results": [r.to_json() for r in self.results],
@@ -251,7 +281,9 @@ class Session:
                    tuple(PatchResult.from_json(r) for r in d["results"]),
                    Stop.from_json(d["stop"]) if d["stop"] else None,
                    Staged.from_json(d["staged"]) if d["staged"] else None,
-                   tuple(RangeDiff.from_json(r) for r in d["range_diff"]))
+                   tuple(RangeDiff.from_json(r) for r in d["range_diff"]),
+                   d.get("topic", ""), d.get("ports_label", ""), d.get("base", "upstream"),
+                   tuple((t, n) for t, n in d.get("requires", ())), d.get("ports_digest"))
 
 
 # --------------------------------------------------------------------------
@@ -374,17 +406,19 @@ class Put(enum.StrEnum):
 
 
 def finish_steps(session: Session, patches_now, lock_now, staged_patches, staged_lock):
-    """What remains of the end, from the digests alone: patches/ and
-    upstream.lock now, and the staged new ones (None: absent).  Each of
-    patches/ and the lock must be the session's old content or its new
-    one; anything else is a Refusal (integrity)."""
+    """What remains of the end, from the digests alone: patches/ (a topic
+    port: its port folder) and upstream.lock now, and the staged new ones
+    (None: absent).  Each must be the session's old content or its new one
+    (a topic port's lock: its old one); anything else is a Refusal
+    (integrity)."""
     st = session.staged
     steps = []
     if patches_now != st.patches_digest:
-        if patches_now not in (session.patches_digest, None) or staged_patches != st.patches_digest:
-            return Refusal("patches/ is neither what the port session started from nor what it staged "
-                           f"(digest {(patches_now or 'none')[:12]}): it changed during the finish",
-                           "compare it with build/port/stage/patches (the new one, or after the swap the old "
+        if patches_now not in (session.target_digest, None) or staged_patches != st.patches_digest:
+            stage = "build/port/stage/" + ("port" if session.topic else "patches")
+            return Refusal(f"{session.target} is neither what the port session started from nor what it "
+                           f"staged (digest {(patches_now or 'none')[:12]}): it changed during the finish",
+                           f"compare it with {stage} (the new one, or after the swap the old "
                            "one); put back what you want by hand, then --abort", integrity=True)
         steps.append(Put.SWAP_PATCHES)
     if lock_now != st.lock_digest:
@@ -472,7 +506,8 @@ def load(places):
     """The session in ``places``; UsageError (exit 2) when there is none."""
     if not places.session.exists():
         raise UsageError(f"no port session in {places.session}",
-                         hint="start one: python tools/stack.py port --onto VERSION [--repo URL_OR_PATH]")
+                         hint="start one: python tools/stack.py port --onto VERSION [--repo URL_OR_PATH], or "
+                              "for one topic: python tools/stack.py port --topic T --onto VERSION")
     try:
         return Session.from_json(json.loads(places.state.read_text()))
     except FileNotFoundError:
@@ -546,16 +581,18 @@ def facts(tree, since):
                      commits=commits, descends=descends, merges=merges)
 
 
-def _commit_problems(tree, carried, label):
+def _commit_problems(tree, carried, label, s):
     """Every commit's mail must be a patch the series accepts (python/
-    paths, the headers, a body, Upstream-Status and Topic)."""
+    paths, test/ too for a topic port's, the headers, a body,
+    Upstream-Status and Topic)."""
     with tempfile.TemporaryDirectory(prefix="sgl-overlay-port-") as t:
         for c in carried:
             f = Path(t) / c.name
-            f.write_text(gitcmd.run(tree, "format-patch", "-1", "--stdout", "--no-signature", c.commit).stdout)
-            where = f"commit {c.commit[:12]} ({c.subject!r}, to be patches/{c.name})"
+            f.write_text(format_patch(tree, c.commit))
+            where = f"commit {c.commit[:12]} ({c.subject!r}, to be {s.target}{c.name})"
             try:
-                p = series.parse_patch(f, 1, where=where)
+                p = series.parse_patch(f, 1, where=where, roots=series.PORT_ROOTS if s.topic else
+                                       (series.PATCH_ROOT,))
             except UsageError as e:
                 return Refusal(e.message, f"{e.hint}; change the commit in {label} (git commit --amend, or "
                                           "git rebase -i), then --continue")
@@ -605,9 +642,13 @@ def parse_range_diff(text):
     return tuple(RangeDiff(o, n, mark, s, tuple(lines)) for o, n, mark, s, lines in out)
 
 
-def range_diff(tree):
-    """``git range-diff`` of the old series against the new one (text)."""
-    return gitcmd.run(tree, "range-diff", "--no-color", f"{OLD_BASE}..{OLD}", "upstream..HEAD").stdout
+def range_diff(tree, base="upstream"):
+    """``git range-diff`` of the old series against the new one, the
+    commits since ``base`` (text; empty where there are none: git takes no
+    empty range)."""
+    if not gitcmd.out(tree, "rev-list", "--max-count=1", f"{base}..HEAD"):
+        return ""
+    return gitcmd.run(tree, "range-diff", "--no-color", f"{OLD_BASE}..{OLD}", f"{base}..HEAD").stdout
 
 
 # --------------------------------------------------------------------------
@@ -656,7 +697,9 @@ class Report:
         if s is None:
             return d
         d.update(phase=str(s.phase), onto=s.onto, repo=s.repo, old_version=s.old_version, tree=str(self.places.tree),
-                 patches=self.patches(), lint=list(self.lint))
+                 patches=self.patches(), lint=list(self.lint), topic=s.topic or None, label=s.label)
+        if s.topic:
+            d.update(port=s.target.rstrip("/"), requires=[{"topic": t, "patches": n} for t, n in s.requires])
         if s.stop:
             d["stop"] = s.stop.to_json()
             if self.facts:
@@ -668,8 +711,9 @@ class Report:
                 "rewritten": [n for n, c in s.staged.changes if c is Change.REWRITTEN],
                 "added": [n for n, c in s.staged.changes if c is Change.ADDED],
                 "dropped": [{"patch": r.patch, "reason": r.reason} for r in s.results if not r.commits],
-                "unchanged": [n for n, c in s.staged.changes if c is Change.UNCHANGED]}
-        if s.phase is Phase.DONE:
+                "unchanged": [n for n, c in s.staged.changes if c is Change.UNCHANGED],
+                "removed": [n for n, c in s.staged.changes if c is Change.REMOVED]}
+        if s.phase is Phase.DONE and not s.topic:
             d["lock"] = lockmod.load(self.places.lock).as_dict()
         return d
 
@@ -685,50 +729,50 @@ def _check_unchanged(places, s):
                                   "--abort and start again")
 
 
-def _uncommitted(root):
-    """patches/ and upstream.lock paths with uncommitted changes, where the
-    checkout is a git work tree of its own."""
+def _uncommitted(root, paths=("patches", "upstream.lock")):
+    """``paths`` (default patches/ and upstream.lock) with uncommitted
+    changes, where the checkout is a git work tree of its own."""
     top = gitcmd.run(root, "rev-parse", "--show-toplevel", check=False)
     if top.returncode or Path(top.stdout.strip()).resolve() != Path(root).resolve():
         return ()
-    st = gitcmd.run(root, "status", "--porcelain", "-z", "--untracked-files=all", "--", "patches",
-                    "upstream.lock").stdout
+    st = gitcmd.run(root, "status", "--porcelain", "-z", "--untracked-files=all", "--", *paths).stdout
     return tuple(r[3:] for r in st.split("\0") if len(r) > 3)
 
 
-def start(root, onto, cache=None, progress=None, shown=str, tool="python tools/stack.py port"):
-    """Start a session onto release ``onto`` (a rebase.Onto), and go as far
-    as git can."""
-    say = progress or (lambda m: None)
-    places = Places(Path(root))
+def _clear(places, shown, tool):
+    """No session may be running there (a finished one is removed: its
+    results are in place already)."""
     if places.session.exists():
         s = load(places)
         if s.phase is not Phase.DONE:
-            raise UsageError(f"a port session onto {s.label} is already in {shown(places.session)} "
-                             f"(phase {s.phase})",
+            what = f"a topic port of {s.topic} onto {s.label}" if s.topic else f"a port session onto {s.label}"
+            raise UsageError(f"{what} is already in {shown(places.session)} (phase {s.phase})",
                              hint=f"{tool} --continue takes it on, {tool} --status shows it, {tool} --abort "
                                   "removes it")
-        _remove_session(places)                 # a finished one: its results are in patches/ already
-    if not onto.version:
-        raise UsageError(f"port --onto {onto.label}: a port session ends by pinning a release, and "
-                         f"{onto.label!r} is not a release version",
-                         hint="give a release (e.g. --onto 0.5.17); for a commit, "
-                              "tools/stack.py check --against COMMIT --repo URL shows what breaks")
-    lock = lockmod.load(places.lock)
+        _remove_session(places)
+
+
+def _linted_stack(places):
     problems = lint(places.root)
     if problems:
         raise UsageError(f"patches/ has {len(problems)} lint finding(s), first: {problems[0]['error']}",
                          hint="fix them (tools/stack.py lint lists them) and commit, then start the port")
-    stack = series.load(places.root)
-    dirty = _uncommitted(places.root)
+    return series.load(places.root)
+
+
+def _refuse_uncommitted(places, paths, writes):
+    dirty = _uncommitted(places.root, paths)
     if dirty:
-        raise UsageError(f"uncommitted changes in {_files(dirty)}: the port's end rewrites patches/ and "
-                         "upstream.lock", hint="commit them (or stash them) first, so that the port's result "
-                                               "is one reviewable change")
-    repo = onto.repo or lock.repo
-    bare = clones.fresh_clone(repo, cache, progress)[0]
-    say(f"computing and verifying the lock for v{onto.version} (tag in {repo})")
-    new = new_lock(lock, onto, cache, progress, bare)
+        raise UsageError(f"uncommitted changes in {_files(dirty)}: the port's end rewrites {writes}",
+                         hint="commit them (or stash them) first, so that the port's result "
+                              "is one reviewable change")
+
+
+def _open(places, lock, stack, onto, cache, progress, bare, make):
+    """The session folder, made whole beside build/port and renamed into
+    place: the tree ``prepare_tree`` gives (rerere on), then
+    ``make(scratch, tree, base)`` returns the Session (writing any file of
+    its own into the scratch folder)."""
     build = places.session.parent
     build.mkdir(parents=True, exist_ok=True)
     for leftover in build.glob(".port-removed-*"):
@@ -738,12 +782,7 @@ def start(root, onto, cache=None, progress=None, shown=str, tool="python tools/s
         tree = tmp / "tree"
         base = prepare_tree(lock, stack, onto, tree, cache, progress, bare)
         _configure_rerere(tree, places)
-        lockmod.write(new, tmp / places.new_lock.name, like=places.lock)
-        s = Session(onto=onto.version, repo=repo, old_version=lock.version, lock_digest=file_digest(places.lock),
-                    patches_digest=dir_digest(places.patches),
-                    new_lock_digest=file_digest(tmp / places.new_lock.name), new_base=base["base_commit"],
-                    merged=merged_upstream(stack, onto, lock, bare), phase=Phase.APPLYING,
-                    head=gitcmd.out(tree, "rev-parse", "HEAD"))
+        s = make(tmp, tree, base)
         write_state(tmp / places.state.name, s)
         mark.release()
         (tmp / locking.MARK).unlink(missing_ok=True)
@@ -751,8 +790,103 @@ def start(root, onto, cache=None, progress=None, shown=str, tool="python tools/s
     finally:
         mark.release()
         shutil.rmtree(tmp, ignore_errors=True)
+    return s
+
+
+def start(root, onto, cache=None, progress=None, shown=str, tool="python tools/stack.py port"):
+    """Start a session onto release ``onto`` (a rebase.Onto), and go as far
+    as git can."""
+    say = progress or (lambda m: None)
+    places = Places(Path(root))
+    _clear(places, shown, tool)
+    if not onto.version:
+        raise UsageError(f"port --onto {onto.label}: a port session ends by pinning a release, and "
+                         f"{onto.label!r} is not a release version",
+                         hint="give a release (e.g. --onto 0.5.17); for a commit, "
+                              "tools/stack.py check --against COMMIT --repo URL shows what breaks, and "
+                              "port --topic T --onto COMMIT --repo URL ports one topic onto it")
+    lock = lockmod.load(places.lock)
+    stack = _linted_stack(places)
+    _refuse_uncommitted(places, ("patches", "upstream.lock"), "patches/ and upstream.lock")
+    repo = onto.repo or lock.repo
+    bare = clones.fresh_clone(repo, cache, progress)[0]
+    say(f"computing and verifying the lock for v{onto.version} (tag in {repo})")
+    new = new_lock(lock, onto, cache, progress, bare)
+
+    def make(tmp, tree, base):
+        lockmod.write(new, tmp / places.new_lock.name, like=places.lock)
+        return Session(onto=onto.version, repo=repo, old_version=lock.version, lock_digest=file_digest(places.lock),
+                       patches_digest=dir_digest(places.patches),
+                       new_lock_digest=file_digest(tmp / places.new_lock.name), new_base=base["base_commit"],
+                       merged=merged_upstream(stack, onto, lock, bare), phase=Phase.APPLYING,
+                       head=gitcmd.out(tree, "rev-parse", "HEAD"))
+
+    s = _open(places, lock, stack, onto, cache, progress, bare, make)
     say(f"session in {shown(places.session)}: {len(stack.patches)} patch(es) onto v{onto.version}")
     return _advance(places, s, stack, say, shown, tool)
+
+
+def start_topic(root, topic, onto, cache=None, progress=None, shown=str, tool="python tools/stack.py port"):
+    """Start a topic port: the pinned topic's patches onto ``onto`` (a
+    release, through its verified artifact, or a commit of ``onto.repo``),
+    on the port series they require, ending in
+    ``patches/ports/<label>/<topic>/``; the pin is never written."""
+    say = progress or (lambda m: None)
+    places = Places(Path(root))
+    _clear(places, shown, tool)
+    lock = lockmod.load(places.lock)
+    stack = _linted_stack(places)
+    mine = [p for p in stack.patches if p.topic == topic]
+    if not mine:
+        topics = ", ".join(dict.fromkeys(p.topic for p in stack.patches)) or "none"
+        raise UsageError(f"port --topic {topic}: no patch of {places.patches / 'series'} has Topic: {topic}",
+                         hint=f"give a topic of the pinned stack: {topics}")
+    bare = clones.fresh_clone(onto.repo, cache, progress)[0] if onto.repo else None
+    label = ports.label_of(onto) if onto.version else None
+    if label:
+        _refuse_uncommitted(places, ((ports.PORTS / label / topic).as_posix(),), "that port folder")
+        need = _required(places.root / ports.PORTS / label, topic, mine)
+
+    def make(tmp, tree, base):
+        nonlocal label, need
+        if label is None:           # a commit: an existing folder named by a prefix of it, else its 12 digits
+            full = base["base_commit"]
+            have = ports.label_dirs(places.root, dataclasses.replace(onto, commit=full))
+            label = have[0].name if have else full[:12]
+            _refuse_uncommitted(places, ((ports.PORTS / label / topic).as_posix(),), "that port folder")
+            need = _required(places.root / ports.PORTS / label, topic, mine)
+        rel = (ports.PORTS / label / topic).as_posix()
+        required = apply_required(places.root / ports.PORTS / label, need, topic, rel, tree, say)
+        head = gitcmd.out(tree, "rev-parse", "HEAD")
+        return Session(onto=onto.version or onto.commit, repo=onto.repo or "", old_version=lock.version,
+                       lock_digest=file_digest(places.lock), patches_digest=dir_digest(places.patches),
+                       new_lock_digest="", new_base=base["base_commit"],
+                       merged=merged_upstream(stack, onto, lock, bare), phase=Phase.APPLYING, head=head,
+                       topic=topic, ports_label=label, base=head, requires=tuple(required),
+                       ports_digest=dir_digest(places.root / rel))
+
+    s = _open(places, lock, stack, onto, cache, progress, bare, make)
+    on = "".join(f" on the {t} port ({n})" for t, n in s.requires)
+    say(f"session in {shown(places.session)}: topic {topic}, {len(mine)} patch(es) onto {s.label}{on}, "
+        f"to {s.target}")
+    return _advance(places, s, stack, say, shown, tool)
+
+
+def _required(label_dir, topic, mine):
+    """The topics whose port series the topic port applies on: the
+    ``Requires:`` of its port series there (if any), then of its pinned
+    patches; each must have a series in ``label_dir`` (else exit 2)."""
+    have = label_dir / topic
+    names = ports.requires(ports.load(have)) if (have / "series").is_file() else []
+    names += ports.requires(ports.PortSeries(have, label_dir.name, topic, mine))
+    names = list(dict.fromkeys(names))
+    for t in names:
+        if t == topic or not (label_dir / t / "series").is_file():
+            raise UsageError(f"port --topic {topic}: it requires the {t} port ('Requires: {t}'), and "
+                             f"{label_dir / t} holds no series",
+                             hint=f"port {t} first (tools/stack.py port --topic {t} --onto ...), or correct "
+                                  "the Requires: trailer")
+    return names
 
 
 def _leaves(a: Attempt):
@@ -763,12 +897,27 @@ def _leaves(a: Attempt):
     return "the 3-way merge left nothing to change (upstream already has it)"
 
 
+def work_of(s, stack):
+    """The patches the session carries, in order: the whole series, or a
+    topic port's topic (each keeps its index in the series, which names its
+    commit in the old stack, ``OLD~(n - index)``)."""
+    return [p for p in stack.patches if not s.topic or p.topic == s.topic]
+
+
+def _at(s, stack, index):
+    """'k/n': the place of the series' patch ``index`` among what the session carries."""
+    todo = work_of(s, stack)
+    return f"{next((k for k, p in enumerate(todo, 1) if p.index == index), index)}/{len(todo)}"
+
+
 def _advance(places, s, stack, say, shown, tool):
     """Apply the remaining patches until one needs the person, then the end."""
     tree = places.tree
     total = len(stack.patches)
-    while len(s.results) < total:
-        p = stack.patches[len(s.results)]
+    todo = work_of(s, stack)
+    while len(s.results) < len(todo):
+        p = todo[len(s.results)]
+        at = f"{len(s.results) + 1}/{len(todo)}"
         a = attempt(tree, p, total, s.merged.get(p.name), keep_conflict=True)
         reused = tuple(REUSED.findall(a.git_am)) if a.stopped else ()
         f = facts(tree, "HEAD") if a.stopped else None
@@ -778,7 +927,7 @@ def _advance(places, s, stack, say, shown, tool):
             if gitcmd.run(tree, "am", "--continue", check=False).returncode == 0:
                 result = PatchResult(p.name, p.index, p.subject, a.status, Resolution.RERERE,
                                      (Carried(p.name, gitcmd.out(tree, "rev-parse", "HEAD"), p.subject),))
-                say(f"patch {p.index}/{total} {p.name}: {a.status}, resolution reused (rerere): "
+                say(f"patch {at} {p.name}: {a.status}, resolution reused (rerere): "
                     f"{_files(reused)}")
             else:
                 step = Step.STOP
@@ -787,17 +936,17 @@ def _advance(places, s, stack, say, shown, tool):
                         reused if a.stopped else (), a.failure, a.git_am,
                         gitcmd.out(tree, "rev-parse", f"{OLD}~{total - p.index}"))
             s = save(places, dataclasses.replace(s, phase=Phase.STOPPED, stop=stop))
-            say(f"patch {p.index}/{total} {p.name}: {a.status}, stopped for you")
+            say(f"patch {at} {p.name}: {a.status}, stopped for you")
             return Report(Outcome.STOPPED, places, s, facts(tree, s.head) if a.stopped else None)
         if result is None:
             if a.status in LEAVES_SERIES:
                 result = PatchResult(p.name, p.index, p.subject, a.status, Resolution.GIT, (), _leaves(a),
                                      a.upstream_commit or "")
-                say(f"patch {p.index}/{total} {p.name}: {a.status}, leaves the series ({result.reason})")
+                say(f"patch {at} {p.name}: {a.status}, leaves the series ({result.reason})")
             else:
                 result = PatchResult(p.name, p.index, p.subject, a.status, Resolution.GIT,
                                      (Carried(p.name, gitcmd.out(tree, "rev-parse", "HEAD"), p.subject),))
-                say(f"patch {p.index}/{total} {p.name}: {a.status}")
+                say(f"patch {at} {p.name}: {a.status}")
         s = save(places, dataclasses.replace(s, results=s.results + (result,),
                                              head=gitcmd.out(tree, "rev-parse", "HEAD")))
     return _finish(places, s, stack, say)
@@ -823,7 +972,7 @@ def continue_(root, cache=None, progress=None, shown=str, tool="python tools/sta
     _check_unchanged(places, s)
     stack = series.load(places.root)
     if s.phase is Phase.APPLYING:
-        say(f"resuming after patch {len(s.results)}/{len(stack.patches)}")
+        say(f"resuming after patch {len(s.results)}/{len(work_of(s, stack))}")
         _reconcile(places, s)
         return _advance(places, s, stack, say, shown, tool)
     stop, tree = s.stop, places.tree
@@ -846,7 +995,7 @@ def continue_(root, cache=None, progress=None, shown=str, tool="python tools/sta
     named = name_commits(stop.patch, stop.subject, commits, _taken(s, stack))
     if isinstance(named, Refusal):
         raise named.error()
-    bad = _commit_problems(tree, named, tree_shown)
+    bad = _commit_problems(tree, named, tree_shown, s)
     if bad:
         raise bad.error()
     if act is Act.AM_QUIT:
@@ -854,7 +1003,7 @@ def continue_(root, cache=None, progress=None, shown=str, tool="python tools/sta
         gitcmd.run(tree, "am", "--quit")
     result = PatchResult(stop.patch, stop.index, stop.subject, stop.status, Resolution.PERSON, named)
     extra = [c.name for c in named if c.name != stop.patch]
-    say(f"patch {stop.index}/{len(stack.patches)} {stop.patch}: resolved by you"
+    say(f"patch {_at(s, stack, stop.index)} {stop.patch}: resolved by you"
         + (f"; new patch(es) after it: {', '.join(extra)}" if extra else ""))
     s = save(places, dataclasses.replace(s, phase=Phase.APPLYING, stop=None, results=s.results + (result,),
                                          head=gitcmd.out(tree, "rev-parse", "HEAD")))
@@ -870,7 +1019,8 @@ def skip(root, reason, cache=None, progress=None, shown=str, tool="python tools/
     reason = " ".join((reason or "").split())
     if not reason:
         raise UsageError("--skip needs --reason TEXT: why the patch is no longer needed (it is recorded in "
-                         "patches/series)", hint='e.g. --skip --reason "upstream does this since #24692"')
+                         "patches/series, or as '# not ported: X.patch -- TEXT' in a topic port's series)",
+                         hint='e.g. --skip --reason "upstream does this since #24692"')
     places = Places(Path(root))
     s = load(places)
     if s.phase is not Phase.STOPPED:
@@ -886,7 +1036,7 @@ def skip(root, reason, cache=None, progress=None, shown=str, tool="python tools/
         gitcmd.run(tree, "am", "--abort", check=False)
     gitcmd.run(tree, "reset", "--quiet", "--hard", stop.head)
     result = PatchResult(stop.patch, stop.index, stop.subject, stop.status, Resolution.SKIPPED, (), reason)
-    say(f"patch {stop.index}/{len(stack.patches)} {stop.patch}: skipped ({reason})")
+    say(f"patch {_at(s, stack, stop.index)} {stop.patch}: skipped ({reason})")
     s = save(places, dataclasses.replace(s, phase=Phase.APPLYING, stop=None, results=s.results + (result,),
                                          head=stop.head))
     return _advance(places, s, stack, say, shown, tool)
@@ -908,15 +1058,19 @@ def abort(root, progress=None, shown=str, tool="python tools/stack.py port"):
     except IntegrityError:
         s = None                                   # a damaged state: removing it is all that is left
     if s is not None and s.phase is Phase.FINISHING:
-        raise UsageError(f"the port session onto {s.label} is putting the new patches/ and upstream.lock in "
-                         "place (phase finishing): aborting now could leave one new and one old",
+        raise UsageError(f"the port session onto {s.label} is putting the new "
+                         f"{s.target if s.topic else 'patches/ and upstream.lock'} in place (phase finishing): "
+                         "aborting now could leave " + ("it half new" if s.topic else "one new and one old"),
                          hint=f"{tool} --continue completes it (then git can take the checkout back)")
     if places.tree.is_dir() and am_in_progress(places.tree):
         _record_resolutions(places.tree)           # what was resolved so far is kept for the next run
     _remove_session(places)
-    note = (f"the finished session onto {s.label} was removed; patches/ and upstream.lock are the ported ones"
-            if s is not None and s.phase is Phase.DONE else
-            f"patches/ and upstream.lock are as they were; recorded resolutions stay in {shown(places.rr_cache)}")
+    if s is not None and s.phase is Phase.DONE:
+        note = f"the finished session onto {s.label} was removed; " + \
+            (f"{s.target} is the ported series" if s.topic else "patches/ and upstream.lock are the ported ones")
+    else:
+        note = (f"{s.target}, " if s is not None and s.topic else "") + "patches/ and upstream.lock are as " \
+            f"they were; recorded resolutions stay in {shown(places.rr_cache)}"
     return Report(Outcome.ABORTED, places, None, note=note)
 
 
@@ -938,10 +1092,40 @@ def status(root, progress=None, shown=str, tool="python tools/stack.py port"):
 # the end
 
 def _finish(places, s, stack, say):
-    """Every patch done: stage the new patches/, then put it and the lock in place."""
-    s = stage_end(places, s, stack, say)
+    """Every patch done: stage the new patches/ (a topic port: its port
+    folder), then put it (and the lock) in place."""
+    s = (stage_port if s.topic else stage_end)(places, s, stack, say)
     s = save(places, dataclasses.replace(s, phase=Phase.FINISHING))
     return roll_forward(places, s, say)
+
+
+def _carried(places, s):
+    """The commits the session carries; they must be the tree's commits
+    since the session's base."""
+    carried = [c for r in s.results for c in r.commits]
+    in_tree = _lines(gitcmd.out(places.tree, "rev-list", "--reverse", f"{s.base}..HEAD"))
+    if list(in_tree) != [c.commit for c in carried]:
+        raise IntegrityError(f"{places.tree}: {s.base[:12]}..HEAD holds {len(in_tree)} commit(s), the session "
+                             f"recorded {len(carried)}: the tree changed behind the session's back",
+                             hint=f"put HEAD back at {s.head[:12]} (git reset --hard), or --abort")
+    return carried
+
+
+def _fresh_stage(places):
+    if places.stage.exists():
+        shutil.rmtree(places.stage)
+    places.stage.mkdir()
+
+
+def _with_range_diff(places, s, staged, changes, keep=None):
+    """The session with what it staged and its range-diff (written to
+    build/port/range-diff.txt; ``keep``: the old patches' indices whose
+    pairs are kept, pairs with a new commit always are)."""
+    text = range_diff(places.tree, s.base)
+    _atomic_write(places.range_diff, text)
+    pairs = tuple(rd for rd in parse_range_diff(text) if keep is None or rd.new is not None or rd.old in keep)
+    return dataclasses.replace(s, staged=Staged(dir_digest(staged), s.new_lock_digest or s.lock_digest,
+                                                tuple(changes)), range_diff=pairs)
 
 
 def stage_end(places, s, stack, say):
@@ -949,12 +1133,7 @@ def stage_end(places, s, stack, say):
     file rewritten only where its change or message changed), checked, and
     the range-diff; returns the session with them (not yet saved)."""
     tree = places.tree
-    carried = [c for r in s.results for c in r.commits]
-    in_tree = _lines(gitcmd.out(tree, "rev-list", "--reverse", "upstream..HEAD"))
-    if list(in_tree) != [c.commit for c in carried]:
-        raise IntegrityError(f"{places.tree}: upstream..HEAD holds {len(in_tree)} commit(s), the session recorded "
-                             f"{len(carried)}: the tree changed behind the session's back",
-                             hint=f"put HEAD back at {s.head[:12]} (git reset --hard), or --abort")
+    carried = _carried(places, s)
     say(f"re-exporting {len(carried)} patch(es)")
     old = {p.name: p for p in stack.patches}
     texts, changes = {}, []
@@ -966,25 +1145,103 @@ def stage_end(places, s, stack, say):
     removed = [r.patch for r in s.results if not r.commits]
     changes += [(n, Change.REMOVED) for n in removed]
     notes = {r.patch: f"dropped on {s.label}: {r.patch}: {r.reason}" for r in s.results if not r.commits}
-    if places.stage.exists():
-        shutil.rmtree(places.stage)
-    places.stage.mkdir()
+    _fresh_stage(places)
     stage_patches(places.patches, places.staged_patches, texts, [c.name for c in carried], removed, notes)
     problems = lint_series(series.load(places.stage, strict=False).patches)
     if problems:       # every commit was checked when it was taken (_commit_problems): not expected
         raise IntegrityError(f"the ported series staged in {places.stage} has {len(problems)} lint finding(s), "
                              f"first: {problems[0]['error']}", hint="please report this; --abort leaves "
                                                                      "patches/ and upstream.lock as they are")
-    text = range_diff(tree)
-    _atomic_write(places.range_diff, text)
-    return dataclasses.replace(s, staged=Staged(dir_digest(places.staged_patches), s.new_lock_digest,
-                                                tuple(changes)),
-                               range_diff=parse_range_diff(text))
+    return _with_range_diff(places, s, places.staged_patches, changes)
 
 
-def swap_patches(places):
-    """patches/ becomes the staged one (one rename exchange; the old one
-    lands in the stage)."""
+def port_mails(s, stack, carried_by, old):
+    """[(file name, trailers to add)] of a topic port's carried commits
+    (``carried_by``: (pinned patch, Carried) in order), with ``old`` its
+    existing port series (None: none): each names the pinned patch it
+    carries (``Ports:``); the ``Evidence:`` and ``Requires:`` of the old
+    port patch that carries the same pinned patch, else the pinned patch's
+    own; the port series the session applied first in ``Requires:`` where no
+    patch says it.  The pinned patch's own commit takes that old port
+    patch's file name (one old port patch a pinned patch, a name free)."""
+    pinned = {p.name: p for p in stack.patches}
+    by = {}
+    for q in (old.patches if old else ()):
+        for n in ports.ports_of(q):
+            by.setdefault(n, []).append(q)
+    own_names = {c.name for _, c in carried_by}
+    out, used = [], set()
+    for name, c in carried_by:
+        olds = by.get(name, [])
+        q = next((q for q in olds if q.name == name), olds[0] if len(olds) == 1 else None)
+        file = c.name
+        if q and c.name == name and q.name not in used and (q.name == c.name or q.name not in own_names):
+            file = q.name
+        used.add(file)
+        src = q or pinned[name]
+        add = [("Ports", name), ("Requires", src.trailers.get("Requires", "")),
+               ("Evidence", " ".join(ports.evidence_of(src)))]
+        out.append((file, add))
+    if s.requires and out and not any(v for _, add in out for k, v in add if k == "Requires"):
+        out[0] = (out[0][0], [(k, v or (", ".join(t for t, _ in s.requires) if k == "Requires" else v))
+                              for k, v in out[0][1]])
+    return out
+
+
+def _series_header(s):
+    lines = [f"# Topic {s.topic} ported to SGLang {s.label} (tools/stack.py port --topic {s.topic}).",
+             "# One git format-patch mail a line, applied in this order with git am."]
+    lines += [f"# It applies on {ports.PORTS.as_posix()}/{s.label}/{t}/ (Requires: {t})." for t, _ in s.requires]
+    return "\n".join(lines) + "\n"
+
+
+def stage_port(places, s, stack, say):
+    """A topic port's end, staged in build/port/stage/port: the series
+    (the old one's comments kept; a '# not ported: X.patch -- why' for each
+    pinned patch skipped or left behind) and the mails (``port_mails``; a
+    file rewritten only where its change or message changed); and the
+    range-diff of the pinned patches against the port patches."""
+    tree = places.tree
+    carried = _carried(places, s)
+    say(f"writing {len(carried)} port patch(es) for {s.target}")
+    d = places.port(s)
+    old = ports.load(d) if (d / "series").is_file() else None
+    mine = work_of(s, stack)
+    by = [(r.patch, c) for r in s.results for c in r.commits]
+    olds = {q.name: q for q in (old.patches if old else ())}
+    texts, changes, names = {}, [], []
+    for (file, add), (_, c) in zip(port_mails(s, stack, by, old), by):
+        text = add_trailers(format_patch(tree, c.commit), add)
+        change = change_of(text, olds.get(file))
+        names.append(file)
+        changes.append((file, change))
+        if change is not Change.UNCHANGED:
+            texts[file] = text
+    removed = [n for n in olds if n not in names]
+    changes += [(n, Change.REMOVED) for n in removed]
+    _fresh_stage(places)
+    if old is None:
+        skeleton = places.stage / "skeleton"
+        skeleton.mkdir()
+        (skeleton / "series").write_text(_series_header(s))
+    dest = stage_patches(old.dir if old else skeleton, places.staged_port, texts, names, removed)
+    if old is None:
+        shutil.rmtree(skeleton)
+    series_file = dest / "series"
+    series_file.write_text(ports.with_not_ported(series_file.read_text(),
+                                                 [(r.patch, r.reason) for r in s.results if not r.commits]))
+    return _with_range_diff(places, s, dest, changes, keep={p.index for p in mine})
+
+
+def swap_patches(places, s=None):
+    """patches/ (a topic port: its port folder) becomes the staged one (one
+    rename exchange, or one rename where there was none; the old one lands
+    in the stage)."""
+    if s is not None and s.topic:
+        dest = places.port(s)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        builder.swap_into_place(places.staged_port, dest, places.stage / "port.old")
+        return
     builder.swap_into_place(places.staged_patches, places.patches, places.stage / "patches.old")
 
 
@@ -994,14 +1251,18 @@ def replace_lock(places):
 
 def roll_forward(places, s, say):
     """Put the staged end in place, as far as it is not yet (finish_steps)."""
-    steps = finish_steps(s, dir_digest(places.patches), file_digest(places.lock),
-                         dir_digest(places.staged_patches), file_digest(places.new_lock))
+    if s.topic:
+        steps = finish_steps(s, dir_digest(places.port(s)), file_digest(places.lock),
+                             dir_digest(places.staged_port), s.lock_digest)
+    else:
+        steps = finish_steps(s, dir_digest(places.patches), file_digest(places.lock),
+                             dir_digest(places.staged_patches), file_digest(places.new_lock))
     if isinstance(steps, Refusal):
         raise steps.error()
     for step in steps:
         if step is Put.SWAP_PATCHES:
-            say("patches/: the ported series in place")
-            swap_patches(places)
+            say(f"{s.target}: the ported series in place")
+            swap_patches(places, s)
         else:
             say(f"upstream.lock: v{s.onto}")
             replace_lock(places)

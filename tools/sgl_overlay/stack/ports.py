@@ -6,6 +6,7 @@ upstream-style test files it adds; which pinned patches a label's ports
 cover.  Parsing only: no git, nothing run (docs/stack.md)."""
 import dataclasses
 import re
+import textwrap
 from pathlib import Path
 
 from .. import series
@@ -96,6 +97,28 @@ def not_ported(d):
         else:
             current = None
     return [(n, r) for n, r in out]
+
+
+def with_not_ported(text, entries):
+    """A series file's ``text`` whose "# not ported:" comments are those of
+    ``entries`` (``(pinned patch, reason)``), placed before the first
+    entry (the other comments and the entries kept as they are)."""
+    lines, out, inside = text.splitlines(), [], False
+    for line in lines:
+        if NOT_PORTED.match(line.strip()):
+            inside = True
+            continue
+        if inside and re.match(r"^#\s{2,}\S", line):
+            continue
+        inside = False
+        out.append(line)
+    said = []
+    for name, reason in entries:
+        wrapped = textwrap.wrap(f"not ported: {name} -- {' '.join(reason.split())}", 96,
+                                subsequent_indent="  ", break_on_hyphens=False)
+        said += [f"# {l}" for l in wrapped]
+    at = next((i for i, l in enumerate(out) if l.split("#", 1)[0].strip()), len(out))
+    return "\n".join(out[:at] + said + out[at:]) + "\n"
 
 
 def requires(port):

@@ -75,9 +75,15 @@ def compare(tree, commit, old):
     changes: the file is rewritten only when its change or message changed
     (noise_free)."""
     text = format_patch(tree, commit)
+    return text, change_of(text, old)
+
+
+def change_of(text, old):
+    """What writing mail ``text`` over patch ``old`` (None: none) changes,
+    modulo noise."""
     if old is None:
-        return text, Change.ADDED
-    return text, (Change.UNCHANGED if noise_free(text) == noise_free(old.raw.decode()) else Change.REWRITTEN)
+        return Change.ADDED
+    return Change.UNCHANGED if noise_free(text) == noise_free(old.raw.decode()) else Change.REWRITTEN
 
 
 def refresh(root, tree, write=True):

@@ -26,6 +26,26 @@ def format_patch(tree, commit):
     return gitcmd.run(tree, "format-patch", "-1", "--stdout", "--no-signature", commit).stdout
 
 
+_TRAILER = re.compile(r"^[A-Za-z][A-Za-z0-9-]*: \S")
+
+
+def add_trailers(text, trailers):
+    """The mail ``text`` with each ``(name, value)`` of ``trailers`` added to
+    its message's trailer block (the last paragraph before the ``---`` line),
+    in order; a name the block already has is kept as written there."""
+    end = text.find("\n---\n")
+    message, rest = (text, "") if end < 0 else (text[:end], text[end:])
+    message = message.rstrip("\n")
+    head, sep, last = message.rpartition("\n\n")
+    block = last.split("\n")
+    is_block = bool(sep) and all(_TRAILER.match(l) for l in block if l)
+    have = {l.split(":", 1)[0].lower() for l in block} if is_block else set()
+    new = [f"{k}: {v}" for k, v in trailers if k.lower() not in have and v]
+    if not new:
+        return text
+    return message + ("\n" if is_block else "\n\n") + "\n".join(new) + "\n" + (rest[1:] if rest else "")
+
+
 def patch_id(text):
     p = subprocess.run(gitcmd.argv("patch-id", "--stable"), input=text, capture_output=True, text=True,
                        env=gitcmd.clean_env())
