@@ -148,3 +148,42 @@ def test_measure_stage_refuses_a_missing_or_changed_drafter(tmp_path):
     r, _ = run_dry(tmp_path, a, b, "--stage", "measure")
     assert r.returncode == 2 and f"{rec} is not a training record (KeyError" in r.stderr
 
+
+OVERLAP = "AR/overlap,DFLASH/overlap,DDTREE-16/overlap,DDTREE-32/overlap,DDTREE-63/overlap"
+
+
+def test_overlap_plan_on_the_pin(tmp_path, patched_tree):
+    """The pair's overlap servers as the patched pin reads them: its own ServerArgs parses every planned
+    command line (an unknown flag is argparse's error), the overlap scheduler is on, each speculative
+    server takes 32 running requests and has a CUDA graph for 32, and the pin's own admission rule
+    (managers/min_free_slots_delayer.py: a DFlash-family server, DDTREE's too, holds fresh prefills until
+    that many slots are free) never holds back a closed loop of 32: batch 32 runs 32 at once."""
+    from sgl_overlay.planner import core
+    a, b = pair_dirs(tmp_path)
+    r, rep = run_dry(tmp_path, a, b, "--configs", OVERLAP, "--batches", "1,4,16,32")
+    assert r.returncode == 0, r.stderr
+    assert rep["plan"]["profile"] == ["AR/overlap", "DFLASH/overlap", "DDTREE-16/overlap", "DDTREE-63/overlap"]
+    srv = rep["plan"]["servers"]
+    assert list(srv) == ["AR", "DFLASH/overlap", "DDTREE-16/overlap", "DDTREE-32/overlap", "DDTREE-63/overlap",
+                         "AR/overlap"]
+    tree = core.resolve_tree(str(patched_tree), None, None)
+    root = next(p for p in (patched_tree / "python", patched_tree) if (p / "sglang" / "srt").is_dir())
+    delayer = load(root / "sglang" / "srt" / "managers" / "min_free_slots_delayer.py", "pin_min_free_slots")
+    batch = 32
+    for name, s in srv.items():
+        fields, _ = core.parse_flags(tree, s["flags"])
+        spec = name.startswith(("DFLASH", "DDTREE"))
+        assert fields.get("disable_overlap_schedule", False) is (name == "AR"), name
+        assert fields["max_running_requests"] >= batch and max(fields["cuda_graph_bs_decode"]) >= batch, name
+        assert fields["nccl_port"] == s["port"] + 1000 and fields["max_total_tokens"] == 160000
+        hold = delayer.resolve_min_free_slots(fields.get("min_free_slots_delay"), fields["max_running_requests"],
+                                              is_dflash_family=spec)
+        free_at_batch = fields["max_running_requests"] - (batch - 1)     # when one of the 32 has ended
+        assert hold is None or free_at_batch >= hold, (name, hold, free_at_batch)
+        if spec:
+            algo, _, budget = name.split("/")[0].partition("-")
+            assert fields["speculative_algorithm"] == algo
+            assert fields["speculative_draft_model_path"] == str(tmp_path / "w-pair" / "drafter")
+            assert fields.get("speculative_ddtree_budget") == (int(budget) if budget else None)
+    # without the flag the pin holds DFLASH at 32 running requests until 4 slots are free
+    assert delayer.resolve_min_free_slots(None, 32, is_dflash_family=True) == 4

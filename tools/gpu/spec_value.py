@@ -50,7 +50,12 @@ PAIR_COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--samp
                "--enable-metrics", "--log-level", "info", "--random-seed", "0"]
 # every server of the pair runs beside the others: --max-total-tokens fixes each one's KV pool (SGLang's
 # --mem-fraction-static alone sizes the pool from the free memory it finds, which the others take)
-PAIR_SPEC = ["--max-running-requests", "32", "--cuda-graph-bs", "1", "2", "4", "8", "16", "32"]
+# a DFlash-family server (DFLASH, DDTREE) holds fresh prefills until min(4, max(2, (max running + 5) // 6))
+# slots are free (the pin's managers/min_free_slots_delayer.py, on unless --min-free-slots-delay <= 1): at 32
+# running requests and a closed loop of 32 a finished request's slot would wait for three more, so batch 32
+# would run 28-32 at once; 1 turns the hold off, as AR (no delayer) runs
+PAIR_SPEC = ["--max-running-requests", "32", "--cuda-graph-bs", "1", "2", "4", "8", "16", "32",
+             "--min-free-slots-delay", "1"]
 PAIR_AR = ["--max-running-requests", "128", "--cuda-graph-bs", "1", "2", "4", "8", "16", "32", "64", "128"]
 BIG_COMMON = ["--load-format", "dummy", "--skip-tokenizer-init", "--attention-backend", "triton",
               "--mm-attention-backend", "triton_attn", "--sampling-backend", "pytorch", "--disable-piecewise-cuda-graph",
@@ -369,8 +374,9 @@ def run(args):
     d = DEFAULTS[model]
     cfgs = bench.parse_configs(args.configs or d["configs"])
     batches = [int(x) for x in (args.batches or d["batches"]).split(",")]
-    if args.profile is None:        # the defaults that this run measures
-        prof = [c for c in bench.parse_configs(d["profile"]) if c in cfgs]
+    if args.profile is None:        # the defaults that this run measures, with the overlap scheduler or without
+        bases = {c.name for c in bench.parse_configs(d["profile"])}
+        prof = [c for c in cfgs if bench.split_name(c.name)[0] in bases]
     else:
         prof = bench.parse_configs(args.profile)
         if [c for c in prof if c not in cfgs]:
