@@ -6,6 +6,7 @@
       --specforge specforge-0.2.0-py3-none-any.whl --out DIR
   # on the GPU machine (DIR/a and DIR/b carried, in one call or two back-to-back calls)
   python3 tools/gpu/spec_value.py run --model pair --bundle BUNDLE --pair DIR/a,DIR/b --out OUT
+  python3 tools/gpu/spec_value.py run --model pair --stage train|measure ...   # the same in two calls
   python3 tools/gpu/spec_value.py run --model 27b --bundle BUNDLE --out OUT
 
 `run --model pair`: joins and proves the target's parts, dequantises it (spec_pair), starts the
@@ -16,10 +17,15 @@ rounds (spec_bench), profiles a decode step of the chosen configurations at batc
 (spec_profile) and writes OUT/spec_value.json and OUT/spec_value.md.  `--model 27b`: the
 Qwen3.6-27B shape with dummy weights (e2e_model_dirs), one server at a time, for the per-step
 cost at scale; acceptance is ~1 there (random weights).
-`--dry-run`: everything but the servers and the training (reads and proves the inputs, builds
-every command and request, writes the plan), on any machine.
-Exit: 0 every configuration measured; 1 a server that did not start or a measurement with
-errors (reported); 2 bad input (a missing part, a wrong sha256, an unknown configuration)."""
+`--stage train` (pair) stops once the drafter is trained, recorded beside it (<work>-pair/training.json);
+`--stage measure` in a later call with the same --work on the same warm machine proves that drafter
+against its record, skips the answers and the training and starts, measures and profiles every
+configuration; `--stage all` (the default) is both in one call.
+`--dry-run`: everything but the servers and the training (reads and proves the inputs, the trained
+drafter for --stage measure, builds every command and request, writes the plan), on any machine.
+Exit: 0 every configuration measured (--stage train: the drafter trained); 1 a server that did not
+start, a failed training or a measurement with errors (reported); 2 bad input (a missing part, a
+wrong sha256, an unknown configuration, a missing or changed trained drafter for --stage measure)."""
 import argparse
 import json
 import os
