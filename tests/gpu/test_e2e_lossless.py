@@ -197,6 +197,34 @@ def test_run_lossless_budget_fallback_and_partial_saves(tmp_path, monkeypatch):
                          lambda: clock["t"], resume=other)
 
 
+
+def test_resume_keeps_each_trees_reference_dtype(tmp_path, monkeypatch):
+    """A resumed report holding the patched hybrid's float32 reference and the pristine one's bfloat16
+    fallback (pristine v0.5.17 cannot serve the hybrid in float32): a patched run of that model runs in
+    float32 beside its own reference, the pristine one in bfloat16 beside its own. (Keyed by model
+    alone, the pristine fallback once put the patched DDTREE run in bfloat16 against the float32
+    reference: tests/data/gpu_results/2026-12-04/lossless-resume-bf16.)"""
+    monkeypatch.setattr(e2e_model_dirs, "make_lossless_models", lambda work, out, device: (
+        {k: tmp_path / k for k in ("dense", "hybrid", "dense-draft", "hybrid-draft")}, {"sha256": {"hybrid": "ab"}}))
+    seen = []
+
+    def fake_server(tree, work, model, flags, prefix, port, timeout, common, exercise_fn, probe, extra_env):
+        seen.append((prefix.name, flags[1]))
+        return {"healthy": True, "requests_ok": True, "log_figures": e2e_log.parse_log(""), "start_s": 1,
+                "single": REF, "batch": REF, "margins": [[1.0] * 4] * 2}
+    monkeypatch.setattr(e2e_server, "run_server", fake_server)
+    ref = dict(healthy=True, requests_ok=True, single=REF, batch=REF, margins=[[1.0] * 4] * 2, graphs=False, spec=None)
+    resume = {"params": {"sha256": {"hybrid": "ab"}}, "runs": [
+        dict(ref, id="hybrid.patched.base.eager", model="hybrid", tree="patched", dtype="float32"),
+        dict(ref, id="hybrid.pristine.base.eager", model="hybrid", tree="pristine", dtype="bfloat16",
+             float32_failed="AssertionError: ChunkGatedDeltaRuleFunction does not support float32.")]}
+    res = e2e_lossless_runs.run_lossless("hybrid.patched.ddtree.graphs,hybrid.pristine.dflash.eager", tmp_path, tmp_path,
+                                         600, 0.0, 200, "float32", 30000, lambda part: None, lambda: 0.0, resume=resume)
+    assert seen == [("hybrid.patched.ddtree.graphs.float32", "float32"),
+                    ("hybrid.pristine.dflash.eager.bfloat16", "bfloat16")], seen
+    by = {r["id"]: r for r in res["runs"]}
+    assert by["hybrid.patched.ddtree.graphs"]["check"]["pass"], by["hybrid.patched.ddtree.graphs"]["check"]
+
 def test_a_divergence_within_the_references_own_noise_is_marked_and_nothing_else_is():
     ref = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 9, 9, 9]]
     margins = [[0.5, 0.0078125, 0.5, 0.5], [0.5, 0.5, 0.03125, 0.5], [0.5, 0.5, 0.5, 0.5]]

@@ -231,8 +231,10 @@ def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port,
                          "checkpoints); run everything again without --resume")
     runs = [dict(done[r["id"]], resumed=True) if r["id"] in done else r
             for r in lossless_runs() if selection == "all" or r["id"] in selection.split(",") or r["id"] in done]
-    dtypes = {"dense": dtype, "hybrid": dtype}
-    dtypes.update({r["model"]: r["dtype"] for r in done.values() if r.get("spec") is None and not r["graphs"]})
+    # each (model, tree) runs in its reference's dtype: a pristine reference that fell back to bfloat16
+    # (pristine v0.5.17's hybrid) leaves the patched runs of the same model in float32
+    dtypes = {(r["model"], r["tree"]): dtype for r in lossless_runs()}
+    dtypes.update({(r["model"], r["tree"]): r["dtype"] for r in done.values() if r.get("spec") is None and not r["graphs"]})
     took = []
     for r in runs:
         if r.get("resumed"):
@@ -247,7 +249,7 @@ def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port,
         started = clock()
         ref = r["spec"] is None and not r["graphs"]
         for attempt in (0, 1):
-            r["dtype"] = dtypes[r["model"]]
+            r["dtype"] = dtypes[(r["model"], r["tree"])]
             flags = lossless_flags(r, models, r["dtype"])
             r["start_timeout"] = min(start_timeout, max(30, left - 20))
             res = e2e_server.run_server(r["tree"], work, models[r["model"]], flags, out / f"{r['id']}.{r['dtype']}", port,
@@ -264,7 +266,7 @@ def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port,
             if ref and not r["healthy"] and "exit_code" in r and r["dtype"] == "float32" and attempt == 0 \
                     and fallback:
                 r["float32_failed"] = (r["log_figures"]["errors"] or ["no error line"])[-1][:300]
-                dtypes[r["model"]] = "bfloat16"
+                dtypes[(r["model"], r["tree"])] = "bfloat16"
                 port += 1
                 continue
             break
