@@ -187,3 +187,49 @@ def test_overlap_plan_on_the_pin(tmp_path, patched_tree):
             assert fields.get("speculative_ddtree_budget") == (int(budget) if budget else None)
     # without the flag the pin holds DFLASH at 32 running requests until 4 slots are free
     assert delayer.resolve_min_free_slots(None, 32, is_dflash_family=True) == 4
+
+
+def _report(path, rows, **over):
+    rep = {"model": "pair", "patched_wheel": "w.whl", "max_new_tokens": 160, "gpu": "NVIDIA H200",
+           "trained": {"drafter_sha256": "aa"}, "rows": rows}
+    rep.update(over)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "spec_value.json").write_text(json.dumps(rep))
+    return path
+
+
+def _row(config, batch, tps, step, accept, rnd=1):
+    return {"config": config, "batch": batch, "requests": 64, "errors": [], "tokens_per_s": tps, "step_ms": step,
+            "accept_length": accept, "per_request_tokens_per_s": None, "round": rnd}
+
+
+def test_merge_takes_separate_runs_as_rounds(tmp_path):
+    """Two runs of the same servers (the second with two rounds of its own) merged: rounds 1, 2, 3;
+    medians over them and ratios from the medians, worked out by hand."""
+    a = _report(tmp_path / "a", [_row("DFLASH/overlap", 1, 500.0, 1.75, 1.5), _row("DDTREE-63/overlap", 1, 520.0, 1.5, 2.24)])
+    b = _report(tmp_path / "b", [_row("DFLASH/overlap", 1, 420.0, 1.9, 1.5, 1), _row("DFLASH/overlap", 1, 460.0, 1.8, 1.5, 2),
+                                 _row("DDTREE-63/overlap", 1, 350.0, 2.2, 2.24, 1)])
+    r = cli("merge", a, b / "spec_value.json", "--out", tmp_path / "m")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "m" / "spec_value.json").read_text())
+    assert rep["rounds"] == 3 and sorted(x["round"] for x in rep["rows"] if x["config"] == "DFLASH/overlap") == [1, 2, 3]
+    s = {x["config"]: x for x in rep["summary"]}
+    assert s["DFLASH/overlap"]["tokens_per_s"] == 460.0 and s["DFLASH/overlap"]["step_ms"] == 1.8
+    assert s["DDTREE-63/overlap"]["tokens_per_s"] == 435.0 and s["DDTREE-63/overlap"]["rounds"] == 2
+    assert s["DDTREE-63/overlap"]["vs_dflash"] == round(435.0 / 460.0, 4)
+    assert s["DDTREE-63/overlap"]["step_over_dflash_ms"] == round(1.85 - 1.8, 4)
+    assert "medians over 3 rounds of 2 runs" in (tmp_path / "m" / "spec_value.md").read_text()
+
+
+def test_merge_refuses_other_servers_or_drafters(tmp_path):
+    a = _report(tmp_path / "a", [_row("AR", 1, 600.0, 0.9, 1.0)])
+    for name, over, what in [("w", {"patched_wheel": "other.whl"}, "differ in patched_wheel"),
+                             ("d", {"trained": {"drafter_sha256": "bb"}}, "different drafters")]:
+        b = _report(tmp_path / name, [_row("AR", 1, 610.0, 0.9, 1.0)], **over)
+        r = cli("merge", a, b, "--out", tmp_path / "m")
+        assert r.returncode == 2 and what in r.stderr, r.stderr
+        assert not (tmp_path / "m" / "spec_value.json").exists()
+    r = cli("merge", a, tmp_path / "nothing", "--out", tmp_path / "m")
+    assert r.returncode == 2 and "nothing" in r.stderr and "not a report" in r.stderr, r.stderr
+    r = cli("merge", a, "--out", tmp_path / "m")
+    assert r.returncode == 2 and "two reports or more" in r.stderr

@@ -8,6 +8,7 @@
   python3 tools/gpu/spec_value.py run --model pair --bundle BUNDLE --pair DIR/a,DIR/b --out OUT
   python3 tools/gpu/spec_value.py run --model pair --stage train|measure ...   # the same in two calls
   python3 tools/gpu/spec_value.py run --model 27b --bundle BUNDLE --out OUT
+  python tools/gpu/spec_value.py merge OUT1 OUT2 --out OUT    # separate runs' rows as rounds of one
 
 `run --model pair`: joins and proves the target's parts, dequantises it (spec_pair), starts the
 AR server, has it answer the training prompts greedily, trains SpecForge's DFlash drafter on
@@ -23,9 +24,12 @@ against its record, skips the answers and the training and starts, measures and 
 configuration; `--stage all` (the default) is both in one call.
 `--dry-run`: everything but the servers and the training (reads and proves the inputs, the trained
 drafter for --stage measure, builds every command and request, writes the plan), on any machine.
+`merge`: reports of the same servers and inputs (model, patched wheel, tokens, GPU, drafter), each
+run's rounds numbered after the previous run's, with the medians and ratios over all of them.
 Exit: 0 every configuration measured (--stage train: the drafter trained); 1 a server that did not
 start, a failed training or a measurement with errors (reported); 2 bad input (a missing part, a
-wrong sha256, an unknown configuration, a missing or changed trained drafter for --stage measure)."""
+wrong sha256, an unknown configuration, a missing or changed trained drafter for --stage measure;
+for merge, a report that cannot be read or reports of other servers or drafters)."""
 import argparse
 import json
 import os
@@ -554,6 +558,55 @@ def run(args):
     return 0 if ok else 1
 
 
+# what reports must share to be merged: the same servers on the same inputs
+MERGE_KEYS = ("model", "patched_wheel", "max_new_tokens", "gpu")
+
+
+def _drafter_sha(report):
+    return (report.get("trained") or {}).get("drafter_sha256") or (report.get("training") or {}).get("sha256")
+
+
+def merge(args):
+    """Reports of `run` on the same servers and inputs (separate calls: a device call lasts 600 s at
+    most) as one: their rows as successive rounds, medians and ratios over all of them."""
+    reports = []
+    for given in args.reports:
+        f = Path(given) / "spec_value.json" if Path(given).is_dir() else Path(given)
+        try:
+            reports.append((f, json.loads(f.read_text())))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"merge: {f}: not a report of spec_value.py run ({e}); give the --out folders of the runs")
+    if len(reports) < 2:
+        raise ValueError("merge: give two reports or more (the --out folders of spec_value.py run)")
+    (f0, r0) = reports[0]
+    for f, r in reports[1:]:
+        for k in MERGE_KEYS:
+            if r.get(k) != r0.get(k):
+                raise ValueError(f"merge: {f} and {f0} differ in {k} ({r.get(k)!r} against {r0.get(k)!r}): "
+                                 "measurements of other servers are not rounds of one; merge like with like")
+        if _drafter_sha(r) != _drafter_sha(r0):
+            raise ValueError(f"merge: {f} and {f0} measured different drafters (sha256 {_drafter_sha(r)} against "
+                             f"{_drafter_sha(r0)}); merge the measurements of one trained drafter")
+    rows, rnd = [], 0
+    for f, r in reports:
+        own = sorted({x.get("round", 1) for x in r.get("rows", [])})
+        for x in r.get("rows", []):
+            rows.append(dict(x, round=rnd + own.index(x.get("round", 1)) + 1, source=str(f)))
+        rnd += len(own)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    merged = {k: r0.get(k) for k in MERGE_KEYS + ("date", "torch", "prompts", "training", "trained", "target")}
+    merged.update(merged_from=[str(f) for f, _ in reports], rounds=rnd, rows=rows,
+                  summary=bench.ratios(bench.medians(rows)))
+    if r0.get("model") == "27b":
+        merged["projection"] = bench.projection(merged["summary"])
+    (out / "spec_value.json").write_text(json.dumps(merged, indent=1) + "\n")
+    md = bench.table(merged["summary"], f"{r0.get('model')}: medians over {rnd} rounds of {len(reports)} runs")
+    (out / "spec_value.md").write_text(md)
+    print(md)
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -587,10 +640,15 @@ def main(argv=None):
     r.add_argument("--start-timeout", type=float, default=300)
     r.add_argument("--budget-s", type=float, default=1e9)
     r.add_argument("--dry-run", action="store_true")
+    m = sub.add_parser("merge", help="reports of separate runs as rounds of one (medians, ratios)")
+    m.add_argument("reports", nargs="+", help="the --out folders (or spec_value.json files) of the runs")
+    m.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     try:
         if args.cmd == "prepare":
             return prepare(args)
+        if args.cmd == "merge":
+            return merge(args)
         with GROUPS.tied():       # SIGINT, SIGTERM and any exit end every server and helper it started
             return run(args)
     except (pair.PairError, ValueError) as e:
