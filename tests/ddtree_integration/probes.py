@@ -352,11 +352,40 @@ def _apply(env, res) -> dict:
     return {"stride": stride, "accept_lens": accept}
 
 
+def _replay_draft_graphs(w, env, mod, block: int, budget: int, padding: int) -> None:
+    """The drafter's forward as a CUDA-graph replay with the tree's draft head
+    folded in: the head the worker builds for the graphs (DDTreeDraftHead) runs as
+    the graph's capture-tail hook does, over the replayed batch (the real requests
+    and ``padding`` padded rows of noise), and the forward reports a graph run
+    without hidden states, so a step that built its tree from them would fail."""
+    import torch
+
+    from tests.ddtree_integration import standins as st
+
+    head = mod.DDTreeDraftHead(weight=w.target_worker.model_runner.model.lm_head.weight, num_org=st.VOCAB,
+                               org_vocab_start=0, block_size=block, budget=budget,
+                               max_bs=len(env.reqs) + padding)
+    object.__setattr__(w, "_draft_sampler", head)
+    eager = env.drafter.forward
+    noise = torch.Generator().manual_seed(99)
+
+    def replay(forward_batch):
+        out = eager(forward_batch)
+        hidden = out.logits_output.hidden_states
+        pad = torch.randn((padding * block, hidden.shape[1]), generator=noise, dtype=hidden.dtype)
+        head(torch.cat([hidden, pad]), forward_batch.input_ids)
+        return SimpleNamespace(logits_output=SimpleNamespace(hidden_states=None), can_run_graph=True)
+
+    env.drafter.forward = replay
+
+
 def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_rank=(0, 1, 0, 2), seed=0,
-                        sampling=False, overlap=True, hybrid=True) -> dict:
+                        sampling=False, overlap=True, hybrid=True, draft_graph_padding=None) -> dict:
     """DDTREE decode steps (draft, tree, verify, commit) through the worker's real
     forward_batch_generation on the stand-ins, each under the sync counter; returns
-    what each step fed the kernels and what it committed."""
+    what each step fed the kernels and what it committed.  ``draft_graph_padding``
+    (a number of padded rows): the drafter runs as CUDA-graph replays with the
+    tree's draft head in the graph (``_replay_draft_graphs``)."""
 
     from tests.ddtree_integration import standins as st
     from tests.ddtree_integration.syncs import SyncCounter
@@ -364,6 +393,8 @@ def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_ra
     N = budget + 1
     w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed, N,
                            hybrid=hybrid)
+    if draft_graph_padding is not None:
+        _replay_draft_graphs(w, env, env.mod, block, budget, int(draft_graph_padding))
     if sampling:
         env.batch.sampling_info = st.Sampled(len(prompts))
     out = []
@@ -575,8 +606,8 @@ def worker_init(root: str, block=16, budget=63) -> dict:
     w = construct()
     out = {"seen": seen, "after": [sa.speculative_num_draft_tokens, sa.speculative_eagle_topk],
            "overrides": list(sa.overrides),
-           "worker": [w.block_size, w.budget, w.num_verify_tokens, w.num_draft_positions],
-           "draft_sampler": w._maybe_build_draft_sampler()}
+           "worker": [w.block_size, w.budget, w.num_verify_tokens, w.num_draft_positions]}
+    out["draft_head"] = _draft_head_choices(mod, w)
     sa.override("test", speculative_num_draft_tokens=16)  # arguments that skipped finish_ddtree_server_args
     try:
         construct()
@@ -584,6 +615,39 @@ def worker_init(root: str, block=16, budget=63) -> dict:
     except RuntimeError as e:
         out["unfinished"] = str(e)
     return out
+
+def _draft_head_choices(mod, w) -> dict:
+    """What DDTreeWorker._maybe_build_draft_sampler builds (the head DFlash's graph
+    capture folds into the draft graphs) for: one TP rank; two; DFlash's switch to
+    an eager draft head; a quantized LM head; added (LoRA) vocabulary."""
+    import torch
+
+    V, H = 50, 8
+    shard = dict(num_org_elements=V, org_vocab_start_index=0, num_added_elements=0)
+    flags = {"eager": False}
+    mod.envs = SimpleNamespace(SGLANG_DFLASH_EAGER_DRAFT_SAMPLER=SimpleNamespace(get=lambda: flags["eager"]))
+    mod.get_exec = lambda: SimpleNamespace(graph=SimpleNamespace(
+        cuda_graph_config=SimpleNamespace(decode=SimpleNamespace(bs=[1, 2, 4, 8, 24]))))
+
+    def choose(tp=1, weight=None, **shard_over):
+        mod.get_tp_group = lambda: SimpleNamespace(world_size=tp)
+        lm_head = SimpleNamespace(weight=torch.randn(V, H) if weight is None else weight,
+                                  shard_indices=SimpleNamespace(**dict(shard, **shard_over)))
+        object.__setattr__(w, "target_worker", SimpleNamespace(
+            model_runner=SimpleNamespace(model=SimpleNamespace(lm_head=lm_head))))
+        head = w._maybe_build_draft_sampler()
+        if head is None:
+            return None
+        return {"type": type(head).__name__, "max_bs": head.max_bs, "budget": head.budget,
+                "block": head.block_size, "num_org": head.num_org,
+                "buffers": {k: [list(v.shape), str(v.dtype)] for k, v in head.buffers.items()}}
+
+    out = {"tp1": choose(), "tp2": choose(tp=2),
+           "quantized": choose(weight=torch.zeros(V, H, dtype=torch.int8)), "added_vocab": choose(num_added_elements=4)}
+    flags["eager"] = True
+    out["eager_switch"] = choose()
+    return out
+
 
 def _mamba_slot(req_pool_indices):
     """The stand-in request pool's map from request to Mamba state slot (request + 1)."""

@@ -256,13 +256,39 @@ def test_worker_init_builds_dflash_drafter_patched(patched_tree):
     """The drafter is built as DFlash's (its block in speculative_num_draft_tokens,
     topk 1: the draft runner's verify width, attention buffers and warm-up), through
     ServerArgs.override, and the target's arguments are restored (budget + 1,
-    topk 2); DFlash's in-graph greedy head is not built (the tree needs the
-    distributions); arguments that did not go through DDTREE's rules are refused."""
+    topk 2); arguments that did not go through DDTREE's rules are refused.
+
+    In place of DFlash's in-graph greedy head, the tree's own draft head is what the
+    draft graphs fold in (static buffers of the largest captured batch, N = budget + 1
+    wide), with one TP rank and a floating-point LM head without added vocabulary;
+    otherwise (and with DFlash's switch SGLANG_DFLASH_EAGER_DRAFT_SAMPLER) none: the
+    tree is built eagerly."""
     r = probe(patched_tree, "worker_init", block=16, budget=63)
     assert r["ok"], r
     v = r["value"]
     assert v["seen"]["num_draft_tokens"] == 16 and v["seen"]["topk"] == 1
     assert v["after"] == [64, 2] and v["overrides"] == ["ddtree.drafter", "ddtree.target"]
     assert v["worker"] == [16, 63, 64, 15]
-    assert v["draft_sampler"] is None
     assert v["unfinished"] and "finish_ddtree_server_args" in v["unfinished"]
+    h = v["draft_head"]
+    assert h["tp1"] and h["tp1"]["type"] == "DDTreeDraftHead", h
+    assert (h["tp1"]["max_bs"], h["tp1"]["budget"], h["tp1"]["block"], h["tp1"]["num_org"]) == (24, 63, 16, 50)
+    assert h["tp1"]["buffers"]["tokens"] == [[24, 64], "torch.int64"]
+    assert h["tp1"]["buffers"]["ancestor"] == [[24, 64, 64], "torch.bool"]
+    assert h["tp1"]["buffers"]["scores"] == [[24, 64], "torch.float64"]
+    assert h["tp2"] is None and h["quantized"] is None and h["added_vocab"] is None and h["eager_switch"] is None, h
+
+
+def test_ddtree_decode_with_the_draft_head_in_the_graph_patched(patched_tree):
+    """The drafter's CUDA graphs with the tree's draft head folded in: each step
+    replays the draft at a batch padded by two rows of noise, with no hidden states
+    handed back, so the step's tree can come only from the head's static buffers.
+    Every step feeds the verify and commits exactly what the eager steps do (the
+    same top-K, tree, verify input, acceptance and KV), with no host read."""
+    graphs = [dict(c, draft_graph_padding=2) for c in CONFIGS[:2]]
+    r = probe(patched_tree, "ddtree_decode_configs", prompts=PROMPTS, configs=CONFIGS[:2] + graphs)
+    eager, replayed = r["value"][:2], r["value"][2:]
+    for cfg, e, g in zip(CONFIGS, eager, replayed):
+        assert e["ok"] and g["ok"], (e if not e["ok"] else g)
+        assert g["value"]["steps"] == e["value"]["steps"], f"{cfg}: the replayed draft head's steps differ"
+        _check_steps(g["value"]["steps"], cfg)

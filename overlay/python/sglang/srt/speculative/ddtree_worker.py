@@ -13,7 +13,10 @@ or the overlap scheduler's reserved bound):
    over the full vocabulary (the target's vocab-parallel LM head; with tensor
    parallelism the ranks' top-K and log-sum-exp are gathered and merged, so
    every rank builds the same tree), then the best-first tree of ``budget``
-   nodes (``ddtree_tree.build_ddtree``, static shapes).
+   nodes (``ddtree_tree.build_ddtree``, static shapes). With one TP rank and the
+   drafter's CUDA graphs, both run inside the draft graph (``DDTreeDraftHead``,
+   as DFlash folds its greedy head in), so a replayed step launches none of
+   their kernels from the host.
 3. Verify inputs in SGLang's tree layout (``ddtree_tree.build_verify_inputs``)
    as a ``DDTreeVerifyInput`` (EAGLE's tree-verify input): N = budget + 1 tokens
    per request in the request's verify slots req_to_token[prefix .. prefix + N)
@@ -51,8 +54,18 @@ from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_f
 from sglang.srt.distributed import get_tp_group
 from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler import GenerationBatchResult
+from sglang.srt.environ import envs
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-from sglang.srt.speculative.ddtree_tree import TREE_MODE_TOPK, build_ddtree, build_verify_inputs, topk_logprobs
+from sglang.srt.runtime_context import get_exec
+from sglang.srt.speculative.ddtree_tree import (
+    TREE_MODE_TOPK,
+    DDTree,
+    ancestor_mask,
+    build_ddtree,
+    build_verify_inputs,
+    topk_logprobs,
+    tree_verify_arrays,
+)
 from sglang.srt.speculative.dflash_info import DFlashVerifyInput
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
@@ -76,6 +89,80 @@ class DDTreeVerifyInput(EagleVerifyInput):
         forward (``DFlashVerifyInput.prepare_for_verify``), which reads only
         ``draft_token`` and ``capture_hidden_mode`` of the input."""
         return DFlashVerifyInput.prepare_for_verify(self, batch, target_worker)
+
+
+def local_topk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, num_org: int, k: int):
+    """Top-K token ids (of the shard's own vocabulary, from 0) and log-probabilities
+    of the drafted positions' logits over one vocabulary shard (all of it with one
+    TP rank): ``hidden`` [bs, L, H] through the LM head's first ``num_org`` rows.
+    The logits stay in the head's dtype: the top-K reads them in float32."""
+    bs, L, H = hidden.shape
+    logits = torch.matmul(hidden.reshape(-1, H).to(weight.dtype), weight[:num_org].T)
+    return topk_logprobs(logits.view(bs, L, num_org), k)
+
+
+class DDTreeDraftHead:
+    """DDTREE's draft head inside the drafter's CUDA graph (one TP rank).
+
+    The capture-tail hook of the draft graphs (``make_draft_sampler_capture_hook``,
+    the one DFlash's greedy head uses) calls it with the draft forward's hidden
+    states: the drafted positions' top-K over the target's LM head and the
+    best-first tree are computed there and copied into static buffers of the
+    largest captured batch, which a replayed step reads (``replayed``). A step
+    that runs the drafter eagerly (a batch above the captured sizes) builds the
+    same tree on the host's launch (``DDTreeWorker._draft_tree``). The buffers
+    hold every field the verify input reads (the ancestor mask and the LCRS
+    arrays too, which the torch builder leaves to later)."""
+
+    def __init__(self, *, weight, num_org: int, org_vocab_start: int, block_size: int, budget: int, max_bs: int):
+        self.weight = weight
+        self.num_org = int(num_org)
+        self.org_vocab_start = int(org_vocab_start)
+        self.block_size = int(block_size)
+        self.budget = int(budget)
+        self.max_bs = int(max_bs)
+        N, dev = self.budget + 1, weight.device
+        i64 = dict(dtype=torch.int64, device=dev)
+        self.buffers = dict(
+            tokens=torch.zeros((self.max_bs, N), **i64),
+            depths=torch.zeros((self.max_bs, N), **i64),
+            parents=torch.zeros((self.max_bs, N), **i64),
+            ranks=torch.zeros((self.max_bs, N), **i64),
+            scores=torch.zeros((self.max_bs, N), dtype=torch.float64, device=dev),
+            valid=torch.zeros((self.max_bs, N), dtype=torch.bool, device=dev),
+            num_nodes=torch.zeros((self.max_bs,), **i64),
+            ancestor=torch.zeros((self.max_bs, N, N), dtype=torch.bool, device=dev),
+            next_token=torch.zeros((self.max_bs, N), **i64),
+            next_sibling=torch.zeros((self.max_bs, N), **i64),
+        )
+
+    def tree_of(self, hidden: torch.Tensor) -> DDTree:
+        """The tree of the drafter's hidden states [bs, block, H] (position 0, the
+        bonus token's, is not drafted), with every verify field filled."""
+        ids, lps = local_topk_logprobs(hidden[:, 1:, :], self.weight, self.num_org, self.budget)
+        tree = build_ddtree(ids + self.org_vocab_start, lps, self.budget)
+        if tree.ancestor is None:
+            tree.ancestor = ancestor_mask(tree)
+        if tree.next_token is None or tree.next_sibling is None:
+            _, tree.next_token, tree.next_sibling = tree_verify_arrays(tree)
+        return tree
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids=None) -> None:
+        """The capture-tail hook: hidden_states [bs * block, H] of a captured batch size."""
+        bs = hidden_states.shape[0] // self.block_size
+        if bs > self.max_bs:
+            raise RuntimeError(
+                f"DDTREE: a draft CUDA graph of batch {bs} is captured above the draft head's "
+                f"{self.max_bs} (sglang/srt/speculative/ddtree_worker.py). Start with "
+                "SGLANG_DFLASH_EAGER_DRAFT_SAMPLER=1 (the tree built eagerly) and report this."
+            )
+        tree = self.tree_of(hidden_states.view(bs, self.block_size, -1))
+        for name, buf in self.buffers.items():
+            buf[:bs].copy_(getattr(tree, name))
+
+    def replayed(self, bs: int) -> DDTree:
+        """The tree the last replay of a draft graph of batch >= bs computed, for its first bs requests."""
+        return DDTree(max_depth=self.block_size - 1, **{k: v[:bs] for k, v in self.buffers.items()})
 
 
 def make_verify_input(
@@ -214,10 +301,50 @@ class DDTreeWorker(DFlashWorkerV2):
             )
 
     def _maybe_build_draft_sampler(self):
-        # DFlash folds its greedy draft head (an argmax chain) into the draft CUDA
-        # graph; the tree needs the drafter's distributions, taken eagerly from the
-        # graph's hidden states (_draft_topk_logprobs).
-        return None
+        """DFlash folds its greedy draft head into the draft CUDA graph; DDTREE folds
+        its tree head (``DDTreeDraftHead``) in the same way, where it can: one TP
+        rank (the ranks' top-K merge stays eager), a floating-point LM head without
+        added vocabulary. Otherwise None: the tree is built eagerly."""
+
+        def eager(reason):
+            if self.ps.tp_rank == 0:
+                logger.info("DDTREE draft tree built eagerly (reason=%s).", reason)
+            return None
+
+        if envs.SGLANG_DFLASH_EAGER_DRAFT_SAMPLER.get():
+            return eager("SGLANG_DFLASH_EAGER_DRAFT_SAMPLER=1")
+        lm_head = getattr(self.target_worker.model_runner.model, "lm_head", None)
+        if lm_head is None or not hasattr(lm_head, "weight") or not hasattr(lm_head, "shard_indices"):
+            return eager("no target lm_head with shard indices")
+        if not torch.is_floating_point(lm_head.weight):
+            return eager("quantized lm_head")
+        if int(get_tp_group().world_size) != 1:
+            return eager("tp>1")
+        shard = lm_head.shard_indices
+        if int(shard.num_added_elements) != 0:
+            return eager("added vocab")
+        if self.ps.tp_rank == 0:
+            logger.info("DDTREE draft top-K and tree folded into the draft cuda graph.")
+        return DDTreeDraftHead(
+            weight=lm_head.weight,
+            num_org=int(shard.num_org_elements),
+            org_vocab_start=int(shard.org_vocab_start_index),
+            block_size=int(self.block_size),
+            budget=self.budget,
+            max_bs=max(get_exec().graph.cuda_graph_config.decode.bs),
+        )
+
+    def _draft_tree(self, draft) -> DDTree:
+        """The step's tree: from the draft head's buffers after a graph replay, else
+        built here from the drafter's hidden states."""
+        if self._draft_sampler is not None and draft.draft_out.can_run_graph:
+            return self._draft_sampler.replayed(draft.bs)
+        draft_hidden = draft.draft_out.logits_output.hidden_states
+        if draft_hidden is None:
+            raise RuntimeError("DDTREE: the DFlash draft model returned no hidden states.")
+        draft_hidden = draft_hidden.view(draft.bs, int(self.block_size), -1)
+        ids, logprobs = self._draft_topk_logprobs(draft_hidden[:, 1:, :], draft.lm_head)
+        return build_ddtree(ids, logprobs, self.budget)
 
     # ------------------------------------------------------------------ draft
     def _draft_topk_logprobs(self, hidden: torch.Tensor, lm_head) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -237,14 +364,14 @@ class DDTreeWorker(DFlashWorkerV2):
         weight = lm_head.weight
         num_org = int(shard.num_org_elements)
         org_start = int(shard.org_vocab_start_index)
-        bs, L, H = hidden.shape
-        logits = torch.matmul(hidden.reshape(-1, H).to(weight.dtype), weight[:num_org].T)
-        logits = logits.float().view(bs, L, num_org)
         tp_group = get_tp_group()
         tp_size = int(tp_group.world_size)
         if tp_size == 1:
-            ids, lps = topk_logprobs(logits, self.budget)
+            ids, lps = local_topk_logprobs(hidden, weight, num_org, self.budget)
             return ids + org_start, lps
+        bs, L, H = hidden.shape
+        logits = torch.matmul(hidden.reshape(-1, H).to(weight.dtype), weight[:num_org].T)
+        logits = logits.float().view(bs, L, num_org)
         k = min(self.budget, int(self.model_runner.model_config.vocab_size))
         kl = min(k, num_org)
         vals, idx = torch.topk(logits, kl, dim=-1)
@@ -303,12 +430,7 @@ class DDTreeWorker(DFlashWorkerV2):
         # --- 1) DFlash's draft forward, 2) the tree.
         draft = self._run_draft_block(batch, draft_input)
         bs = draft.bs
-        draft_hidden = draft.draft_out.logits_output.hidden_states
-        if draft_hidden is None:
-            raise RuntimeError("DDTREE: the DFlash draft model returned no hidden states.")
-        draft_hidden = draft_hidden.view(bs, int(self.block_size), -1)
-        ids, logprobs = self._draft_topk_logprobs(draft_hidden[:, 1:, :], draft.lm_head)
-        tree = build_ddtree(ids, logprobs, self.budget)
+        tree = self._draft_tree(draft)
 
         # --- 3) The verify input, in the request's verify slots.
         N = self.num_verify_tokens
