@@ -32,6 +32,28 @@ def test_overlap_configurations():
         bench.parse_configs("DFLASH/sync")
 
 
+
+def test_eager_tree_configurations():
+    """DDTREE-<budget>-eager: the same server flags as DDTREE-<budget>, with DFlash's switch that keeps
+    the draft head out of the draft CUDA graph in its environment; set against the DFLASH and AR of
+    its scheduling, listed after the in-graph DDTREE of its budget."""
+    dd, eager, eager_ov = bench.parse_configs("DDTREE-16,DDTREE-16-eager,DDTREE-16-eager/overlap")
+    assert (eager.algorithm, eager.budget, eager.eager_tree, eager.overlap) == ("DDTREE", 16, True, False)
+    assert eager_ov.overlap and eager_ov.eager_tree and bench.split_name(eager_ov.name) == ("DDTREE-16-eager", True)
+    assert bench.spec_flags(eager, "D") == bench.spec_flags(dd, "D")
+    assert eager.env == {"SGLANG_DFLASH_EAGER_DRAFT_SAMPLER": "1"} and dd.env == {}
+    rows = [{"config": c, "batch": 1, "tokens_per_s": t, "step_ms": s}
+            for c, t, s in [("DFLASH/overlap", 100.0, 12.0), ("DDTREE-16-eager/overlap", 95.0, 12.4),
+                            ("DDTREE-16/overlap", 98.0, 12.1), ("AR/overlap", 125.0, 8.0)]]
+    m = {r["config"]: r for r in bench.ratios(rows)}
+    assert m["DDTREE-16-eager/overlap"]["vs_dflash"] == 0.95 and m["DDTREE-16-eager/overlap"]["step_over_dflash_ms"] == 0.4
+    assert m["DDTREE-16-eager/overlap"]["step_vs_ar"] == 1.55
+    md = bench.table(list(m.values()), "t")
+    assert md.index("| AR/overlap |") < md.index("| DFLASH/overlap |") < md.index("| DDTREE-16/overlap |") \
+        < md.index("| DDTREE-16-eager/overlap |")
+    with pytest.raises(ValueError, match="unknown configuration 'DFLASH-eager'"):
+        bench.parse_configs("DFLASH-eager")
+
 def test_ratios_and_projection_within_one_scheduling():
     """DDTREE/overlap is set against DFLASH/overlap and AR/overlap, never against the synchronous runs."""
     rows = [{"config": c, "batch": 1, "tokens_per_s": t, "step_ms": s}

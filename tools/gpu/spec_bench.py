@@ -48,18 +48,28 @@ PUBLISHED = (
 
 
 OVERLAP = "/overlap"          # the name's suffix of a configuration run with the overlap scheduler on
+# DDTREE-<budget>-eager: the tree built eagerly after the draft forward (the worker's draft head not
+# folded into the draft CUDA graphs: SGLANG_DFLASH_EAGER_DRAFT_SAMPLER=1), the in-graph head's baseline
+EAGER_TREE = "-eager"
+EAGER_TREE_ENV = {"SGLANG_DFLASH_EAGER_DRAFT_SAMPLER": "1"}
 
 
 @dataclass(frozen=True)
 class Config:
-    name: str                     # "AR", "DFLASH", "DDTREE-16", "DDTREE-16/overlap"
+    name: str                     # "AR", "DFLASH", "DDTREE-16", "DDTREE-16/overlap", "DDTREE-16-eager/overlap"
     algorithm: Optional[str]      # None, "DFLASH", "DDTREE"
     budget: Optional[int] = None
     overlap: bool = False         # SGLang's overlap scheduler (off: --disable-overlap-schedule)
+    eager_tree: bool = False      # DDTREE: the tree built outside the draft CUDA graph
 
     @property
     def speculative(self):
         return self.algorithm is not None
+
+    @property
+    def env(self):
+        """The server's environment for this configuration (beyond the check's own)."""
+        return dict(EAGER_TREE_ENV) if self.eager_tree else {}
 
 
 def _named(base, overlap):
@@ -82,13 +92,22 @@ def configs(budgets=BUDGETS, algorithms=("AR", "DFLASH", "DDTREE"), overlap=Fals
     return out
 
 
+def eager_tree_configs(budgets=BUDGETS, overlap=False):
+    """DDTREE with its tree built eagerly (``EAGER_TREE``), one per budget."""
+    return [Config(_named(f"DDTREE-{b}{EAGER_TREE}", overlap), "DDTREE", b, overlap=overlap, eager_tree=True)
+            for b in budgets]
+
+
 def parse_configs(text, budgets=BUDGETS):
     """'AR,DFLASH,DDTREE-16/overlap' -> Configs (ValueError naming what is unknown)."""
-    known = {c.name: c for ov in (False, True) for c in configs(budgets=tuple(range(1, 256)), overlap=ov)}
+    every = tuple(range(1, 256))
+    known = {c.name: c for ov in (False, True)
+             for c in configs(budgets=every, overlap=ov) + eager_tree_configs(budgets=every, overlap=ov)}
     out = []
     for name in [x.strip() for x in text.split(",") if x.strip()]:
         if name not in known:
-            raise ValueError(f"unknown configuration {name!r}: AR, DFLASH or DDTREE-<budget>, "
+            raise ValueError(f"unknown configuration {name!r}: AR, DFLASH, DDTREE-<budget> or "
+                             f"DDTREE-<budget>{EAGER_TREE} (its tree built outside the draft graph), "
                              f"each optionally with {OVERLAP} (the overlap scheduler on)")
         out.append(known[name])
     return out
@@ -223,7 +242,9 @@ def table(rows, title):
 
 def _order(name):
     base, ov = split_name(name)
-    return (ov,) + ((0, 0) if base == "AR" else (1, 0) if base == "DFLASH" else (2, int(base.split("-")[1])))
+    if base in ("AR", "DFLASH"):
+        return (ov, 0 if base == "AR" else 1, 0, False)
+    return (ov, 2, int(base.split("-")[1]), base.endswith(EAGER_TREE))
 
 
 def projection(step_rows, published=PUBLISHED, batch=1):

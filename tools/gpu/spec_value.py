@@ -276,7 +276,8 @@ class Servers:
         f = file_name(name)
         log_full = self.work / f"{f}.log.full"
         env = e2e_server.server_env(self.tree, self.work, self.work / f"{f}.ledger.json", self.work / "probe" / f,
-                                    {"SGLO_E2E_PHASES": "1", "SGLANG_TORCH_PROFILER_DIR": str(self.work / "traces" / f)})
+                                    {"SGLO_E2E_PHASES": "1", "SGLANG_TORCH_PROFILER_DIR": str(self.work / "traces" / f),
+                                     **bench.parse_configs(name)[0].env})
         p, base, cmd = e2e_server.start_server(self.tree, self.work, model, launch_flags(flags, port, common), log_full,
                                                port, (), env)
         self.live[name] = {"p": p, "base": base, "t0": time.time(), "run": {"command": cmd}, "log": log_full}
