@@ -295,3 +295,33 @@ def test_the_pins_lossless_matrix_on_the_h200_judged_again():
     beyond = [m for m in spec["check"]["compare"]["single"]["mismatches"] if not m["within_noise"]]
     assert not spec["check"]["pass"] and len(beyond) == 4
     assert all(m["margin"] > base["check"]["reference_noise"] for m in beyond)
+
+
+def test_ddtree_with_its_draft_head_in_the_graph_on_the_h200_judged_again():
+    """2026-12-04 (lossless-graph-head): DDTREE with its top-K and tree build inside the drafter's CUDA
+    graph (DDTreeDraftHead), hybrid, CUDA graphs, the overlap scheduler on, float32: re-judged here from
+    the recorded outputs against the patched hybrid's float32 reference, token for token, single and
+    batched; ledger = allocated for every pool of the speculative server."""
+    import json
+    from pathlib import Path
+
+    d = json.loads((Path(__file__).parents[1] / "data" / "gpu_results" / "2026-12-04" / "lossless-graph-head"
+                    / "e2e.json").read_text())
+    runs = copy.deepcopy(d["lossless"]["runs"])
+    for r in runs:
+        if r.get("single"):
+            r.pop("check", None)
+            r.pop("resumed", None)
+        elif r.get("check"):
+            r["resumed"] = True
+    by = {r["id"]: r for r in e2e_lossless_runs.check_lossless(runs)}
+    r = by["hybrid.patched.ddtree.graphs"]
+    assert r.get("single") and not r.get("resumed"), "the verdict must be this test's, from the outputs"
+    assert r["dtype"] == "float32" and by["hybrid.patched.base.eager"]["dtype"] == "float32"
+    assert r["check"]["pass"], r["check"]["why"]
+    for kind in ("single", "batch"):
+        c = r["check"]["compare"][kind]
+        assert c["equal"] and (c["n"], c["tokens"]) == (32, 1024), kind
+    assert r["acceptance"]["single"]["accept_length"] > 1.0
+    pools = {p["name"]: p["equal"] for p in r["pools_vs_ledger"]}
+    assert pools == {"draft_kv": True, "kv_cache": True, "mamba_states": True, "speculative_intermediate_states": True}
