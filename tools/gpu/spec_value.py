@@ -53,6 +53,7 @@ bench = sibling(HERE, "spec_bench")
 pair = sibling(HERE, "spec_pair")
 profile = sibling(HERE, "spec_profile")
 prompts_mod = sibling(HERE, "spec_prompts")
+host_load = sibling(HERE, "host_load")
 
 PAIR_COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
                "--disable-piecewise-cuda-graph", "--dtype", "bfloat16", "--context-length", "4096",
@@ -283,6 +284,10 @@ class Servers:
         self.live[name] = {"p": p, "base": base, "t0": time.time(), "run": {"command": cmd}, "log": log_full}
         return base
 
+    def groups(self):
+        """name -> process group id of every live server (each is its own group: GROUPS)."""
+        return {n: s["p"].pid for n, s in self.live.items()}
+
     def wait(self, names, timeout):
         for n in names:
             s = self.live[n]
@@ -365,10 +370,12 @@ def measure(servers, cfgs, batches, rounds, prompt_sets, sampling, budget_left, 
                     log(f"round {rnd + 1} batch {b} {c.name}: skipped (budget: {budget_left():.0f} s left, "
                         f"~{need:.0f} s needed)")
                     continue
-                t0 = time.time()
+                groups = servers.groups()
+                before, t0 = host_load.snapshot(groups), time.time()
                 run = bench.closed_loop(servers.live[c.name]["base"], prompt_sets[b], b, sampling)
                 took.setdefault(b, []).append(time.time() - t0)
-                row = dict(bench.summarise(c, b, run), round=rnd + 1)
+                load = host_load.delta(before, host_load.snapshot(groups), time.time() - t0)
+                row = dict(bench.summarise(c, b, run), round=rnd + 1, host=load.as_dict())
                 rows.append(row)
                 save(rows)
                 log(f"round {rnd + 1} batch {b} {c.name}: {row['tokens_per_s']} tok/s, accept {row['accept_length']}, "
