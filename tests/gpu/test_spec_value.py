@@ -187,6 +187,13 @@ def test_overlap_plan_on_the_pin(tmp_path, patched_tree):
             assert fields.get("speculative_ddtree_budget") == (int(budget) if budget else None)
     # without the flag the pin holds DFLASH at 32 running requests until 4 slots are free
     assert delayer.resolve_min_free_slots(None, 32, is_dflash_family=True) == 4
+    assert not any(core.parse_flags(tree, s["flags"])[0].get("sleep_on_idle") for s in srv.values())
+    # run --sleep-on-idle: every server with SGLang's own flag, which the pin reads
+    r, rep = run_dry(tmp_path, a, b, "--configs", OVERLAP, "--batches", "1,4,16,32", "--sleep-on-idle")
+    assert r.returncode == 0, r.stderr
+    assert rep["sleep_on_idle"] is True
+    for name, s in rep["plan"]["servers"].items():
+        assert core.parse_flags(tree, s["flags"])[0]["sleep_on_idle"] is True, name
 
 
 def _report(path, rows, **over):
@@ -224,7 +231,8 @@ def test_merge_takes_separate_runs_as_rounds(tmp_path):
 def test_merge_refuses_other_servers_or_drafters(tmp_path):
     a = _report(tmp_path / "a", [_row("AR", 1, 600.0, 0.9, 1.0)])
     for name, over, what in [("w", {"patched_wheel": "other.whl"}, "differ in patched_wheel"),
-                             ("d", {"trained": {"drafter_sha256": "bb"}}, "different drafters")]:
+                             ("d", {"trained": {"drafter_sha256": "bb"}}, "different drafters"),
+                             ("s", {"sleep_on_idle": True}, "--sleep-on-idle")]:
         b = _report(tmp_path / name, [_row("AR", 1, 610.0, 0.9, 1.0)], **over)
         r = cli("merge", a, b, "--out", tmp_path / "m")
         assert r.returncode == 2 and what in r.stderr, r.stderr

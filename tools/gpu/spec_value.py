@@ -137,6 +137,13 @@ def file_name(config_name):
     return config_name.replace("/", "+")
 
 
+def common_flags(args, model):
+    """Every server's own flags of `model` ("pair" or "27b"), with SGLang's --sleep-on-idle when asked
+    (`run --sleep-on-idle`: an idle scheduler waits on its sockets instead of polling, so the pair's
+    idle servers leave the CPU to the measured one)."""
+    return (PAIR_COMMON if model == "pair" else BIG_COMMON) + (["--sleep-on-idle"] if args.sleep_on_idle else [])
+
+
 def launch_flags(flags, port, common):
     """What a server's command line has after --model-path/--port/--host: the common flags, its own,
     its NCCL port (parallel starts: no race for a free port)."""
@@ -209,7 +216,7 @@ def train_pair(args, servers, runs, report, paths, train_prompts, save):
     (every server stopped, the report saved)."""
     pdir, tdir, work, dirs = paths["pair"], paths["target"], paths["work"], paths["dirs"]
     ar = pair_servers([], "train", pdir / "drafter")[0]
-    base = servers.start(ar["config"].name, tdir, ar["flags"], ar["port"], PAIR_COMMON)
+    base = servers.start(ar["config"].name, tdir, ar["flags"], ar["port"], common_flags(args, "pair"))
     if not servers.wait([ar["config"].name], args.start_timeout):
         servers.stop_all(runs)
         save()
@@ -411,7 +418,8 @@ def run(args):
     out.mkdir(parents=True, exist_ok=True)
     report = {"model": model, "stage": stage, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "python": sys.version.split()[0], "configs": [c.name for c in cfgs], "batches": batches,
-              "rounds": rounds, "max_new_tokens": max_new, "dry_run": args.dry_run}
+              "rounds": rounds, "max_new_tokens": max_new, "dry_run": args.dry_run,
+              "sleep_on_idle": args.sleep_on_idle}
 
     def save():
         (out / "spec_value.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -440,14 +448,14 @@ def run(args):
                                    "drafter_sha256": trained["training"]["sha256"], "proved": True})
         plan = pair_servers(cfgs, stage, ddir)
         servers_plan = {s["config"].name: {"group": s["group"], "model": str(tdir), "port": s["port"],
-                                           "flags": launch_flags(s["flags"], s["port"], PAIR_COMMON)} for s in plan}
+                                           "flags": launch_flags(s["flags"], s["port"], common_flags(args, "pair"))} for s in plan}
     else:
         rng = random.Random(0)
         n = {b: max(4, 2 * b) for b in batches}
         prompt_sets = {b: [[rng.randrange(100, 150000) for _ in range(64)] for _ in range(n[b])] for b in batches}
         ev = prompt_sets[batches[0]]
         sampling = {"temperature": 0, "max_new_tokens": max_new, "ignore_eos": True}
-        servers_plan = {c.name: {"model": "$BIG", "port": s["port"], "flags": launch_flags(s["flags"], s["port"], BIG_COMMON)}
+        servers_plan = {c.name: {"model": "$BIG", "port": s["port"], "flags": launch_flags(s["flags"], s["port"], common_flags(args, "27b"))}
                         for c, s in ((c, big_server(c, i, "$DRAFT")) for i, c in enumerate(cfgs))}
     wheels = sorted(Path(args.bundle).glob("*.whl")) if args.bundle else []
     report["plan"] = {"stage": stage, "servers": servers_plan,
@@ -515,7 +523,7 @@ def run(args):
                                        for c in refused}
         started = [s for s in plan if s["group"] == "measure"]
         for s in started:
-            servers.start(s["config"].name, tdir, s["flags"], s["port"], PAIR_COMMON)
+            servers.start(s["config"].name, tdir, s["flags"], s["port"], common_flags(args, "pair"))
         servers.wait([s["config"].name for s in started], args.start_timeout)
         report["rows"] = measure(servers, cfgs, batches, rounds, prompt_sets, sampling,
                                  lambda: budget_left() - 30 * (1 + len(prof)), save=lambda rows: (report.update(rows=rows), save()))
@@ -536,7 +544,7 @@ def run(args):
                 runs[c.name] = {"skipped": "budget"}
                 continue
             s = big_server(c, i, models["draft"])
-            servers.start(c.name, models["big"], s["flags"], s["port"], BIG_COMMON)
+            servers.start(c.name, models["big"], s["flags"], s["port"], common_flags(args, "27b"))
             if servers.wait([c.name], args.start_timeout):
                 report["rows"] += measure(servers, [c], batches, rounds, prompt_sets, sampling, lambda: budget_left() - 60)
                 if c in prof:
@@ -592,6 +600,9 @@ def merge(args):
             if r.get(k) != r0.get(k):
                 raise ValueError(f"merge: {f} and {f0} differ in {k} ({r.get(k)!r} against {r0.get(k)!r}): "
                                  "measurements of other servers are not rounds of one; merge like with like")
+        if bool(r.get("sleep_on_idle")) != bool(r0.get("sleep_on_idle")):
+            raise ValueError(f"merge: {f} and {f0}: one ran its servers with --sleep-on-idle, the other without; "
+                             "merge like with like")
         if _drafter_sha(r) != _drafter_sha(r0):
             raise ValueError(f"merge: {f} and {f0} measured different drafters (sha256 {_drafter_sha(r)} against "
                              f"{_drafter_sha(r0)}); merge the measurements of one trained drafter")
@@ -647,6 +658,8 @@ def main(argv=None):
     r.add_argument("--draft-layers", type=int, default=2)
     r.add_argument("--start-timeout", type=float, default=300)
     r.add_argument("--budget-s", type=float, default=1e9)
+    r.add_argument("--sleep-on-idle", action="store_true",
+                   help="every server with SGLang's --sleep-on-idle (idle servers off the CPU)")
     r.add_argument("--dry-run", action="store_true")
     m = sub.add_parser("merge", help="reports of separate runs as rounds of one (medians, ratios)")
     m.add_argument("reports", nargs="+", help="the --out folders (or spec_value.json files) of the runs")
