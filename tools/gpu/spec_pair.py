@@ -13,8 +13,8 @@ target and a DFlash drafter trained for it here.
   target's features read by transformers (output_hidden_states, SpecForge's
   `extract_context_feature` convention: layer k's output is hidden_states[k + 1], the one SGLang's
   `set_dflash_layers_to_capture` captures).  `export_drafter` writes the checkpoint under exactly
-  the names SGLang v0.5.12.post1's `DFlashDraftModel.load_weights` reads (e2e_models.drafter_tensors,
-  tested against the release's dflash.py); any other name or shape is an error, never dropped.
+  the names the pin's `DFlashDraftModel.load_weights` reads (e2e_models.drafter_tensors, tested
+  against the pinned release's dflash.py: tests/gpu/test_e2e_models.py); any other name or shape is an error, never dropped.
 
 `split_file`, `join_parts`, `target_config`, `drafter_config`, `training_batches`, `export_names`
 are pure or file-only (tests/gpu/test_spec_pair.py); the rest needs torch, transformers and, for
@@ -162,7 +162,7 @@ def drafter_config(target, layers=2, target_layer_ids=(1, 10, 18, 27), block=16)
 
 def export_names(state_shapes, cfg):
     """The checkpoint SGLang reads from SpecForge's drafter: {name: shape} of the state dict ->
-    the names kept, in e2e_models.drafter_tensors(cfg) (what v0.5.12.post1's load_weights maps);
+    the names kept, in e2e_models.drafter_tensors(cfg) (what the pin's load_weights maps);
     a missing name, a wrong shape or an unknown parameter is a PairError (SGLang would silently
     leave such a weight unloaded)."""
     want = models_mod.drafter_tensors(cfg)
@@ -172,7 +172,7 @@ def export_names(state_shapes, cfg):
     if missing or bad or extra:
         raise PairError(f"the SpecForge drafter's state dict is not what SGLang's DFlashDraftModel.load_weights reads: "
                         f"missing {missing[:4]}, wrong shape {bad[:4]}, unknown {extra[:4]} "
-                        "(sglang/srt/models/dflash.py at v0.5.12.post1; e2e_models.drafter_tensors)")
+                        "(the pinned release's sglang/srt/models/dflash.py; e2e_models.drafter_tensors)")
     return sorted(want)
 
 
