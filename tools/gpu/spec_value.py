@@ -381,7 +381,7 @@ def measure(servers, cfgs, batches, rounds, prompt_sets, sampling, budget_left, 
                 before, t0 = host_load.snapshot(groups), time.time()
                 run = bench.closed_loop(servers.live[c.name]["base"], prompt_sets[b], b, sampling)
                 took.setdefault(b, []).append(time.time() - t0)
-                load = host_load.delta(before, host_load.snapshot(groups), time.time() - t0)
+                load = host_load.delta(before, host_load.snapshot(groups))
                 row = dict(bench.summarise(c, b, run), round=rnd + 1, host=load.as_dict())
                 rows.append(row)
                 save(rows)
