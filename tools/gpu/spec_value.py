@@ -216,7 +216,7 @@ def train_pair(args, servers, runs, report, paths, train_prompts, save):
     (every server stopped, the report saved)."""
     pdir, tdir, work, dirs = paths["pair"], paths["target"], paths["work"], paths["dirs"]
     ar = pair_servers([], "train", pdir / "drafter")[0]
-    base = servers.start(ar["config"].name, tdir, ar["flags"], ar["port"], common_flags(args, "pair"))
+    base = servers.start(ar["config"], tdir, ar["flags"], ar["port"], common_flags(args, "pair"))
     if not servers.wait([ar["config"].name], args.start_timeout):
         servers.stop_all(runs)
         save()
@@ -280,12 +280,14 @@ class Servers:
     def __init__(self, work, out, tree="patched"):
         self.work, self.out, self.tree, self.live = Path(work), Path(out), tree, {}
 
-    def start(self, name, model, flags, port, common):
+    def start(self, cfg, model, flags, port, common):
+        """Configuration `cfg`'s server (named by it), with its environment (Config.env)."""
+        name = cfg.name
         f = file_name(name)
         log_full = self.work / f"{f}.log.full"
         env = e2e_server.server_env(self.tree, self.work, self.work / f"{f}.ledger.json", self.work / "probe" / f,
                                     {"SGLO_E2E_PHASES": "1", "SGLANG_TORCH_PROFILER_DIR": str(self.work / "traces" / f),
-                                     **bench.parse_configs(name)[0].env})
+                                     **cfg.env})
         p, base, cmd = e2e_server.start_server(self.tree, self.work, model, launch_flags(flags, port, common), log_full,
                                                port, (), env)
         self.live[name] = {"p": p, "base": base, "t0": time.time(), "run": {"command": cmd}, "log": log_full}
@@ -523,7 +525,7 @@ def run(args):
                                        for c in refused}
         started = [s for s in plan if s["group"] == "measure"]
         for s in started:
-            servers.start(s["config"].name, tdir, s["flags"], s["port"], common_flags(args, "pair"))
+            servers.start(s["config"], tdir, s["flags"], s["port"], common_flags(args, "pair"))
         servers.wait([s["config"].name for s in started], args.start_timeout)
         report["rows"] = measure(servers, cfgs, batches, rounds, prompt_sets, sampling,
                                  lambda: budget_left() - 30 * (1 + len(prof)), save=lambda rows: (report.update(rows=rows), save()))
@@ -544,7 +546,7 @@ def run(args):
                 runs[c.name] = {"skipped": "budget"}
                 continue
             s = big_server(c, i, models["draft"])
-            servers.start(c.name, models["big"], s["flags"], s["port"], common_flags(args, "27b"))
+            servers.start(c, models["big"], s["flags"], s["port"], common_flags(args, "27b"))
             if servers.wait([c.name], args.start_timeout):
                 report["rows"] += measure(servers, [c], batches, rounds, prompt_sets, sampling, lambda: budget_left() - 60)
                 if c in prof:

@@ -91,14 +91,18 @@ class DDTreeVerifyInput(EagleVerifyInput):
         return DFlashVerifyInput.prepare_for_verify(self, batch, target_worker)
 
 
+def shard_logits(hidden: torch.Tensor, weight: torch.Tensor, num_org: int) -> torch.Tensor:
+    """The drafted positions' logits [bs, L, num_org] over one vocabulary shard (all
+    of it with one TP rank), in the LM head's dtype: ``hidden`` [bs, L, H] through
+    the head's first ``num_org`` rows."""
+    bs, L, H = hidden.shape
+    return torch.matmul(hidden.reshape(-1, H).to(weight.dtype), weight[:num_org].T).view(bs, L, num_org)
+
+
 def local_topk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, num_org: int, k: int):
     """Top-K token ids (of the shard's own vocabulary, from 0) and log-probabilities
-    of the drafted positions' logits over one vocabulary shard (all of it with one
-    TP rank): ``hidden`` [bs, L, H] through the LM head's first ``num_org`` rows.
-    The logits stay in the head's dtype: the top-K reads them in float32."""
-    bs, L, H = hidden.shape
-    logits = torch.matmul(hidden.reshape(-1, H).to(weight.dtype), weight[:num_org].T)
-    return topk_logprobs(logits.view(bs, L, num_org), k)
+    of ``shard_logits``; the top-K reads the logits in float32."""
+    return topk_logprobs(shard_logits(hidden, weight, num_org), k)
 
 
 class DDTreeDraftHead:
@@ -369,9 +373,8 @@ class DDTreeWorker(DFlashWorkerV2):
         if tp_size == 1:
             ids, lps = local_topk_logprobs(hidden, weight, num_org, self.budget)
             return ids + org_start, lps
-        bs, L, H = hidden.shape
-        logits = torch.matmul(hidden.reshape(-1, H).to(weight.dtype), weight[:num_org].T)
-        logits = logits.float().view(bs, L, num_org)
+        bs, L, _ = hidden.shape
+        logits = shard_logits(hidden, weight, num_org).float()
         k = min(self.budget, int(self.model_runner.model_config.vocab_size))
         kl = min(k, num_org)
         vals, idx = torch.topk(logits, kl, dim=-1)
