@@ -133,6 +133,7 @@ def server_rules(root: str, argv: list[str]) -> dict:
     keys = (
         "speculative_algorithm",
         "speculative_ddtree_budget",
+        "speculative_ddtree_chain_batch",
         "speculative_dflash_block_size",
         "speculative_num_draft_tokens",
         "speculative_num_steps",
@@ -473,6 +474,58 @@ def ddtree_decode_configs(root: str, prompts, configs) -> list:
     return out
 
 
+def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_rank=(0, 1), seed=0, overlap=False,
+                       draft_graph_padding=None) -> dict:
+    """DDTREE decode steps with ``--speculative-ddtree-chain-batch`` set per step
+    from ``schedule`` (None: unset), through the worker's real
+    forward_batch_generation: the tree's and the chain's verify paths are two
+    stand-in target backends (``VerifyPath``, no graphs); each step records which
+    backend the target ran its verify and Mamba commit on, and what it verified
+    and committed (the fields ``dflash_chain_steps`` records)."""
+    from tests.ddtree_integration import standins as st
+    from tests.ddtree_integration.syncs import SyncCounter
+
+    N = budget + 1
+    w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed, N)
+    if draft_graph_padding is not None:
+        _replay_draft_graphs(w, env, env.mod, block, budget, int(draft_graph_padding))
+    algo = env.loader.load(f"{SPEC}.ddtree_algo")
+    mr = w.target_worker.model_runner
+    backends = {"tree": env.mamba, "chain": st.MambaBackend()}
+    paths = {algo.StepVerify.TREE: env.mod.VerifyPath(backends["tree"], None),
+             algo.StepVerify.CHAIN: env.mod.VerifyPath(backends["chain"], None)}
+    object.__setattr__(w, "_verify_paths", paths)
+    name_of = {id(b): k for k, b in backends.items()}
+    seen = []
+    verify = w.target_worker.forward_batch_generation
+
+    def target_forward(*a, **kw):
+        seen.append(name_of.get(id(mr.attn_backend)))
+        return verify(*a, **kw)
+
+    w.target_worker.forward_batch_generation = target_forward
+    out = []
+    for chain_batch in schedule:
+        object.__setattr__(w, "chain_batch", chain_batch)
+        _schedule(env, overlap)
+        seq_before = env.batch.seq_lens.tolist()
+        commits = {k: len(b.commits) for k, b in backends.items()}
+        with SyncCounter(root) as counter:
+            res = w.forward_batch_generation(env.batch)
+        call = env.target.calls[-1]
+        applied = _apply(env, res)
+        vi = call["spec_info"]
+        out.append({"chain_batch": chain_batch, "verify_on": seen[-1],
+                    "verify_input": type(vi).__name__, "draft_token_num": vi.draft_token_num,
+                    "draft_token": vi.draft_token.tolist(), "positions": vi.positions.tolist(),
+                    "verify_slots": call["out_cache_loc"].tolist(), "seq_before": seq_before,
+                    "req_to_token": env.req_to_token[:, :64].tolist(),
+                    "commits_on": {k: len(b.commits) - commits[k] for k, b in backends.items()},
+                    "applied": applied, "outputs_after": [list(r.output_ids) for r in env.reqs],
+                    "syncs": counter.syncs})
+    return {"steps": out}
+
+
 def dflash_chain_steps(root: str, prompts, block=5, steps=2, seed=0, compact_window=None) -> dict:
     """DFLASH's own spec-v2 decode steps (DFlashWorkerV2.forward_batch_generation) on
     the same stand-ins: the chain it verifies, what it commits, and the syncs of
@@ -735,6 +788,46 @@ GRAPH_MODULES = WORKER_MODULES + [
 ]
 
 
+def _chain_path(worker, Runner, runner, describe, target_args, spec_bag, context_log, block, max_bs) -> dict:
+    """``ddtree_worker.build_chain_verify`` on a stand-in target model runner: the
+    values its new attention backend and graph runner are built under, and the
+    input that runner's capture (the real ``get_spec_info``) verifies with."""
+    seen = {}
+    mr = runner("TritonAttnBackend", False, block).model_runner
+    mr.init_new_workspace = False
+    mr.decode_cuda_graph_runner = object()  # the target has decode CUDA graphs
+    args = mr.server_args = SimpleNamespace(**vars(target_args))
+
+    def values():
+        return {"spec_bag": [spec_bag.speculative_num_draft_tokens, spec_bag.speculative_eagle_topk],
+                "server_args": [args.speculative_num_draft_tokens, args.speculative_eagle_topk]}
+
+    def get_backend(init_new_workspace=False):
+        mr.init_new_workspace = init_new_workspace
+        seen["backend"] = dict(values(), init_new_workspace=init_new_workspace)
+        return type("TritonAttnBackend", (), {})()
+
+    mr._get_attention_backend = get_backend
+    real_init = Runner.__init__
+
+    def capture(self, model_runner, *, attn_backend=None, speculative_num_steps=None, speculative_num_draft_tokens=None):
+        template = runner("TritonAttnBackend", False, int(speculative_num_draft_tokens))
+        self.__dict__.update({**template.__dict__, "model_runner": model_runner, "attn_backend": attn_backend})
+        seen["runner"] = dict(values(), width=speculative_num_draft_tokens,
+                              verifies_chain=getattr(self, "verifies_chain", None),
+                              own_backend=attn_backend is not model_runner.attn_backend,
+                              capture=describe(self, self.get_spec_info(max_bs * self.captured_req_width)))
+
+    Runner.__init__ = capture
+    try:
+        path = worker.build_chain_verify(mr, block)
+    finally:
+        Runner.__init__ = real_init
+    return dict(seen, after=values(), init_new_workspace_after=mr.init_new_workspace,
+                runner_is_built=path.graph_runner is not None and path.graph_runner is not mr.decode_cuda_graph_runner,
+                overrides=[src for src, _ in context_log])
+
+
 def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1, 4), vocab=64) -> dict:
     """DDTREE's target verify through the tree's real CUDA-graph code, on CPU:
 
@@ -756,9 +849,21 @@ def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1
     from tests.ddtree_integration import standins as st
 
     _, loader = _install(root, GRAPH_MODULES)
+    spec_bag = SimpleNamespace(speculative_num_draft_tokens=budget + 1, speculative_num_steps=1, speculative_eagle_topk=2)
+    context_log = []
+
+    class Context:  # the runtime context's spec bag and its override (runtime_context.get_context)
+        def config_bag(self, name):
+            assert name == "spec", name
+            return spec_bag
+
+        def override(self, source, **fields):
+            context_log.append([source, dict(fields)])
+            for k, v in fields.items():
+                setattr(spec_bag, k, v)
+
     loader.set_fakes({"ForwardMode": st.ForwardMode, "CaptureHiddenMode": st.CaptureHiddenMode,
-                      "get_spec": lambda: SimpleNamespace(speculative_num_draft_tokens=budget + 1,
-                                                          speculative_num_steps=1, speculative_eagle_topk=2)})
+                      "get_spec": lambda: spec_bag, "get_context": Context})
     dcgr = loader.load("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
     hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
     tri = loader.load("sglang.srt.layers.attention.triton_backend")
@@ -810,6 +915,9 @@ def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1
         out["capture"]["wrong_width"] = None
     except RuntimeError as e:
         out["capture"]["wrong_width"] = str(e)
+
+    # the chain steps' verify path (--speculative-ddtree-chain-batch): built as DFLASH's
+    out["chain_path"] = _chain_path(worker, Runner, runner, describe, target_args, spec_bag, context_log, block, max_bs)
 
     # ---- one DDTree verify step at replay, padded to a captured bs
     raw_bs = len(seq_lens)

@@ -108,3 +108,22 @@ def test_graph_replay_is_not_the_graph_patch_reason(stack_without):
     """Without ddtree-cuda-graph.patch the backends' replay still brings the tree to
     their static buffers: the patch is about the capture only."""
     check_replay(graph_verify(stack_without(GRAPH_PATCH)))
+
+
+def test_chain_verify_path_is_dflashs_patched(patched_tree):
+    """--speculative-ddtree-chain-batch's verify path (ddtree_worker.build_chain_verify):
+    a new target attention backend and graph runner built with DFLASH's verify
+    values in both places the backends read them (the server arguments: the
+    hybrid backend's tree mode; the runtime's spec bag: triton's verify width),
+    then the tree's values back; the runner, marked verifies_chain, is captured
+    with DFlash's chain input at the block's width (the patch's branch skips it)."""
+    c = graph_verify(patched_tree)["chain_path"]
+    dflash = {"spec_bag": [BLOCK, 1], "server_args": [BLOCK, 1]}
+    assert {k: c["backend"][k] for k in dflash} == dflash and c["backend"]["init_new_workspace"], c["backend"]
+    r = c["runner"]
+    assert {k: r[k] for k in dflash} == dflash and (r["width"], r["verifies_chain"], r["own_backend"]) == (BLOCK, True, True), r
+    assert (r["capture"]["type"], r["capture"]["draft_token_num"], r["capture"]["topk"]) == ("DFlashVerifyInput", BLOCK, 1), \
+        f"the chain runner must be captured with DFlash's chain input: {r['capture']}"
+    assert c["after"] == {"spec_bag": [BUDGET + 1, 2], "server_args": [BUDGET + 1, 2]}, "the tree's values must come back"
+    assert c["init_new_workspace_after"] is False and c["runner_is_built"], c
+    assert c["overrides"] == ["ddtree.chain_verify", "ddtree.tree_verify"], c["overrides"]

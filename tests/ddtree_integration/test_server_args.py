@@ -1,5 +1,6 @@
 """Patch ddtree-algorithm: `--speculative-algorithm DDTREE` registered through the
-pin's registry, `--speculative-ddtree-budget`, and the start-up rules.
+pin's registry, `--speculative-ddtree-budget`, `--speculative-ddtree-chain-batch`,
+and the start-up rules.
 
 Runs the tree's own ServerArgs.add_cli_args, _handle_grammar_backend and
 arg_groups/speculative_hook.handle_speculative_decoding (the registry's validator
@@ -40,6 +41,8 @@ REFUSALS = {
     "num-draft-tokens": (BASE + ["--speculative-num-draft-tokens", "16"], ["--speculative-num-draft-tokens 16", "--speculative-ddtree-budget"]),
     "topk": (BASE + ["--speculative-eagle-topk", "4"], ["--speculative-eagle-topk 4"]),
     "budget": (BASE + ["--speculative-ddtree-budget", "0"], ["--speculative-ddtree-budget must be >= 1"]),
+    "chain-batch": (BASE + ["--speculative-ddtree-chain-batch", "0"],
+                    ["--speculative-ddtree-chain-batch must be >= 1", "spec_value.py chain-batch"]),
     "budget-below-block": (BASE + ["--speculative-ddtree-budget", "7"], ["--speculative-ddtree-budget 7", "at least 15"]),
     "hidden-states": (BASE + ["--enable-return-hidden-states"], ["--enable-return-hidden-states"]),
     "rejection-sampling": (BASE + ["--speculative-use-rejection-sampling"],
@@ -81,7 +84,8 @@ GDN_FLASHINFER = BASE + ["--linear-attn-decode-backend", "flashinfer"]
 
 
 def check_rules(tree):
-    argvs = [BASE + ["--speculative-ddtree-budget", "63"], BASE, DEFAULT_GRAMMAR, GRAPHS, NO_OVERLAP, GDN_FLASHINFER]
+    argvs = [BASE + ["--speculative-ddtree-budget", "63", "--speculative-ddtree-chain-batch", "8"], BASE,
+             DEFAULT_GRAMMAR, GRAPHS, NO_OVERLAP, GDN_FLASHINFER]
     argvs += [argv for argv, _ in REFUSALS.values()]
     results = probe(tree, "server_rules_many", argvs=argvs)
     assert results["ok"], results
@@ -89,6 +93,7 @@ def check_rules(tree):
     assert res[0]["ok"], f"DDTREE with budget 63 was refused: {res[0]}"
     v = res[0]["value"]
     assert v["speculative_ddtree_budget"] == 63
+    assert v["speculative_ddtree_chain_batch"] == 8, "the chain batch size is kept for the worker"
     assert v["speculative_dflash_block_size"] == 16, "the drafter's block must be kept"
     assert v["speculative_num_draft_tokens"] == 64, "verify width (and every sizing of it) = budget + 1"
     assert v["speculative_eagle_topk"] == 2 and v["speculative_num_steps"] == 1, v
@@ -97,6 +102,7 @@ def check_rules(tree):
     assert res[1]["ok"], res[1]
     assert res[1]["value"]["speculative_ddtree_budget"] == 15, "default budget = block - 1"
     assert res[1]["value"]["speculative_num_draft_tokens"] == 16
+    assert res[1]["value"]["speculative_ddtree_chain_batch"] is None, "no chain batch unless asked: always the tree"
     assert res[2]["ok"], f"DDTREE with SGLang's default grammar backend was refused: {res[2]}"
     assert res[2]["value"]["grammar_backend"] == "none", res[2]
     assert res[3]["ok"], f"DDTREE with CUDA graphs was refused: {res[3]}"
@@ -141,3 +147,6 @@ def test_overlay_alone_registers_nothing_without_the_patch(stack_without):
     assert not budget["ok"] and budget["message"].startswith("argparse refused"), budget
     assert "error: unrecognized arguments: --speculative-ddtree-budget 63" in r["stderr_tail"], r["stderr_tail"][-300:]
     assert not default["ok"] and default["message"] == "Unknown speculative algorithm name: DDTREE", default
+    r = probe(tree, "server_rules_many", argvs=[BASE + ["--speculative-ddtree-chain-batch", "8"]])
+    assert not r["value"][0]["ok"], r["value"][0]
+    assert "error: unrecognized arguments: --speculative-ddtree-chain-batch 8" in r["stderr_tail"], r["stderr_tail"][-300:]

@@ -292,3 +292,59 @@ def test_ddtree_decode_with_the_draft_head_in_the_graph_patched(patched_tree):
         assert e["ok"] and g["ok"], (e if not e["ok"] else g)
         assert g["value"]["steps"] == e["value"]["steps"], f"{cfg}: the replayed draft head's steps differ"
         _check_steps(g["value"]["steps"], cfg)
+
+
+# ----------------------------------------------------------------- --speculative-ddtree-chain-batch
+
+def chain_steps(tree, schedule, **kw):
+    r = probe(tree, "ddtree_chain_steps", prompts=PROMPTS, schedule=schedule, block=5, budget=6, seed=3, **kw)
+    assert r["ok"], f"{r.get('type')}: {r.get('message')}"
+    return r["value"]["steps"]
+
+
+def _check_chain_step(s, block=5):
+    """A chain step: DFlash's verify of the block on the chain path's backend."""
+    assert (s["verify_on"], s["verify_input"], s["draft_token_num"]) == ("chain", "DFlashVerifyInput", block), s
+    assert s["commits_on"] == {"tree": 0, "chain": 1}, "the Mamba commit runs on the chain path's backend"
+    for b, P in enumerate(s["seq_before"]):
+        assert s["verify_slots"][b * block: (b + 1) * block] == s["req_to_token"][b][P: P + block]
+        assert s["positions"][b * block: (b + 1) * block] == list(range(P, P + block))
+
+
+def test_chain_steps_are_dflash_steps_patched(patched_tree):
+    """From the chain batch size up (here 1 and 3, the batch's 3 requests), a
+    DDTREE step is DFLASH's own step: the same drafted chain, positions,
+    acceptance and committed tokens as DFlashWorkerV2 on the same drafter and
+    target, verified and committed on the chain path's backend, with no host read."""
+    dflash = dflash_chain(patched_tree)["steps"]
+    for schedule in ([1, 1], [3, 3]):
+        steps = chain_steps(patched_tree, schedule)
+        for s, d in zip(steps, dflash):
+            _check_chain_step(s)
+            assert s["syncs"] == [], s["syncs"]
+            assert (s["draft_token"], s["positions"], s["seq_before"], s["applied"], s["outputs_after"]) == \
+                (d["draft_token"], d["positions"], d["seq_before"], d["applied"], d["outputs_after"]), \
+                f"chain batch {schedule[0]}: the chain step differs from DFLASH's"
+
+
+def test_chain_and_tree_steps_alternate_losslessly_patched(patched_tree):
+    """A batch below the chain batch size (4 > 3 requests) or no chain batch
+    verifies the tree on the tree path's backend; the worker switches paths
+    between steps either way and the output stays plain greedy decoding. With
+    the draft head in the draft graph, a chain step reads the head's top-1 chain."""
+    schedule = [None, 1, 4, 3, None, 2]
+    for kw in ({}, {"draft_graph_padding": 2}, {"overlap": True}):
+        steps = chain_steps(patched_tree, schedule, **kw)
+        for s in steps:
+            if s["chain_batch"] is not None and s["chain_batch"] <= len(PROMPTS):
+                _check_chain_step(s)
+            else:
+                assert (s["verify_on"], s["verify_input"], s["draft_token_num"]) == ("tree", "DDTreeVerifyInput", 7), s
+                assert s["commits_on"] == {"tree": 1, "chain": 0}
+            assert s["syncs"] == [], s["syncs"]
+        for b, prompt in enumerate(PROMPTS):
+            out = steps[-1]["outputs_after"][b]
+            assert len(out) > len(schedule) and out == st.greedy_reference(prompt, len(out)), (kw, b)
+    eager, graphed = chain_steps(patched_tree, [1, 1]), chain_steps(patched_tree, [1, 1], draft_graph_padding=2)
+    assert [s["draft_token"] for s in graphed] == [s["draft_token"] for s in eager], \
+        "the draft head's top-1 chain must be DFlash's greedy chain"

@@ -30,6 +30,13 @@ runs them:
    verification (the hybrid linear-attention backend derives per-node parents
    from the LCRS arrays only when it is > 1); DDTree's branching is not bounded by it.
 
+``--speculative-ddtree-chain-batch K`` (``step_verify``): a decode step of K
+requests or more verifies DFlash's chain (the drafter's greedy block, block
+size tokens a request, DFlash's own verify and acceptance) instead of the tree;
+the worker keeps a second target attention backend and set of verify CUDA
+graphs for it, built as DFLASH's. Where the tree's extra acceptance cannot pay
+for its verify (larger batches), the step costs what a DFLASH step costs.
+
 The drafter keeps DFlash's width: ``get_num_tokens_per_req_for_target_verify``
 gives the draft worker the block size (its CUDA graphs, its warm-up), the target
 ``budget + 1``. The target's verify graphs are captured with EAGLE's tree-verify
@@ -39,8 +46,9 @@ input (``ddtree_worker.graph_capture_verify_input``, called from
 
 from __future__ import annotations
 
+import enum
 import logging
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Optional
 
 from sglang.srt.speculative.ddtree_tree import TREE_MODE_TOPK
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
@@ -58,6 +66,21 @@ SUPPORTED_ATTENTION_BACKENDS = ("flashinfer", "triton")
 DEFAULT_GRAMMAR_BACKEND = "xgrammar"
 # Above this many verify tokens the hybrid tree conv kernel's JIT compile takes minutes.
 HYBRID_TREE_COMPILE_WARN_TOKENS = 64
+
+
+class StepVerify(enum.Enum):
+    """What one DDTREE decode step verifies."""
+
+    TREE = "tree"  # the best-first tree of budget nodes (budget + 1 tokens a request)
+    CHAIN = "chain"  # DFlash's greedy chain (block size tokens a request)
+
+
+def step_verify(batch_size: int, chain_batch: Optional[int]) -> StepVerify:
+    """The rule of ``--speculative-ddtree-chain-batch``: the chain from
+    ``chain_batch`` requests up, the tree below it (always the tree when unset)."""
+    if chain_batch is not None and int(batch_size) >= int(chain_batch):
+        return StepVerify.CHAIN
+    return StepVerify.TREE
 
 
 class DDTreeSpecAlgo(CustomSpecAlgo):
@@ -131,6 +154,14 @@ def validate_ddtree_server_args(args: "ServerArgs") -> None:
         raise ValueError(
             f"--speculative-ddtree-budget must be >= 1 (tree nodes, root not counted), "
             f"got {budget}. Set it to e.g. 15 (DFlash's block of 16 minus the root) or more."
+        )
+    chain_batch = getattr(args, "speculative_ddtree_chain_batch", None)
+    if chain_batch is not None and int(chain_batch) < 1:
+        raise ValueError(
+            f"--speculative-ddtree-chain-batch must be >= 1 (the batch size from which a step "
+            f"verifies DFlash's chain), got {chain_batch}. Set it to the batch size where DFLASH "
+            "overtakes DDTREE (python tools/gpu/spec_value.py chain-batch REPORT tells it from a "
+            "measured run), or leave it out to verify the tree at every batch size."
         )
     if args.grammar_backend in (None, DEFAULT_GRAMMAR_BACKEND):
         # SGLang's default (None, resolved to xgrammar by _handle_grammar_backend):
@@ -270,6 +301,14 @@ def finish_ddtree_server_args(args: "ServerArgs") -> None:
         budget,
         budget + 1,
     )
+    chain_batch = getattr(args, "speculative_ddtree_chain_batch", None)
+    if chain_batch is not None:
+        logger.info(
+            "DDTREE: from %d requests a step up, DFlash's chain of %d tokens per request is "
+            "verified instead of the tree (--speculative-ddtree-chain-batch).",
+            int(chain_batch),
+            block_size,
+        )
 
 
 def register(register_decorator: Callable) -> None:

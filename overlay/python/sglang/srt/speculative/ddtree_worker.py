@@ -38,6 +38,14 @@ or the overlap scheduler's reserved bound):
    written into the drafter's KV at positions prefix .. prefix + m
    (DFlash's prefix-valid append).
 
+With ``--speculative-ddtree-chain-batch K``, a step of K requests or more is
+DFlash's own decode step instead (``DFlashWorkerV2.forward_batch_generation``:
+the drafter's greedy chain, block size tokens a request, DFlash's verify,
+acceptance and Mamba commit), on a second target attention backend and set of
+verify CUDA graphs built as DFLASH builds its own (``ChainVerify``); the step
+switches the target's backend and graph runner to the path it verifies
+(``ddtree_algo.step_verify``, from the batch size the host holds).
+
 What is refused at start-up is in ``ddtree_algo.py``.
 """
 
@@ -46,7 +54,7 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
@@ -56,7 +64,8 @@ from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.environ import envs
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-from sglang.srt.runtime_context import get_exec
+from sglang.srt.runtime_context import get_context, get_exec
+from sglang.srt.speculative.ddtree_algo import StepVerify, step_verify
 from sglang.srt.speculative.ddtree_tree import (
     TREE_MODE_TOPK,
     DDTree,
@@ -91,6 +100,13 @@ class DDTreeVerifyInput(EagleVerifyInput):
         return DFlashVerifyInput.prepare_for_verify(self, batch, target_worker)
 
 
+def _free_gpu_bytes(device) -> int:
+    """Free memory of the device (0 on a CPU: nothing to report)."""
+    if torch.device(device).type != "cuda":
+        return 0
+    return int(torch.cuda.mem_get_info(torch.device(device))[0])
+
+
 def shard_logits(hidden: torch.Tensor, weight: torch.Tensor, num_org: int) -> torch.Tensor:
     """The drafted positions' logits [bs, L, num_org] over one vocabulary shard (all
     of it with one TP rank), in the LM head's dtype: ``hidden`` [bs, L, H] through
@@ -116,7 +132,10 @@ class DDTreeDraftHead:
     that runs the drafter eagerly (a batch above the captured sizes) builds the
     same tree on the host's launch (``DDTreeWorker._draft_tree``). The buffers
     hold every field the verify input reads (the ancestor mask and the LCRS
-    arrays too, which the torch builder leaves to later)."""
+    arrays too, which the torch builder leaves to later), and ``out``, the
+    drafted positions' top-1 tokens: the greedy chain a chain step
+    (``--speculative-ddtree-chain-batch``) reads where DFlash reads its own
+    head's ``out``."""
 
     def __init__(self, *, weight, num_org: int, org_vocab_start: int, block_size: int, budget: int, max_bs: int):
         self.weight = weight
@@ -139,17 +158,20 @@ class DDTreeDraftHead:
             next_token=torch.zeros((self.max_bs, N), **i64),
             next_sibling=torch.zeros((self.max_bs, N), **i64),
         )
+        self.out = torch.zeros((self.max_bs * (self.block_size - 1),), **i64)
 
-    def tree_of(self, hidden: torch.Tensor) -> DDTree:
-        """The tree of the drafter's hidden states [bs, block, H] (position 0, the
-        bonus token's, is not drafted), with every verify field filled."""
+    def tree_of(self, hidden: torch.Tensor) -> Tuple[torch.Tensor, DDTree]:
+        """The greedy chain [bs, L] (each drafted position's top-1 token) and the
+        tree of the drafter's hidden states [bs, block, H] (position 0, the bonus
+        token's, is not drafted), with every verify field filled."""
         ids, lps = local_topk_logprobs(hidden[:, 1:, :], self.weight, self.num_org, self.budget)
-        tree = build_ddtree(ids + self.org_vocab_start, lps, self.budget)
+        ids = ids + self.org_vocab_start
+        tree = build_ddtree(ids, lps, self.budget)
         if tree.ancestor is None:
             tree.ancestor = ancestor_mask(tree)
         if tree.next_token is None or tree.next_sibling is None:
             _, tree.next_token, tree.next_sibling = tree_verify_arrays(tree)
-        return tree
+        return ids[:, :, 0], tree
 
     def __call__(self, hidden_states: torch.Tensor, input_ids=None) -> None:
         """The capture-tail hook: hidden_states [bs * block, H] of a captured batch size."""
@@ -160,9 +182,10 @@ class DDTreeDraftHead:
                 f"{self.max_bs} (sglang/srt/speculative/ddtree_worker.py). Start with "
                 "SGLANG_DFLASH_EAGER_DRAFT_SAMPLER=1 (the tree built eagerly) and report this."
             )
-        tree = self.tree_of(hidden_states.view(bs, self.block_size, -1))
+        chain, tree = self.tree_of(hidden_states.view(bs, self.block_size, -1))
         for name, buf in self.buffers.items():
             buf[:bs].copy_(getattr(tree, name))
+        self.out[: chain.numel()].copy_(chain.reshape(-1))
 
     def replayed(self, bs: int) -> DDTree:
         """The tree the last replay of a draft graph of batch >= bs computed, for its first bs requests."""
@@ -270,6 +293,60 @@ def _as_dflash_drafter(server_args, block_size: int):
         _override(server_args, "ddtree.target", **saved)
 
 
+@contextmanager
+def _as_dflash_target(server_args, block_size: int):
+    """The target's verify as DFLASH configures it (verify width = the block,
+    topk 1), for building the chain steps' attention backend and graphs: the
+    backends read these values at construction, from the server arguments (the
+    hybrid linear-attention backend's tree mode) and from the runtime's spec bag
+    (triton's verify width); both come back after."""
+    fields = dict(speculative_num_draft_tokens=int(block_size), speculative_eagle_topk=1)
+    with _as_dflash_drafter(server_args, block_size):
+        context = get_context()
+        saved = {k: getattr(context.config_bag("spec"), k) for k in fields}
+        context.override("ddtree.chain_verify", **fields)
+        try:
+            yield
+        finally:
+            context.override("ddtree.tree_verify", **saved)
+
+
+@dataclass(frozen=True)
+class VerifyPath:
+    """The target's attention backend and decode graph runner for one kind of
+    step (``StepVerify``); the graph runner is None without CUDA graphs."""
+
+    attn_backend: Any
+    graph_runner: Any
+
+
+def build_chain_verify(model_runner, block_size: int) -> VerifyPath:
+    """The chain steps' verify path on the target: a new attention backend and,
+    when the target has decode CUDA graphs, a second ``DecodeCudaGraphRunner``
+    marked ``verifies_chain`` (its ``get_spec_info`` takes DFlash's branch: the
+    chain input at the block's width), as upstream's adaptive EAGLE builds one
+    per step count (eagle_worker_v2.build_adaptive_runtime_state)."""
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+
+    saved_workspace = getattr(model_runner, "init_new_workspace", False)
+    with _as_dflash_target(model_runner.server_args, block_size):
+        try:
+            backend = model_runner._get_attention_backend(init_new_workspace=True)
+        finally:
+            model_runner.init_new_workspace = saved_workspace
+        runner = None
+        if model_runner.decode_cuda_graph_runner is not None:
+            runner = DecodeCudaGraphRunner.__new__(DecodeCudaGraphRunner)
+            runner.verifies_chain = True  # read during capture, which __init__ runs
+            runner.__init__(
+                model_runner,
+                attn_backend=backend,
+                speculative_num_steps=1,
+                speculative_num_draft_tokens=int(block_size),
+            )
+    return VerifyPath(attn_backend=backend, graph_runner=runner)
+
+
 class DDTreeWorker(DFlashWorkerV2):
     """DDTree speculative decoding worker (spec-v2; overlap or not; tp >= 1, pp = 1, page size 1)."""
 
@@ -289,6 +366,9 @@ class DDTreeWorker(DFlashWorkerV2):
         self.budget = int(server_args.speculative_ddtree_budget)
         self.num_verify_tokens = self.budget + 1
         self.num_draft_positions = int(self.block_size) - 1
+        chain_batch = getattr(server_args, "speculative_ddtree_chain_batch", None)
+        self.chain_batch: Optional[int] = None if chain_batch is None else int(chain_batch)
+        self._verify_paths: Dict[StepVerify, VerifyPath] = {}
         if self.num_verify_tokens != int(server_args.speculative_num_draft_tokens):
             raise RuntimeError(
                 f"DDTREE: speculative_num_draft_tokens is {server_args.speculative_num_draft_tokens}, "
@@ -303,6 +383,34 @@ class DDTreeWorker(DFlashWorkerV2):
                 self.budget,
                 self.num_verify_tokens,
             )
+
+    def init_cuda_graphs(self):
+        """DFlash's (the drafter's graphs, the draft head); then, with
+        ``--speculative-ddtree-chain-batch``, the chain steps' verify path beside
+        the tree's (the target's own backend and graphs, captured before this)."""
+        super().init_cuda_graphs()
+        if self.chain_batch is None:
+            return
+        mr = self.target_worker.model_runner
+        self._verify_paths[StepVerify.TREE] = VerifyPath(mr.attn_backend, mr.decode_cuda_graph_runner)
+        free_before = _free_gpu_bytes(self.device)
+        self._verify_paths[StepVerify.CHAIN] = build_chain_verify(mr, int(self.block_size))
+        if self.ps.tp_rank == 0:
+            logger.info(
+                "DDTREE chain verify path built (steps of %d requests or more; %s; %.2f GiB).",
+                self.chain_batch,
+                "CUDA graphs" if self._verify_paths[StepVerify.CHAIN].graph_runner is not None else "eager",
+                (free_before - _free_gpu_bytes(self.device)) / 2**30,
+            )
+
+    def _use_verify_path(self, kind: StepVerify) -> None:
+        """Point the target at the backend and graphs of the step's verify."""
+        path = self._verify_paths.get(kind)
+        if path is None:
+            return
+        mr = self.target_worker.model_runner
+        mr.attn_backend = path.attn_backend
+        mr.decode_cuda_graph_runner = path.graph_runner
 
     def _maybe_build_draft_sampler(self):
         """DFlash folds its greedy draft head into the draft CUDA graph; DDTREE folds
@@ -429,6 +537,12 @@ class DDTreeWorker(DFlashWorkerV2):
                 "--grammar-backend none and the scheduler refuses grammar requests."
             )
         self._validate_phase1_sampling_support(batch)
+
+        kind = step_verify(batch.batch_size(), self.chain_batch)
+        self._use_verify_path(kind)
+        if kind is StepVerify.CHAIN:
+            # DFlash's own decode step (draft, greedy chain, verify, accept, commit).
+            return super().forward_batch_generation(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
 
         # --- 1) DFlash's draft forward, 2) the tree.
         draft = self._run_draft_block(batch, draft_input)
