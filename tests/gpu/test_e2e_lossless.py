@@ -63,8 +63,12 @@ def test_run_plan():
     # DDTREE on both models, CUDA graphs off and on, each expected to start, serve and be compared
     ddtree = {r["id"]: r for r in runs if r["spec"] == "DDTREE"}
     # with the overlap scheduler (SGLang's default), and the graphs runs without it too
+    # and with --speculative-ddtree-chain-batch 2 (graphs, overlap): the tree for single requests, the chain for the batch
     assert set(ddtree) == {f"{m}.patched.ddtree.{g}" for m in ("dense", "hybrid") for g in ("eager", "graphs")} | \
-        {f"{m}.patched.ddtree.graphs.no-overlap" for m in ("dense", "hybrid")}
+        {f"{m}.patched.ddtree.graphs.no-overlap" for m in ("dense", "hybrid")} | \
+        {f"{m}.patched.ddtree.graphs.chain2" for m in ("dense", "hybrid")}
+    assert all((r["chain"] == 2) == r["id"].endswith(".chain2") and (r["chain"] is None or r["graphs"] and r["overlap"])
+               for r in runs)
     assert [r["overlap"] for r in runs if not r["id"].endswith(".no-overlap")] == \
         [True] * (len(runs) - 2), "every other run keeps SGLang's default, the overlap scheduler"
     assert all(r["expect"] == "ok" and r["refusal"] is None for r in ddtree.values()), ddtree
@@ -81,6 +85,9 @@ def test_flags():
     assert "--disable-overlap-schedule" not in f, "DDTREE runs with the overlap scheduler"
     o = e2e_lossless_runs.lossless_flags(dict(run, overlap=False), models, "float32")
     assert "--disable-overlap-schedule" in o
+    assert "--speculative-ddtree-chain-batch" not in f
+    c = e2e_lossless_runs.lossless_flags(dict(run, chain=2), models, "float32")
+    assert c[c.index("--speculative-ddtree-chain-batch") + 1] == "2"
     d = e2e_lossless_runs.lossless_flags({"model": "dense", "spec": "DDTREE", "graphs": True}, models, "bfloat16")
     assert d[d.index("--cuda-graph-bs") + 1:d.index("--cuda-graph-bs") + 4] == ["1", "4", "32"]
     assert "--disable-cuda-graph" not in d and "--mm-attention-backend" not in d

@@ -54,6 +54,28 @@ def test_eager_tree_configurations():
     with pytest.raises(ValueError, match="unknown configuration 'DFLASH-eager'"):
         bench.parse_configs("DFLASH-eager")
 
+def test_chain_configurations():
+    """DDTREE-<budget>-chain<K>: DDTREE's flags plus --speculative-ddtree-chain-batch K; with -eager
+    and /overlap in that order; set against the DFLASH of its scheduling like any DDTREE."""
+    ch, both = bench.parse_configs("DDTREE-63-chain16,DDTREE-32-eager-chain4/overlap")
+    assert (ch.algorithm, ch.budget, ch.chain_batch, ch.eager_tree, ch.overlap) == ("DDTREE", 63, 16, False, False)
+    assert bench.spec_flags(ch, "D") == ["--disable-overlap-schedule", "--speculative-algorithm", "DDTREE",
+                                         "--speculative-draft-model-path", "D", "--speculative-ddtree-budget", "63",
+                                         "--speculative-ddtree-chain-batch", "16"]
+    assert (both.budget, both.chain_batch, both.eager_tree, both.overlap) == (32, 4, True, True)
+    assert both.env == {"SGLANG_DFLASH_EAGER_DRAFT_SAMPLER": "1"}
+    assert bench.split_name(both.name) == ("DDTREE-32-eager-chain4", True)
+    assert bench.parse_configs("DDTREE-16")[0].chain_batch is None
+    for bad in ("DDTREE-16-chain0", "DDTREE-16-chain", "DDTREE-chain4", "DFLASH-chain4", "DDTREE-16-chain4-eager",
+                "DDTREE-016", "AR-chain2"):
+        with pytest.raises(ValueError, match=f"unknown configuration '{bad}'"):
+            bench.parse_configs(bad)
+    rows = [{"config": c, "batch": 16, "tokens_per_s": t, "step_ms": s}
+            for c, t, s in [("DFLASH/overlap", 100.0, 12.0), ("DDTREE-63-chain16/overlap", 99.0, 12.1)]]
+    m = {r["config"]: r for r in bench.ratios(rows)}
+    assert m["DDTREE-63-chain16/overlap"]["vs_dflash"] == 0.99
+
+
 def test_ratios_and_projection_within_one_scheduling():
     """DDTREE/overlap is set against DFLASH/overlap and AR/overlap, never against the synchronous runs."""
     rows = [{"config": c, "batch": 1, "tokens_per_s": t, "step_ms": s}

@@ -6,11 +6,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.by_path import load
-from tests.gpu.spec_script import GPU, pair, spec_value
+from tests.gpu.spec_script import GPU, bench, pair, spec_value
 
 SCRIPT = GPU / "spec_value.py"
 
@@ -241,3 +242,34 @@ def test_merge_refuses_other_servers_or_drafters(tmp_path):
     assert r.returncode == 2 and "nothing" in r.stderr and "not a report" in r.stderr, r.stderr
     r = cli("merge", a, "--out", tmp_path / "m")
     assert r.returncode == 2 and "two reports or more" in r.stderr
+
+
+RECORDS = Path(__file__).resolve().parents[1] / "data" / "gpu_results" / "2026-12-04"
+
+
+def test_chain_batch_from_a_report(tmp_path):
+    """chain-batch: the smallest measured batch from which DFLASH is at least as fast at every
+    measured batch above. On the trained pair's merged record of 2026-12-04 (tokens/s read off
+    the record: DDTREE-63/overlap beats DFLASH/overlap at batch 4 only, 1581.1 against 1380.7,
+    and loses at 16 and 32): 16; DDTREE-16/overlap loses everywhere: 1 (always the chain)."""
+    merged = RECORDS / "pair-merged"
+    r = cli("chain-batch", merged, "--config", "DDTREE-63/overlap", "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    assert (v["chain_batch"], v["chain_config"], v["dflash"]) == (16, "DDTREE-63-chain16/overlap", "DFLASH/overlap")
+    assert [(b["batch"], b["tree_tokens_per_s"], b["dflash_tokens_per_s"]) for b in v["batches"]] == \
+        [(1, 435.09, 457.22), (4, 1581.065, 1380.71), (16, 3405.48, 3823.905), (32, 4309.48, 6002.525)]
+    r = cli("chain-batch", merged, "--config", "DDTREE-16/overlap")
+    assert r.returncode == 0 and "--speculative-ddtree-chain-batch 1 (measure it as DDTREE-16-chain1/overlap)" in r.stdout
+    assert "batch 4: DDTREE-16/overlap 1296.2 tokens/s, DFLASH/overlap 1380.7: chain" in r.stdout, r.stdout
+    # the tree faster at the largest batch: no chain batch
+    rows = [{"config": c, "batch": b, "tokens_per_s": t} for c, b, t in
+            [("DFLASH", 1, 100.0), ("DDTREE-32", 1, 90.0), ("DFLASH", 8, 400.0), ("DDTREE-32", 8, 410.0)]]
+    assert bench.chain_batch(rows, "DDTREE-32").chain_batch is None
+    assert bench.chain_batch(rows[:2], "DDTREE-32").chain_batch == 1
+    for bad, what in [("DDTREE-63-chain8/overlap", "without a chain batch"), ("DFLASH", "not a DDTREE"),
+                      ("DDTREE-8/overlap", "no batch with tokens/s of both DDTREE-8/overlap and DFLASH/overlap")]:
+        r = cli("chain-batch", merged, "--config", bad)
+        assert r.returncode == 2 and what in r.stderr, (bad, r.stderr)
+    r = cli("chain-batch", tmp_path / "none", "--config", "DDTREE-63/overlap")
+    assert r.returncode == 2 and "not a report" in r.stderr

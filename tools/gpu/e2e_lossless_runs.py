@@ -26,12 +26,12 @@ def lossless_runs():
     each (model, tree) is its non-speculative eager run."""
     R = []
 
-    def add(model, tree, spec, graphs, refusal=None, overlap=True):
+    def add(model, tree, spec, graphs, refusal=None, overlap=True, chain=None):
         # SGLang's overlap scheduler is on by default; a run without it says so in its id
         R.append({"id": f"{model}.{tree}.{(spec or 'base').lower()}.{'graphs' if graphs else 'eager'}"
-                        + ("" if overlap else ".no-overlap"),
+                        + ("" if overlap else ".no-overlap") + ("" if chain is None else f".chain{chain}"),
                   "model": model, "tree": tree, "spec": spec, "graphs": graphs, "overlap": overlap,
-                  "expect": "refused" if refusal else "ok", "refusal": refusal})
+                  "expect": "refused" if refusal else "ok", "refusal": refusal, "chain": chain})
     for model, specs in (("dense", (None, "DFLASH")), ("hybrid", (None, "DFLASH", "DDTREE"))):
         for spec in specs:
             add(model, "patched", spec, False)
@@ -42,6 +42,10 @@ def lossless_runs():
     # the same worker driven synchronously (--disable-overlap-schedule)
     add("hybrid", "patched", "DDTREE", True, overlap=False)
     add("dense", "patched", "DDTREE", True, overlap=False)
+    # --speculative-ddtree-chain-batch 2: single requests verify the tree, the batch DFlash's chain
+    # (its own backend and verify graphs), the worker switching between them as the batch fills and drains
+    add("hybrid", "patched", "DDTREE", True, chain=2)
+    add("dense", "patched", "DDTREE", True, chain=2)
     add("dense", "patched", "DFLASH", True)
     add("hybrid", "patched", "DFLASH", True)
     for model in ("dense", "hybrid"):
@@ -56,7 +60,7 @@ def lossless_runs():
 
 # greedy sampling is an argmax in either backend; the pytorch one needs no JIT compilation (flashinfer's
 # sampling kernels are compiled on first use when the bundle carries no cubins)
-PLAN_KEYS = ("id", "model", "tree", "spec", "graphs", "overlap", "expect", "refusal")
+PLAN_KEYS = ("id", "model", "tree", "spec", "graphs", "overlap", "chain", "expect", "refusal")
 LOSSLESS_COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--disable-piecewise-cuda-graph",
                    "--sampling-backend", "pytorch",
                    "--log-level", "info", "--random-seed", "0", "--mem-fraction-static", "0.25",
@@ -70,6 +74,8 @@ def lossless_flags(run, models, dtype):
         f += ["--mm-attention-backend", "triton_attn", "--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer"]
     if run["spec"]:
         f += ["--speculative-algorithm", run["spec"], "--speculative-draft-model-path", str(models[run["model"] + "-draft"])]
+    if run.get("chain") is not None:
+        f += ["--speculative-ddtree-chain-batch", str(run["chain"])]
     if not run.get("overlap", True):
         f += ["--disable-overlap-schedule"]
     return f

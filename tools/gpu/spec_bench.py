@@ -22,6 +22,7 @@ server flags, measured how, summarised how, and the projection for another card.
 
 Everything but `closed_loop` is pure (tests/gpu/test_spec_bench.py)."""
 import json
+import re
 import statistics
 import threading
 import time
@@ -52,15 +53,22 @@ OVERLAP = "/overlap"          # the name's suffix of a configuration run with th
 # folded into the draft CUDA graphs: SGLANG_DFLASH_EAGER_DRAFT_SAMPLER=1), the in-graph head's baseline
 EAGER_TREE = "-eager"
 EAGER_TREE_ENV = {"SGLANG_DFLASH_EAGER_DRAFT_SAMPLER": "1"}
+# DDTREE-<budget>-chain<K>: with --speculative-ddtree-chain-batch K (steps of K requests or more verify
+# DFlash's chain, smaller ones the tree)
+CHAIN = "-chain"
+# a configuration's name: the algorithm, DDTREE's budget, its variants, the scheduling
+NAME = re.compile(r"^(?:AR|DFLASH|DDTREE-(?P<budget>[1-9][0-9]*)(?P<eager>-eager)?(?:-chain(?P<chain>[1-9][0-9]*))?)"
+                  r"(?P<overlap>/overlap)?$")
 
 
 @dataclass(frozen=True)
 class Config:
-    name: str                     # "AR", "DFLASH", "DDTREE-16", "DDTREE-16/overlap", "DDTREE-16-eager/overlap"
+    name: str                     # "AR", "DFLASH", "DDTREE-16", "DDTREE-16/overlap", "DDTREE-63-chain16/overlap"
     algorithm: Optional[str]      # None, "DFLASH", "DDTREE"
     budget: Optional[int] = None
     overlap: bool = False         # SGLang's overlap scheduler (off: --disable-overlap-schedule)
     eager_tree: bool = False      # DDTREE: the tree built outside the draft CUDA graph
+    chain_batch: Optional[int] = None  # DDTREE: --speculative-ddtree-chain-batch
 
     @property
     def speculative(self):
@@ -92,25 +100,25 @@ def configs(budgets=BUDGETS, algorithms=("AR", "DFLASH", "DDTREE"), overlap=Fals
     return out
 
 
-def eager_tree_configs(budgets=BUDGETS, overlap=False):
-    """DDTREE with its tree built eagerly (``EAGER_TREE``), one per budget."""
-    return [Config(_named(f"DDTREE-{b}{EAGER_TREE}", overlap), "DDTREE", b, overlap=overlap, eager_tree=True)
-            for b in budgets]
+def parse_config(name):
+    """'DDTREE-63-chain16/overlap' -> its Config (ValueError naming the name when it is not one)."""
+    m = NAME.match(name)
+    if m is None:
+        raise ValueError(f"unknown configuration {name!r}: AR, DFLASH, DDTREE-<budget>, "
+                         f"DDTREE-<budget>{EAGER_TREE} (its tree built outside the draft graph) or "
+                         f"DDTREE-<budget>[{EAGER_TREE}]{CHAIN}<batch> (DFlash's chain verified from that "
+                         f"batch size up), each optionally with {OVERLAP} (the overlap scheduler on)")
+    overlap = m["overlap"] is not None
+    if m["budget"] is None:
+        base = split_name(name)[0]
+        return Config(name, None if base == "AR" else base, overlap=overlap)
+    return Config(name, "DDTREE", int(m["budget"]), overlap=overlap, eager_tree=m["eager"] is not None,
+                  chain_batch=None if m["chain"] is None else int(m["chain"]))
 
 
-def parse_configs(text, budgets=BUDGETS):
+def parse_configs(text):
     """'AR,DFLASH,DDTREE-16/overlap' -> Configs (ValueError naming what is unknown)."""
-    every = tuple(range(1, 256))
-    known = {c.name: c for ov in (False, True)
-             for c in configs(budgets=every, overlap=ov) + eager_tree_configs(budgets=every, overlap=ov)}
-    out = []
-    for name in [x.strip() for x in text.split(",") if x.strip()]:
-        if name not in known:
-            raise ValueError(f"unknown configuration {name!r}: AR, DFLASH, DDTREE-<budget> or "
-                             f"DDTREE-<budget>{EAGER_TREE} (its tree built outside the draft graph), "
-                             f"each optionally with {OVERLAP} (the overlap scheduler on)")
-        out.append(known[name])
-    return out
+    return [parse_config(x.strip()) for x in text.split(",") if x.strip()]
 
 
 def spec_flags(cfg, draft_path):
@@ -120,6 +128,8 @@ def spec_flags(cfg, draft_path):
         f += ["--speculative-algorithm", cfg.algorithm, "--speculative-draft-model-path", str(draft_path)]
     if cfg.algorithm == "DDTREE":
         f += ["--speculative-ddtree-budget", str(cfg.budget)]
+        if cfg.chain_batch is not None:
+            f += ["--speculative-ddtree-chain-batch", str(cfg.chain_batch)]
     return f
 
 
@@ -241,10 +251,52 @@ def table(rows, title):
 
 
 def _order(name):
-    base, ov = split_name(name)
-    if base in ("AR", "DFLASH"):
-        return (ov, 0 if base == "AR" else 1, 0, False)
-    return (ov, 2, int(base.split("-")[1]), base.endswith(EAGER_TREE))
+    c = parse_config(name)
+    if c.algorithm != "DDTREE":
+        return (c.overlap, 0 if c.algorithm is None else 1, 0, False, 0)
+    return (c.overlap, 2, c.budget, c.eager_tree, c.chain_batch or 0)
+
+
+@dataclass(frozen=True)
+class ChainBatch:
+    """What a measured run says --speculative-ddtree-chain-batch should be for one DDTREE
+    configuration: per measured batch, its tokens/s and DFLASH's (same scheduling), and the
+    smallest measured batch from which DFLASH is at least as fast at every measured batch above
+    (None: the tree is faster at the largest one)."""
+    config: str
+    dflash: str
+    batches: tuple            # ((batch, tree tokens/s, DFLASH tokens/s), ...) ascending
+    chain_batch: Optional[int]
+
+    @property
+    def chain_config(self):
+        """The configuration to measure next: this one with the chain batch (None without one)."""
+        if self.chain_batch is None:
+            return None
+        base, ov = split_name(self.config)
+        return _named(f"{base}{CHAIN}{self.chain_batch}", ov)
+
+
+def chain_batch(rows, config):
+    """The ChainBatch of DDTREE configuration `config` (no chain batch of its own) from a run's
+    summary rows (ValueError naming what is missing)."""
+    c = parse_config(config)
+    if c.algorithm != "DDTREE" or c.chain_batch is not None:
+        raise ValueError(f"{config!r} is not a DDTREE configuration without a chain batch (e.g. DDTREE-63/overlap)")
+    dflash = _named("DFLASH", c.overlap)
+    tps = {(r["config"], r["batch"]): r.get("tokens_per_s") for r in rows}
+    batches = sorted({b for (n, b), v in tps.items() if n == config and v is not None
+                      and tps.get((dflash, b)) is not None})
+    if not batches:
+        have = sorted({n for n, _ in tps})
+        raise ValueError(f"no batch with tokens/s of both {config} and {dflash} in the report (it has {have})")
+    pairs = tuple((b, tps[(config, b)], tps[(dflash, b)]) for b in batches)
+    k = None
+    for b, tree, chain in reversed(pairs):
+        if chain < tree:
+            break
+        k = b
+    return ChainBatch(config, dflash, pairs, k)
 
 
 def projection(step_rows, published=PUBLISHED, batch=1):

@@ -9,6 +9,7 @@
   python3 tools/gpu/spec_value.py run --model pair --stage train|measure ...   # the same in two calls
   python3 tools/gpu/spec_value.py run --model 27b --bundle BUNDLE --out OUT
   python tools/gpu/spec_value.py merge OUT1 OUT2 --out OUT    # separate runs' rows as rounds of one
+  python tools/gpu/spec_value.py chain-batch OUT --config DDTREE-63/overlap   # its chain batch size
 
 `run --model pair`: joins and proves the target's parts, dequantises it (spec_pair), starts the
 AR server, has it answer the training prompts greedily, trains SpecForge's DFlash drafter on
@@ -29,7 +30,11 @@ run's rounds numbered after the previous run's, with the medians and ratios over
 Exit: 0 every configuration measured (--stage train: the drafter trained); 1 a server that did not
 start, a failed training or a measurement with errors (reported); 2 bad input (a missing part, a
 wrong sha256, an unknown configuration, a missing or changed trained drafter for --stage measure;
-for merge, a report that cannot be read or reports of other servers or drafters)."""
+for merge, a report that cannot be read or reports of other servers or drafters; for chain-batch, a
+report without that configuration and DFLASH at a common batch).
+`chain-batch`: the --speculative-ddtree-chain-batch a report's medians give a DDTREE configuration
+(the smallest measured batch from which DFLASH is at least as fast at every measured batch above;
+none when the tree wins at the largest), with the rows it read; `--json` for machines."""
 import argparse
 import json
 import os
@@ -628,6 +633,31 @@ def merge(args):
     return 0
 
 
+def chain_batch(args):
+    f = Path(args.report) / "spec_value.json" if Path(args.report).is_dir() else Path(args.report)
+    try:
+        report = json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"chain-batch: {f}: not a report of spec_value.py run or merge ({e})")
+    choice = bench.chain_batch(report.get("summary") or [], args.config)
+    if args.json:
+        print(json.dumps({"report": str(f), "config": choice.config, "dflash": choice.dflash,
+                          "batches": [{"batch": b, "tree_tokens_per_s": t, "dflash_tokens_per_s": d}
+                                      for b, t, d in choice.batches],
+                          "chain_batch": choice.chain_batch, "chain_config": choice.chain_config}, indent=1))
+        return 0
+    for b, t, d in choice.batches:
+        print(f"batch {b}: {choice.config} {t:.1f} tokens/s, {choice.dflash} {d:.1f}: "
+              f"{'chain' if b >= (choice.chain_batch or float('inf')) else 'tree'}")
+    if choice.chain_batch is None:
+        print(f"{choice.config}: the tree is faster at the largest measured batch: no chain batch "
+              "(leave --speculative-ddtree-chain-batch out)")
+    else:
+        print(f"{choice.config}: --speculative-ddtree-chain-batch {choice.chain_batch} "
+              f"(measure it as {choice.chain_config})")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -666,12 +696,18 @@ def main(argv=None):
     m = sub.add_parser("merge", help="reports of separate runs as rounds of one (medians, ratios)")
     m.add_argument("reports", nargs="+", help="the --out folders (or spec_value.json files) of the runs")
     m.add_argument("--out", required=True)
+    c = sub.add_parser("chain-batch", help="the --speculative-ddtree-chain-batch a report gives a DDTREE configuration")
+    c.add_argument("report", help="the --out folder (or spec_value.json) of run or merge")
+    c.add_argument("--config", required=True, help="a DDTREE configuration of the report, e.g. DDTREE-63/overlap")
+    c.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "prepare":
             return prepare(args)
         if args.cmd == "merge":
             return merge(args)
+        if args.cmd == "chain-batch":
+            return chain_batch(args)
         with GROUPS.tied():       # SIGINT, SIGTERM and any exit end every server and helper it started
             return run(args)
     except (pair.PairError, ValueError) as e:
