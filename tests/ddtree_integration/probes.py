@@ -300,10 +300,10 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
         _draft_greedy_best_rank_buf=None, _draft_greedy_rank_index_buf=None,
         _draft_greedy_selected_ids_buf=None, _draft_greedy_index_cap=0,
     )
-    if cls_name == "DDTreeWorker":
-        attrs.update(budget=N - 1, num_verify_tokens=N, num_draft_positions=block - 1)
     for k, v in attrs.items():
         object.__setattr__(w, k, v)
+    if cls_name == "DDTreeWorker":  # the worker's own DDTREE state, as its __init__ sets it
+        w._init_ddtree(SimpleNamespace(speculative_ddtree_budget=N - 1, speculative_num_draft_tokens=N))
     info_v2 = loader.load(f"{SPEC}.dflash_info_v2")
     common = loader.load(f"{SPEC}.draft_worker_common")
     batch.spec_info = common.make_draft_input_v2(
