@@ -93,26 +93,52 @@ def test_ratios_and_projection_within_one_scheduling():
     assert md.index("| 1 | DDTREE-16 |") < md.index("| 1 | AR/overlap |") < md.index("| 1 | DDTREE-16/overlap |")
 
 
-def meta(n, verify, tput, lat):
-    return {"completion_tokens": n, "spec_verify_ct": verify, "decode_throughput": tput, "e2e_latency": lat}
+def meta(n, verify, decode_s, lat, ttft_s=0.01, t0=1_780_000_000.0):
+    """A response's meta_info as v0.5.17 fills it with --enable-metrics: the tokenizer's
+    request_received_ts / request_finished_ts, the scheduler's prefill_finished_time (realtime s)."""
+    m = {"completion_tokens": n, "spec_verify_ct": verify, "e2e_latency": lat}
+    if decode_s is not None:
+        m.update(request_received_ts=t0, prefill_finished_time=t0 + ttft_s,
+                 request_finished_ts=t0 + ttft_s + decode_s)
+    return m
 
 
 def test_one_measurement():
     dd = bench.parse_configs("DDTREE-16")[0]
-    # request 1: 101 tokens in 40 verify steps, 100 tokens after the first in 0.2 s -> 5 ms a step
-    # request 2: 51 tokens, 20 steps, 50 tokens in 0.08 s -> 4 ms a step; one too short to count
-    run = {"wall_s": 0.5, "errors": [], "requests": [meta(101, 40, 500.0, 0.25), meta(51, 20, 625.0, 0.1),
-                                                      meta(1, 1, None, 0.01)]}
+    # request 1: 101 tokens in 40 verify steps, 0.2 s from its prefill's end to its finish -> 5 ms a step
+    # request 2: 51 tokens, 20 steps, 0.08 s -> 4 ms a step; one too short to count
+    run = {"wall_s": 0.5, "errors": [], "requests": [meta(101, 40, 0.2, 0.25, ttft_s=0.03),
+                                                      meta(51, 20, 0.08, 0.1, ttft_s=0.02), meta(1, 1, None, 0.01)]}
     r = bench.summarise(dd, 4, run)
     assert r["completion_tokens"] == 153 and r["tokens_per_s"] == 306.0
     assert r["accept_length"] == round(153 / 61, 4) and r["verify_steps"] == 61
     assert r["step_ms"] == 4.5 and r["step_ms_requests"] == 2          # median of 5 and 4
+    assert r["ttft_ms"] == 25.0                                         # median of 30 and 20
     ar = bench.parse_configs("AR")[0]
     # AR: 101 tokens = 100 decode steps in 0.2 s -> 2 ms
-    r = bench.summarise(ar, 1, {"wall_s": 0.25, "errors": [], "requests": [meta(101, 0, 500.0, 0.25)]})
+    r = bench.summarise(ar, 1, {"wall_s": 0.25, "errors": [], "requests": [meta(101, 0, 0.2, 0.25)]})
     assert r["accept_length"] == 1.0 and r["step_ms"] == 2.0 and r["tokens_per_s"] == 404.0
-    # without --enable-metrics there is no decode time: no step figure, said so
-    assert bench.step_ms(meta(101, 40, None, 0.3), True) == (None, "no decode_throughput (server without --enable-metrics)")
+    # without --enable-metrics there are no timestamps: no step figure, said so
+    assert bench.step_ms(meta(101, 40, None, 0.3), True) == (
+        None, "no prefill_finished_time / request_finished_ts (server without --enable-metrics)")
+
+
+def test_the_step_is_not_meta_infos_decode_throughput():
+    """decode_throughput's window starts at the first output the tokenizer gets (token 50 of a
+    non-streaming request, or its finish): a request that finished 0.3 s after its prefill in 100
+    steps took 3 ms a step whatever decode_throughput says."""
+    req = {**meta(151, 100, 0.3, 0.32), "decode_throughput": 150 / 0.1}
+    step, source = bench.step_ms(req, True)
+    assert step == pytest.approx(3.0, abs=1e-4) and source == "prefill_finished_time to request_finished_ts"
+
+
+def test_the_timestamps_are_the_pins_meta_info(pristine_tree):
+    """The keys step_ms reads are the ones the pin's tokenizer manager and scheduler write, and the
+    pin holds a non-streaming request's output to multiples of 50 tokens."""
+    obs = (pristine_tree / "sglang/srt/observability/req_time_stats.py").read_text()
+    for key in ("request_received_ts", "request_finished_ts", "prefill_finished_time"):
+        assert f'"{key}"' in obs, key
+    assert "SGLANG_FORCE_STREAM_INTERVAL = EnvInt(50)" in (pristine_tree / "sglang/srt/environ.py").read_text()
 
 
 def test_medians_and_ratios():

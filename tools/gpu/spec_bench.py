@@ -8,13 +8,19 @@ server flags, measured how, summarised how, and the projection for another card.
   configuration with AR and DFLASH of the same scheduling.
 - A measurement (`closed_loop`): `concurrency` client threads, each sending the next prompt when
   its last one is answered, so the server holds that many requests; per request SGLang's own
-  meta_info (completion_tokens, spec_verify_ct, e2e_latency, and decode_throughput with
-  --enable-metrics).
+  meta_info (completion_tokens, spec_verify_ct, e2e_latency, and with --enable-metrics the
+  scheduler's prefill_finished_time and the tokenizer's request_received_ts / request_finished_ts).
 - Its figures (`summarise`): committed tokens/s = completion tokens / the loop's wall time;
   acceptance length = completion tokens / verify steps (SGLang's spec_verify_ct, summed:
   e2e_lossless.acceptance; AR commits one token a step); per-step time = each request's decode
-  time (from its first token to its last: (completion_tokens - 1) / decode_throughput) over its
-  decode steps (spec_verify_ct, or completion_tokens - 1 for AR), the median over requests.
+  time (from the end of its prefill, when the scheduler has its first token, to its finish) over its
+  decode steps (spec_verify_ct, or completion_tokens - 1 for AR), the median over requests; the
+  time to the first token (request received to prefill finished), the median over requests.
+  Not meta_info's decode_throughput: it counts from the first output the tokenizer receives, and the
+  scheduler sends a non-streaming request's output only when its length is a multiple of 50
+  (SGLANG_FORCE_STREAM_INTERVAL) or it finishes, so its window starts at token 50 for AR and, for a
+  drafter that commits several tokens a step, wherever a step lands on a multiple of 50 (records
+  before 2026-12-04 evening: their step figures are that window's, docs/results/spec-value.md).
 - Repeats: rounds over every (batch, configuration), configurations interleaved within a round
   (drift falls on all alike); `medians` takes each figure's median over the rounds.
 - `projection`: the speed-up over AR that a measured per-step cost ratio gives at published
@@ -37,6 +43,9 @@ HERE = Path(__file__).resolve().parent
 lossless = sibling(HERE, "e2e_lossless")
 
 BATCHES = (1, 4, 16, 32)
+# what closed_loop keeps of a response's meta_info
+META_KEYS = ("completion_tokens", "spec_verify_ct", "spec_num_correct_drafts", "e2e_latency",
+             "prefill_finished_time", "request_received_ts", "request_finished_ts")
 BUDGETS = (8, 16, 32, 63)
 
 # published acceptance lengths (temperature 0) for the projection: the DDTree paper (arXiv 2604.12989,
@@ -142,7 +151,8 @@ def post(url, body, timeout=600):
 def closed_loop(base, prompts, concurrency, sampling):
     """The prompts through `concurrency` client threads (each sends its next prompt when the
     last is answered); {"wall_s", "requests": [{"prompt", "completion_tokens", "spec_verify_ct",
-    "e2e_latency", "decode_throughput", "output_ids"}], "errors"}."""
+    "e2e_latency", "prefill_finished_time", "request_received_ts", "request_finished_ts",
+    "output_ids"}], "errors"}."""
     lock, nxt = threading.Lock(), [0]
     results, errors = [None] * len(prompts), []
 
@@ -157,8 +167,7 @@ def closed_loop(base, prompts, concurrency, sampling):
                 r = post(base + "/generate", {"input_ids": prompts[i], "sampling_params": sampling})
                 m = r.get("meta_info", {})
                 results[i] = {"prompt": i, "output_ids": r.get("output_ids"),
-                              **{k: m.get(k) for k in ("completion_tokens", "spec_verify_ct", "e2e_latency",
-                                                       "decode_throughput", "spec_num_correct_drafts")}}
+                              **{k: m.get(k) for k in META_KEYS}}
             except Exception as e:    # noqa: BLE001 - reported with the figures
                 errors.append(f"prompt {i}: {type(e).__name__}: {e}"[:300])
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
@@ -176,9 +185,18 @@ def step_ms(req, speculative):
     steps = (req.get("spec_verify_ct") or 0) if speculative else n - 1
     if n < 2 or steps < 1:
         return None, "too short"
-    if req.get("decode_throughput"):
-        return (n - 1) / req["decode_throughput"] / steps * 1e3, "decode_throughput"
-    return None, "no decode_throughput (server without --enable-metrics)"
+    start, end = req.get("prefill_finished_time"), req.get("request_finished_ts")
+    if not (start and end):
+        return None, "no prefill_finished_time / request_finished_ts (server without --enable-metrics)"
+    if end <= start:
+        return None, "finished before its prefill's end: the clocks disagree"
+    return (end - start) / steps * 1e3, "prefill_finished_time to request_finished_ts"
+
+
+def ttft_ms(req):
+    """One request's time to its first token (ms): received to prefill finished, or None."""
+    start, end = req.get("request_received_ts"), req.get("prefill_finished_time")
+    return (end - start) * 1e3 if start and end and end >= start else None
 
 
 def summarise(cfg, batch, run):
@@ -186,6 +204,7 @@ def summarise(cfg, batch, run):
     reqs = run["requests"]
     toks = sum(r.get("completion_tokens") or 0 for r in reqs)
     steps = [s for s, _ in (step_ms(r, cfg.speculative) for r in reqs) if s is not None]
+    ttfts = [t for t in map(ttft_ms, reqs) if t is not None]
     acc = lossless.acceptance(reqs) if cfg.speculative else None
     return {"config": cfg.name, "batch": batch, "requests": len(reqs), "errors": run["errors"][:5],
             "completion_tokens": toks, "tokens_per_s": round(toks / run["wall_s"], 2) if run["wall_s"] else None,
@@ -193,6 +212,7 @@ def summarise(cfg, batch, run):
             "accept_length": acc["accept_length"] if acc else (1.0 if not cfg.speculative else None),
             "verify_steps": acc["verify_steps"] if acc else None,
             "step_ms": round(statistics.median(steps), 4) if steps else None, "step_ms_requests": len(steps),
+            "ttft_ms": round(statistics.median(ttfts), 3) if ttfts else None,
             "per_request_tokens_per_s": round(statistics.median(
                 (r["completion_tokens"] / r["e2e_latency"]) for r in reqs if r.get("e2e_latency")), 2)
             if any(r.get("e2e_latency") for r in reqs) else None}
@@ -207,7 +227,7 @@ def medians(rows):
     for (c, b), rs in by.items():
         m = {"config": c, "batch": b, "rounds": len(rs), "requests": sum(r["requests"] for r in rs),
              "errors": [e for r in rs for e in r["errors"]][:5]}
-        for k in ("tokens_per_s", "step_ms", "accept_length", "per_request_tokens_per_s"):
+        for k in ("tokens_per_s", "step_ms", "ttft_ms", "accept_length", "per_request_tokens_per_s"):
             vals = [r[k] for r in rs if r.get(k) is not None]
             m[k] = round(statistics.median(vals), 4) if vals else None
             m[k + "_rounds"] = vals

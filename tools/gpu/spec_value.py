@@ -393,7 +393,7 @@ def measure(servers, cfgs, batches, rounds, prompt_sets, sampling, budget_left, 
                 rows.append(row)
                 save(rows)
                 log(f"round {rnd + 1} batch {b} {c.name}: {row['tokens_per_s']} tok/s, accept {row['accept_length']}, "
-                    f"step {row['step_ms']} ms" + (f", errors {row['errors'][:1]}" if row["errors"] else ""))
+                    f"step {row['step_ms']} ms, ttft {row['ttft_ms']} ms" + (f", errors {row['errors'][:1]}" if row["errors"] else ""))
     return rows
 
 
