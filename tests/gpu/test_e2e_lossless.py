@@ -332,3 +332,27 @@ def test_ddtree_with_its_draft_head_in_the_graph_on_the_h200_judged_again():
     assert r["acceptance"]["single"]["accept_length"] > 1.0
     pools = {p["name"]: p["equal"] for p in r["pools_vs_ledger"]}
     assert pools == {"draft_kv": True, "kv_cache": True, "mamba_states": True, "speculative_intermediate_states": True}
+
+
+def test_a_selection_brings_its_references():
+    """--lossless with speculative ids alone: each (model, tree)'s reference runs first (on the
+    H200 on 2026-12-04 a chain run without one served 32 requests to end in "no reference run to
+    compare with", lossless-chain-noref); a resumed reference is not run again."""
+    pick = [r["id"] for r in e2e_lossless_runs.select_runs(
+        "dense.patched.ddtree.graphs.chain2,hybrid.patched.ddtree.graphs.chain2")]
+    assert pick == ["dense.patched.base.eager", "hybrid.patched.base.eager",
+                    "hybrid.patched.ddtree.graphs.chain2", "dense.patched.ddtree.graphs.chain2"]
+    kept = {"hybrid.patched.base.eager": {}}
+    pick = [r["id"] for r in e2e_lossless_runs.select_runs("hybrid.patched.ddtree.graphs.chain2", kept)]
+    assert pick == ["hybrid.patched.base.eager", "hybrid.patched.ddtree.graphs.chain2"]  # kept, not added
+    assert len(e2e_lossless_runs.select_runs("all")) == len(e2e_lossless_runs.lossless_runs())
+
+
+def test_an_unknown_run_id_is_refused_before_any_device_work(tmp_path, capsys):
+    from tests.gpu.e2e_script import e2e
+    rc = e2e.main(["--bundle", str(tmp_path / "no-bundle"), "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"),
+                   "--cases", "", "--lossless", "hybrid.patched.ddtree.graph.chain2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "hybrid.patched.ddtree.graph.chain2 is not a lossless run" in err, err
+    assert "hybrid.patched.ddtree.graphs.chain2" in err       # the ids there are
+    assert not (tmp_path / "o").exists() and not (tmp_path / "w").exists()

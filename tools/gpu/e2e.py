@@ -76,6 +76,12 @@ def main(argv=None):
     ap.add_argument("--resume", default=None, help="a previous call's e2e.json: its completed lossless runs are kept "
                     "and the others run (several device calls make one report)")
     args = ap.parse_args(argv)
+    if args.lossless:       # before anything is installed: a wrong id costs no device time
+        try:
+            e2e_lossless_runs.select_runs(args.lossless)
+        except ValueError as e:
+            print(f"e2e: {e}", file=sys.stderr)
+            return 2
     with GROUPS.tied():     # SIGINT, SIGTERM and any exit end every server, blocker and helper it started
         return run(args)
 

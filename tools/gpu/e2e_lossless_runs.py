@@ -20,6 +20,12 @@ models_mod = sibling(HERE, "e2e_models")
 pools_mod = sibling(HERE, "e2e_pools")
 
 
+def run_id(model, tree, spec, graphs, overlap=True, chain=None):
+    """A run's id; SGLang's overlap scheduler is on by default, a run without it says so."""
+    return (f"{model}.{tree}.{(spec or 'base').lower()}.{'graphs' if graphs else 'eager'}"
+            + ("" if overlap else ".no-overlap") + ("" if chain is None else f".chain{chain}"))
+
+
 def lossless_runs():
     """Every run, in the order they are worth device time (a budget cuts the tail):
     the patched tree first (the product), eager before graphs; the reference of
@@ -27,9 +33,7 @@ def lossless_runs():
     R = []
 
     def add(model, tree, spec, graphs, refusal=None, overlap=True, chain=None):
-        # SGLang's overlap scheduler is on by default; a run without it says so in its id
-        R.append({"id": f"{model}.{tree}.{(spec or 'base').lower()}.{'graphs' if graphs else 'eager'}"
-                        + ("" if overlap else ".no-overlap") + ("" if chain is None else f".chain{chain}"),
+        R.append({"id": run_id(model, tree, spec, graphs, overlap, chain),
                   "model": model, "tree": tree, "spec": spec, "graphs": graphs, "overlap": overlap,
                   "expect": "refused" if refusal else "ok", "refusal": refusal, "chain": chain})
     for model, specs in (("dense", (None, "DFLASH")), ("hybrid", (None, "DFLASH", "DDTREE"))):
@@ -56,6 +60,32 @@ def lossless_runs():
     add("dense", "pristine", "DFLASH", True)
     add("hybrid", "pristine", "DFLASH", True)
     return R
+
+
+def reference_id(model, tree):
+    """The id of a (model, tree)'s reference: its non-speculative eager run."""
+    return run_id(model, tree, None, False)
+
+
+def select_runs(selection, kept=()):
+    """The runs a --lossless selection ("all" or comma-separated ids) runs, in lossless_runs' order:
+    the ids named, each with its (model, tree)'s reference unless a kept (resumed) run is that
+    reference (a run with nothing to compare with cannot pass), and the kept ones. ValueError for an
+    id that is not a run, naming the ids there are."""
+    every = lossless_runs()
+    if selection == "all":
+        return every
+    asked = [x for x in (s.strip() for s in selection.split(",")) if x]
+    known = {r["id"] for r in every}
+    unknown = [x for x in asked if x not in known]
+    if unknown or not asked:
+        raise ValueError(f"--lossless {selection!r}: {', '.join(unknown) or 'no run id'} is not a lossless run; "
+                         f"the runs: all, or of {', '.join(r['id'] for r in every)}")
+    want = set(asked) | set(kept)
+    for r in every:
+        if r["id"] in asked and reference_id(r["model"], r["tree"]) not in kept:
+            want.add(reference_id(r["model"], r["tree"]))
+    return [r for r in every if r["id"] in want]
 
 
 # greedy sampling is an argmax in either backend; the pytorch one needs no JIT compilation (flashinfer's
@@ -235,8 +265,7 @@ def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port,
     if resume and resume.get("params", {}).get("sha256") not in (None, params.get("sha256")):
         raise SystemExit("e2e: --resume: the previous call's weights differ from this machine's (sha256 of the "
                          "checkpoints); run everything again without --resume")
-    runs = [dict(done[r["id"]], resumed=True) if r["id"] in done else r
-            for r in lossless_runs() if selection == "all" or r["id"] in selection.split(",") or r["id"] in done]
+    runs = [dict(done[r["id"]], resumed=True) if r["id"] in done else r for r in select_runs(selection, done)]
     # each (model, tree) runs in its reference's dtype: a pristine reference that fell back to bfloat16
     # (pristine v0.5.17's hybrid) leaves the patched runs of the same model in float32
     dtypes = {(r["model"], r["tree"]): dtype for r in lossless_runs()}
