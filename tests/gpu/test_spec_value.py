@@ -273,3 +273,75 @@ def test_chain_batch_from_a_report(tmp_path):
         assert r.returncode == 2 and what in r.stderr, (bad, r.stderr)
     r = cli("chain-batch", tmp_path / "none", "--config", "DDTREE-63/overlap")
     assert r.returncode == 2 and "not a report" in r.stderr
+
+
+class _Servers:
+    """What one_at_a_time asks of spec_value.Servers, recording each call; `unhealthy` never start."""
+
+    def __init__(self, live=(), unhealthy=()):
+        self.live = {n: {"run": {"healthy": True}} for n in live}
+        self.unhealthy, self.calls = set(unhealthy), []
+
+    def wait(self, names, timeout):
+        self.calls.append(("wait", names[0]))
+        ok = names[0] not in self.unhealthy
+        self.live[names[0]]["run"]["healthy"] = ok
+        return ok
+
+    def stop(self, name):
+        self.calls.append(("stop", name))
+        return self.live.pop(name)["run"]
+
+
+def test_one_at_a_time_runs_each_server_alone():
+    """Each server started, measured and stopped before the next starts; the live answering server
+    measured as it is (not started again); one that does not start is stopped, not measured; one that
+    would start with too little budget left is skipped and said so; the rows saved after each."""
+    cfgs = bench.parse_configs("AR,DFLASH/overlap,DDTREE-63/overlap,DDTREE-16/overlap")
+    srv, runs, saved, left = _Servers(live=["AR"], unhealthy=["DDTREE-63/overlap"]), {}, [], [500.0]
+
+    def start(c):
+        assert not srv.live, f"{c.name} started beside {list(srv.live)}"
+        srv.calls.append(("start", c.name))
+        srv.live[c.name] = {"run": {}}
+        left[0] -= 10           # each start 10 s
+
+    def measure_cfg(c):
+        srv.calls.append(("measure", c.name))
+        left[0] -= 200          # each measurement 200 s: 500 -> 300 (AR) -> 290 -> 90 (DFLASH) -> 80 (DDTREE-63)
+        return [{"config": c.name}]
+
+    rows = spec_value.one_at_a_time(srv, cfgs, start, 60, measure_cfg, lambda: left[0], 90, runs,
+                                    lambda r: saved.append(len(r)))
+    assert srv.calls == [("measure", "AR"), ("stop", "AR"),
+                         ("start", "DFLASH/overlap"), ("wait", "DFLASH/overlap"), ("measure", "DFLASH/overlap"),
+                         ("stop", "DFLASH/overlap"),
+                         ("start", "DDTREE-63/overlap"), ("wait", "DDTREE-63/overlap"), ("stop", "DDTREE-63/overlap")]
+    assert rows == [{"config": "AR"}, {"config": "DFLASH/overlap"}] and saved == [1, 2, 2]
+    assert runs["DDTREE-63/overlap"] == {"healthy": False} and runs["DDTREE-16/overlap"] == {"skipped": "budget"}
+
+
+def test_one_at_a_time_in_the_plan(tmp_path):
+    a, b = pair_dirs(tmp_path)
+    r, rep = run_dry(tmp_path, a, b, "--stage", "all", "--configs", "AR,DFLASH", "--batches", "1")
+    assert r.returncode == 0 and rep["plan"]["one_at_a_time"] is False and rep["one_at_a_time"] is False, r.stderr
+    r, rep = run_dry(tmp_path, a, b, "--configs", "AR,DFLASH", "--batches", "1", "--one-at-a-time", out="o2")
+    assert r.returncode == 0 and rep["plan"]["one_at_a_time"] is True, r.stderr
+    assert rep["step_definition"] == bench.STEP_DEFINITION
+
+
+def test_merge_refuses_other_step_definitions_or_sharing(tmp_path):
+    """A report of the old step (no step_definition: decode_throughput's window) is not a round of a
+    new one; nor one whose servers ran one at a time of one whose servers shared the machine."""
+    new = {"step_definition": bench.STEP_DEFINITION}
+    a = _report(tmp_path / "a", [_row("AR", 1, 600.0, 1.3, 1.0)], **new)
+    for name, over, what in [("old", {}, "define the step differently ('decode_throughput' against"),
+                             ("one", dict(new, one_at_a_time=True), "one at a time")]:
+        b = _report(tmp_path / name, [_row("AR", 1, 610.0, 1.3, 1.0)], **over)
+        r = cli("merge", a, b, "--out", tmp_path / "m")
+        assert r.returncode == 2 and what in r.stderr, r.stderr
+        assert not (tmp_path / "m" / "spec_value.json").exists()
+    b = _report(tmp_path / "b", [_row("AR", 1, 620.0, 1.3, 1.0)], **new)
+    r = cli("merge", a, b, "--out", tmp_path / "m")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "m" / "spec_value.json").read_text())["step_definition"] == bench.STEP_DEFINITION

@@ -43,6 +43,8 @@ HERE = Path(__file__).resolve().parent
 lossless = sibling(HERE, "e2e_lossless")
 
 BATCHES = (1, 4, 16, 32)
+# what step_ms measures (a report's "step_definition"; reports without one used decode_throughput's window)
+STEP_DEFINITION = "prefill_finished_time to request_finished_ts"
 # what closed_loop keeps of a response's meta_info
 META_KEYS = ("completion_tokens", "spec_verify_ct", "spec_num_correct_drafts", "e2e_latency",
              "prefill_finished_time", "request_received_ts", "request_finished_ts")
@@ -190,7 +192,7 @@ def step_ms(req, speculative):
         return None, "no prefill_finished_time / request_finished_ts (server without --enable-metrics)"
     if end <= start:
         return None, "finished before its prefill's end: the clocks disagree"
-    return (end - start) / steps * 1e3, "prefill_finished_time to request_finished_ts"
+    return (end - start) / steps * 1e3, STEP_DEFINITION
 
 
 def ttft_ms(req):

@@ -14,7 +14,8 @@
 `run --model pair`: joins and proves the target's parts, dequantises it (spec_pair), starts the
 AR server, has it answer the training prompts greedily, trains SpecForge's DFlash drafter on
 those answers against the target's features, starts one server per speculative configuration
-(all at once; measured one at a time), measures every (batch, configuration) in interleaved
+(all at once, measured one at a time; with --one-at-a-time each server alone: started, measured
+in all its rounds, profiled, stopped), measures every (batch, configuration) in interleaved
 rounds (spec_bench), profiles a decode step of the chosen configurations at batch 1
 (spec_profile) and writes OUT/spec_value.json and OUT/spec_value.md.  `--model 27b`: the
 Qwen3.6-27B shape with dummy weights (e2e_model_dirs), one server at a time, for the per-step
@@ -25,7 +26,8 @@ against its record, skips the answers and the training and starts, measures and 
 configuration; `--stage all` (the default) is both in one call.
 `--dry-run`: everything but the servers and the training (reads and proves the inputs, the trained
 drafter for --stage measure, builds every command and request, writes the plan), on any machine.
-`merge`: reports of the same servers and inputs (model, patched wheel, tokens, GPU, drafter), each
+`merge`: reports of the same servers and inputs (model, patched wheel, tokens, GPU, drafter, the way the
+servers shared the machine, the step's definition), each
 run's rounds numbered after the previous run's, with the medians and ratios over all of them.
 Exit: 0 every configuration measured (--stage train: the drafter trained); 1 a server that did not
 start, a failed training or a measurement with errors (reported); 2 bad input (a missing part, a
@@ -324,6 +326,27 @@ class Servers:
             runs[n] = self.stop(n)
 
 
+def one_at_a_time(servers, cfgs, start, timeout, measure_cfg, budget_left, min_left_s, runs, save):
+    """Each configuration's server alone, in order: started (start(cfg); one already live, the pair's
+    answering AR server, is measured as it is), waited for, measured (measure_cfg(cfg): its rows),
+    stopped, before the next starts; one that would start with less than min_left_s of the budget
+    left is skipped, said so in runs. The rows of all."""
+    rows = []
+    for c in cfgs:
+        live = c.name in servers.live
+        if not live and budget_left() < min_left_s:
+            log(f"{c.name}: skipped (budget)")
+            runs[c.name] = {"skipped": "budget"}
+            continue
+        if not live:
+            start(c)
+        if (live and servers.live[c.name]["run"].get("healthy")) or servers.wait([c.name], timeout):
+            rows += measure_cfg(c)
+        runs[c.name] = servers.stop(c.name)
+        save(rows)
+    return rows
+
+
 def profile_one(base, prompt, trace_dir, max_new, steps=PROFILE_STEPS, timeout=120):
     """One request at batch 1 under SGLang's own torch profiler (CPU + GPU, `steps` forward steps
     from a moment into its decode); the trace's breakdown (spec_profile) or {"error"}."""
@@ -426,7 +449,8 @@ def run(args):
     report = {"model": model, "stage": stage, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "python": sys.version.split()[0], "configs": [c.name for c in cfgs], "batches": batches,
               "rounds": rounds, "max_new_tokens": max_new, "dry_run": args.dry_run,
-              "sleep_on_idle": args.sleep_on_idle}
+              "sleep_on_idle": args.sleep_on_idle, "one_at_a_time": model == "27b" or args.one_at_a_time,
+              "step_definition": bench.STEP_DEFINITION}
 
     def save():
         (out / "spec_value.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -465,7 +489,7 @@ def run(args):
         servers_plan = {c.name: {"model": "$BIG", "port": s["port"], "flags": launch_flags(s["flags"], s["port"], common_flags(args, "27b"))}
                         for c, s in ((c, big_server(c, i, "$DRAFT")) for i, c in enumerate(cfgs))}
     wheels = sorted(Path(args.bundle).glob("*.whl")) if args.bundle else []
-    report["plan"] = {"stage": stage, "servers": servers_plan,
+    report["plan"] = {"stage": stage, "one_at_a_time": report["one_at_a_time"], "servers": servers_plan,
                       "requests": {b: len(prompt_sets[b]) for b in batches} if stage != "train" else {},
                       "profile": [c.name for c in prof], "bundle_wheels": len(wheels)}
     if model == "pair" and stage != "measure":
@@ -496,6 +520,18 @@ def run(args):
         pass
     servers = Servers(work, out)
     runs = report["servers"] = {}
+
+    def profiled(c, tokens):
+        report["profiles"][c.name] = profile_one(servers.live[c.name]["base"], ev[0], work / "traces" / file_name(c.name),
+                                                 tokens)
+        log(f"profile {c.name}: {report['profiles'][c.name].get('iteration_ms')} ms / iteration")
+
+    def measured_alone(c, tokens):      # one server's rounds, then its profile
+        rows = measure(servers, [c], batches, rounds, prompt_sets, sampling,
+                       lambda: budget_left() - (60 if model == "27b" else 30 * (1 + (c in prof))))
+        if c in prof:
+            profiled(c, tokens)
+        return rows
     if model == "pair":
         if not (tdir / "model.safetensors").exists():
             g = pdir / mf["file"]
@@ -529,37 +565,35 @@ def run(args):
         report["expected_refusals"] = {c.name: f"budget {c.budget} < block {cfg['block_size']} - 1 (ddtree_algo.py)"
                                        for c in refused}
         started = [s for s in plan if s["group"] == "measure"]
-        for s in started:
-            servers.start(s["config"], tdir, s["flags"], s["port"], common_flags(args, "pair"))
-        servers.wait([s["config"].name for s in started], args.start_timeout)
-        report["rows"] = measure(servers, cfgs, batches, rounds, prompt_sets, sampling,
-                                 lambda: budget_left() - 30 * (1 + len(prof)), save=lambda rows: (report.update(rows=rows), save()))
-        save()
         report["profiles"] = {}
-        for c in prof:
-            if c.name in servers.live and servers.live[c.name]["run"].get("healthy"):
-                report["profiles"][c.name] = profile_one(servers.live[c.name]["base"], ev[0], work / "traces" / file_name(c.name),
-                                                         160)
-                log(f"profile {c.name}: {report['profiles'][c.name].get('iteration_ms')} ms / iteration")
+        if args.one_at_a_time:      # the answering AR server (live when measured) first, then the plan's order
+            by = {s["config"].name: s for s in started}
+            order = [c for c in cfgs if c.name in servers.live] + [s["config"] for s in started]
+            report["rows"] = one_at_a_time(
+                servers, order, lambda c: servers.start(c, tdir, by[c.name]["flags"], by[c.name]["port"],
+                                                        common_flags(args, "pair")),
+                args.start_timeout, lambda c: measured_alone(c, 160), budget_left, 90, runs,
+                lambda rows: (report.update(rows=rows), save()))
+        else:
+            for s in started:
+                servers.start(s["config"], tdir, s["flags"], s["port"], common_flags(args, "pair"))
+            servers.wait([s["config"].name for s in started], args.start_timeout)
+            report["rows"] = measure(servers, cfgs, batches, rounds, prompt_sets, sampling,
+                                     lambda: budget_left() - 30 * (1 + len(prof)), save=lambda rows: (report.update(rows=rows), save()))
+            save()
+            for c in prof:
+                if c.name in servers.live and servers.live[c.name]["run"].get("healthy"):
+                    profiled(c, 160)
         servers.stop_all(runs)
     else:
         models = e2e_model_dirs.make_models(work, ROOT / "tests" / "plan" / "data")
-        report["rows"], report["profiles"] = [], {}
-        for i, c in enumerate(cfgs):
-            if budget_left() < 150:
-                log(f"{c.name}: skipped (budget)")
-                runs[c.name] = {"skipped": "budget"}
-                continue
-            s = big_server(c, i, models["draft"])
-            servers.start(c, models["big"], s["flags"], s["port"], common_flags(args, "27b"))
-            if servers.wait([c.name], args.start_timeout):
-                report["rows"] += measure(servers, [c], batches, rounds, prompt_sets, sampling, lambda: budget_left() - 60)
-                if c in prof:
-                    report["profiles"][c.name] = profile_one(servers.live[c.name]["base"], ev[0], work / "traces" / file_name(c.name),
-                                                             max_new)
-                    log(f"profile {c.name}: {report['profiles'][c.name].get('iteration_ms')} ms / iteration")
-            runs[c.name] = servers.stop(c.name)
-            save()
+        report["profiles"] = {}
+        big = {c.name: big_server(c, i, models["draft"]) for i, c in enumerate(cfgs)}
+        report["rows"] = one_at_a_time(
+            servers, cfgs, lambda c: servers.start(c, models["big"], big[c.name]["flags"], big[c.name]["port"],
+                                                   common_flags(args, "27b")),
+            args.start_timeout, lambda c: measured_alone(c, max_new), budget_left, 150, runs,
+            lambda rows: (report.update(rows=rows), save()))
     report["summary"] = bench.ratios(bench.medians(report["rows"]))
     if model == "27b":
         report["projection"] = bench.projection(report["summary"])
@@ -585,6 +619,11 @@ def run(args):
 MERGE_KEYS = ("model", "patched_wheel", "max_new_tokens", "gpu")
 
 
+def _step_definition(report):
+    """A report's step definition; the reports written before the field were decode_throughput's."""
+    return report.get("step_definition") or "decode_throughput"
+
+
 def _drafter_sha(report):
     return (report.get("trained") or {}).get("drafter_sha256") or (report.get("training") or {}).get("sha256")
 
@@ -607,6 +646,12 @@ def merge(args):
             if r.get(k) != r0.get(k):
                 raise ValueError(f"merge: {f} and {f0} differ in {k} ({r.get(k)!r} against {r0.get(k)!r}): "
                                  "measurements of other servers are not rounds of one; merge like with like")
+        if bool(r.get("one_at_a_time")) != bool(r0.get("one_at_a_time")):
+            raise ValueError(f"merge: {f} and {f0}: one measured its servers one at a time, the other side by "
+                             "side; merge like with like")
+        if _step_definition(r) != _step_definition(r0):
+            raise ValueError(f"merge: {f} and {f0} define the step differently ({_step_definition(r)!r} against "
+                             f"{_step_definition(r0)!r}); merge reports of one definition")
         if bool(r.get("sleep_on_idle")) != bool(r0.get("sleep_on_idle")):
             raise ValueError(f"merge: {f} and {f0}: one ran its servers with --sleep-on-idle, the other without; "
                              "merge like with like")
@@ -623,7 +668,8 @@ def merge(args):
     out.mkdir(parents=True, exist_ok=True)
     merged = {k: r0.get(k) for k in MERGE_KEYS + ("date", "torch", "prompts", "training", "trained", "target")}
     merged.update(merged_from=[str(f) for f, _ in reports], rounds=rnd, rows=rows,
-                  summary=bench.ratios(bench.medians(rows)))
+                  summary=bench.ratios(bench.medians(rows)), step_definition=_step_definition(r0),
+                  one_at_a_time=bool(r0.get("one_at_a_time")), sleep_on_idle=bool(r0.get("sleep_on_idle")))
     if r0.get("model") == "27b":
         merged["projection"] = bench.projection(merged["summary"])
     (out / "spec_value.json").write_text(json.dumps(merged, indent=1) + "\n")
@@ -692,6 +738,9 @@ def main(argv=None):
     r.add_argument("--budget-s", type=float, default=1e9)
     r.add_argument("--sleep-on-idle", action="store_true",
                    help="every server with SGLang's --sleep-on-idle (idle servers off the CPU)")
+    r.add_argument("--one-at-a-time", action="store_true",
+                   help="pair: each server alone (started, measured, profiled, stopped), as the 27B shape's "
+                        "always are: no idle server beside the measured one")
     r.add_argument("--dry-run", action="store_true")
     m = sub.add_parser("merge", help="reports of separate runs as rounds of one (medians, ratios)")
     m.add_argument("reports", nargs="+", help="the --out folders (or spec_value.json files) of the runs")
