@@ -624,6 +624,12 @@ def _step_definition(report):
     return report.get("step_definition") or "decode_throughput"
 
 
+# what else reports must share, and what it is when they do not
+MERGE_LIKE = ((lambda r: bool(r.get("one_at_a_time")), "one measured its servers one at a time, the other side by side"),
+              (lambda r: _step_definition(r), "they define the step differently"),
+              (lambda r: bool(r.get("sleep_on_idle")), "one ran its servers with --sleep-on-idle, the other without"))
+
+
 def _drafter_sha(report):
     return (report.get("trained") or {}).get("drafter_sha256") or (report.get("training") or {}).get("sha256")
 
@@ -646,15 +652,9 @@ def merge(args):
             if r.get(k) != r0.get(k):
                 raise ValueError(f"merge: {f} and {f0} differ in {k} ({r.get(k)!r} against {r0.get(k)!r}): "
                                  "measurements of other servers are not rounds of one; merge like with like")
-        if bool(r.get("one_at_a_time")) != bool(r0.get("one_at_a_time")):
-            raise ValueError(f"merge: {f} and {f0}: one measured its servers one at a time, the other side by "
-                             "side; merge like with like")
-        if _step_definition(r) != _step_definition(r0):
-            raise ValueError(f"merge: {f} and {f0} define the step differently ({_step_definition(r)!r} against "
-                             f"{_step_definition(r0)!r}); merge reports of one definition")
-        if bool(r.get("sleep_on_idle")) != bool(r0.get("sleep_on_idle")):
-            raise ValueError(f"merge: {f} and {f0}: one ran its servers with --sleep-on-idle, the other without; "
-                             "merge like with like")
+        for key, why in MERGE_LIKE:
+            if key(r) != key(r0):
+                raise ValueError(f"merge: {f} and {f0}: {why} ({key(r)!r} against {key(r0)!r}); merge like with like")
         if _drafter_sha(r) != _drafter_sha(r0):
             raise ValueError(f"merge: {f} and {f0} measured different drafters (sha256 {_drafter_sha(r)} against "
                              f"{_drafter_sha(r0)}); merge the measurements of one trained drafter")
