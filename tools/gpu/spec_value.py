@@ -526,9 +526,8 @@ def run(args):
                                                  tokens)
         log(f"profile {c.name}: {report['profiles'][c.name].get('iteration_ms')} ms / iteration")
 
-    def measured_alone(c, tokens):      # one server's rounds, then its profile
-        rows = measure(servers, [c], batches, rounds, prompt_sets, sampling,
-                       lambda: budget_left() - (60 if model == "27b" else 30 * (1 + (c in prof))))
+    def measured_alone(c, tokens, reserve_s):      # one server's rounds (reserve_s of the budget kept), its profile
+        rows = measure(servers, [c], batches, rounds, prompt_sets, sampling, lambda: budget_left() - reserve_s)
         if c in prof:
             profiled(c, tokens)
         return rows
@@ -572,7 +571,7 @@ def run(args):
             report["rows"] = one_at_a_time(
                 servers, order, lambda c: servers.start(c, tdir, by[c.name]["flags"], by[c.name]["port"],
                                                         common_flags(args, "pair")),
-                args.start_timeout, lambda c: measured_alone(c, 160), budget_left, 90, runs,
+                args.start_timeout, lambda c: measured_alone(c, 160, 30 * (1 + (c in prof))), budget_left, 90, runs,
                 lambda rows: (report.update(rows=rows), save()))
         else:
             for s in started:
@@ -592,7 +591,7 @@ def run(args):
         report["rows"] = one_at_a_time(
             servers, cfgs, lambda c: servers.start(c, models["big"], big[c.name]["flags"], big[c.name]["port"],
                                                    common_flags(args, "27b")),
-            args.start_timeout, lambda c: measured_alone(c, max_new), budget_left, 150, runs,
+            args.start_timeout, lambda c: measured_alone(c, max_new, 60), budget_left, 150, runs,
             lambda rows: (report.update(rows=rows), save()))
     report["summary"] = bench.ratios(bench.medians(report["rows"]))
     if model == "27b":
@@ -625,9 +624,12 @@ def _step_definition(report):
 
 
 # what else reports must share, and what it is when they do not
-MERGE_LIKE = ((lambda r: bool(r.get("one_at_a_time")), "one measured its servers one at a time, the other side by side"),
-              (lambda r: _step_definition(r), "they define the step differently"),
-              (lambda r: bool(r.get("sleep_on_idle")), "one ran its servers with --sleep-on-idle, the other without"))
+# (the merged report's field, its value in a report, what differs when two reports' values differ)
+MERGE_LIKE = (("one_at_a_time", lambda r: bool(r.get("one_at_a_time")),
+               "one measured its servers one at a time, the other side by side"),
+              ("step_definition", _step_definition, "they define the step differently"),
+              ("sleep_on_idle", lambda r: bool(r.get("sleep_on_idle")),
+               "one ran its servers with --sleep-on-idle, the other without"))
 
 
 def _drafter_sha(report):
@@ -652,7 +654,7 @@ def merge(args):
             if r.get(k) != r0.get(k):
                 raise ValueError(f"merge: {f} and {f0} differ in {k} ({r.get(k)!r} against {r0.get(k)!r}): "
                                  "measurements of other servers are not rounds of one; merge like with like")
-        for key, why in MERGE_LIKE:
+        for _, key, why in MERGE_LIKE:
             if key(r) != key(r0):
                 raise ValueError(f"merge: {f} and {f0}: {why} ({key(r)!r} against {key(r0)!r}); merge like with like")
         if _drafter_sha(r) != _drafter_sha(r0):
@@ -668,8 +670,7 @@ def merge(args):
     out.mkdir(parents=True, exist_ok=True)
     merged = {k: r0.get(k) for k in MERGE_KEYS + ("date", "torch", "prompts", "training", "trained", "target")}
     merged.update(merged_from=[str(f) for f, _ in reports], rounds=rnd, rows=rows,
-                  summary=bench.ratios(bench.medians(rows)), step_definition=_step_definition(r0),
-                  one_at_a_time=bool(r0.get("one_at_a_time")), sleep_on_idle=bool(r0.get("sleep_on_idle")))
+                  summary=bench.ratios(bench.medians(rows)), **{name: key(r0) for name, key, _ in MERGE_LIKE})
     if r0.get("model") == "27b":
         merged["projection"] = bench.projection(merged["summary"])
     (out / "spec_value.json").write_text(json.dumps(merged, indent=1) + "\n")
