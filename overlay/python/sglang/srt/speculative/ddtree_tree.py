@@ -523,6 +523,25 @@ def position_ids(tree: DDTree, prefix_lens: torch.Tensor) -> torch.Tensor:
     return prefix_lens.to(tree.depths.device).long().unsqueeze(1) + tree.depths
 
 
+_FLAT_INDEX: Dict[tuple, torch.Tensor] = {}
+
+
+def flat_node_index(R: int, N: int, device) -> torch.Tensor:
+    """[R, N] int64, [r, k] = r * N + k: a view of one tensor kept per (N, device) and
+    grown to the largest R asked for, so that a step does not launch the arange again.
+    Its readers (EAGLE's verify kernels, the backends' copies) only read it. Inside a
+    CUDA-graph capture it is made afresh (a capture's tensors are the graph's)."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return torch.arange(R * N, device=device).view(R, N)
+    key = (int(N), device)
+    have = _FLAT_INDEX.get(key)
+    if have is None or have.shape[0] < R:
+        have = torch.arange(max(R, 1) * N, device=device).view(max(R, 1), N)
+        _FLAT_INDEX[key] = have
+    return have[:R]
+
+
 def tree_verify_arrays(tree: DDTree) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """SGLang's tree-verify arrays (EAGLE topk>1 layout), each [R, N] int64.
 
@@ -533,10 +552,10 @@ def tree_verify_arrays(tree: DDTree) -> Tuple[torch.Tensor, torch.Tensor, torch.
     unreachable from the root."""
     R, N = tree.parents.shape
     dev = tree.parents.device
-    idx = torch.arange(N, device=dev).expand(R, N)
-    retrive_index = idx + torch.arange(R, device=dev).unsqueeze(1) * N
+    retrive_index = flat_node_index(R, N, dev)
     if tree.next_token is not None and tree.next_sibling is not None:
         return retrive_index, tree.next_token, tree.next_sibling
+    idx = torch.arange(N, device=dev).expand(R, N)
     par = tree.parents
     has_par = par >= 0
     # first child: min child index per parent (slot N is a dump for no parent)
@@ -612,14 +631,32 @@ def build_verify_inputs(
     *,
     prefix_lens_sum: Optional[int] = None,
     with_custom_mask: bool = True,
+    fused: Optional[bool] = None,
 ) -> TreeVerifyInputs:
-    """Verify inputs for a batch of trees (see ``TreeVerifyInputs``)."""
+    """Verify inputs for a batch of trees (see ``TreeVerifyInputs``).
+
+    On CUDA with triton (``fused`` None) or when ``fused`` is True, the tokens,
+    positions and custom mask come from one kernel (``ddtree_triton.fused_verify_inputs``),
+    equal to the pure-torch path's element for element; ``fused=False`` keeps the torch path."""
     R, N = tree.tokens.shape
-    root = root_tokens.to(tree.tokens.device).long().view(R, 1)
-    tok = torch.where(tree.valid, tree.tokens, root.expand(R, N)).clone()
-    tok[:, 0] = root[:, 0]
+    dev = tree.tokens.device
     anc = ancestor_mask(tree)
     ri, nt, ns = tree_verify_arrays(tree)
+    tk = _triton_for(dev) if fused is None else (triton_kernels() if fused else None)
+    if fused and tk is None:
+        raise RuntimeError("build_verify_inputs(fused=True): ddtree_triton does not import here")
+    if tk is not None and with_custom_mask:
+        if prefix_lens_sum is None:
+            prefix_lens_sum = int(prefix_lens.sum().item())
+        tok, pos, cm = tk.fused_verify_inputs(
+            tree.tokens, tree.depths, tree.valid, anc, root_tokens.to(dev),
+            prefix_lens.to(dev), prefix_lens_sum,
+        )
+        return TreeVerifyInputs(draft_token=tok, positions=pos, retrive_index=ri, retrive_next_token=nt,
+                                retrive_next_sibling=ns, custom_mask=cm, ancestor=anc)
+    root = root_tokens.to(dev).long().view(R, 1)
+    tok = torch.where(tree.valid, tree.tokens, root.expand(R, N)).clone()
+    tok[:, 0] = root[:, 0]
     cm = flat_custom_mask(anc, prefix_lens, prefix_lens_sum) if with_custom_mask else None
     return TreeVerifyInputs(
         draft_token=tok.reshape(-1),

@@ -26,6 +26,12 @@ Four launches replace the pure-torch path's full-vocabulary top-K plus the
 4. ``_ancestor_kernel`` (grid requests x row tiles): the [N, N] ancestor mask
    by pointer jumping over the stored parents.
 
+And one launch for a step's verify input (``fused_verify_inputs``, after the
+tree): ``_verify_kernel`` writes the verify tokens, their positions and the
+flat custom mask's tree columns (the ancestor mask; the mask is allocated
+True), which the pure-torch ``build_verify_inputs`` assembles from about 20
+small operations.
+
 Orders.  A value's key is its order-preserving int32 (-0.0 counts as +0.0);
 among equal values the smaller token index comes first, so the top-K is that
 of a stable descending sort (torch.topk leaves ties unspecified).  The
@@ -404,6 +410,56 @@ def fused_build(ids: torch.Tensor, lp: torch.Tensor, budget: int):
     _ancestor_kernel[(R, triton.cdiv(N, TI))](parents, anc, L=L, N=N, NP2=NP2, TI=TI, num_warps=4)
     return dict(tokens=tokens, depths=depths, parents=parents, ranks=ranks, scores=scores,
                 valid=valid, num_nodes=num_nodes, ancestor=anc, next_token=nt, next_sibling=ns)
+
+
+@triton.jit
+def _verify_kernel(tok_ptr, dep_ptr, valid_ptr, anc_ptr, root_ptr, root_stride, pl_ptr,
+                   draft_ptr, pos_ptr, mask_ptr,
+                   N: tl.constexpr, NP2: tl.constexpr, TI: tl.constexpr, RB: tl.constexpr):
+    """Rows [tile*TI, tile*TI+TI) of request r's verify input (``fused_verify_inputs``)."""
+    r = tl.program_id(0).to(tl.int64)
+    rows = tl.program_id(1) * TI + tl.arange(0, TI)
+    on = rows < N
+    # the request's mask block starts after the earlier blocks, (prefix + N) * N each (RB >= R:
+    # one load, no loop; a loop with a run-time bound does not run in triton 3.6's interpreter)
+    ar = tl.arange(0, RB)
+    earlier = tl.load(pl_ptr + ar, mask=ar < r, other=0).to(tl.int64)
+    pl = tl.load(pl_ptr + r).to(tl.int64)
+    row_len = pl + N
+    start = (tl.sum(earlier, axis=0) + r * N) * N
+    # tokens: the root at node 0 and at padding nodes, the node's token elsewhere; positions
+    root = tl.load(root_ptr + r * root_stride).to(tl.int64)
+    t = tl.load(tok_ptr + r * N + rows, mask=on, other=0)
+    v = tl.load(valid_ptr + r * N + rows, mask=on, other=0)
+    tl.store(draft_ptr + r * N + rows, tl.where((v != 0) & (rows > 0), t, root), mask=on)
+    tl.store(pos_ptr + r * N + rows, pl + tl.load(dep_ptr + r * N + rows, mask=on, other=0), mask=on)
+    # the mask row's tree columns: the node's ancestors, itself included (prefix columns: all True)
+    row_start = start + rows[:, None].to(tl.int64) * row_len
+    cols = tl.arange(0, NP2)[None, :]
+    inside = on[:, None] & (cols < N)
+    a = tl.load(anc_ptr + r * N * N + rows[:, None] * N + cols, mask=inside, other=0)
+    tl.store(mask_ptr + row_start + pl + cols, a, mask=inside)
+
+
+def fused_verify_inputs(tokens, depths, valid, ancestor, root_tokens, prefix_lens, prefix_lens_sum: int):
+    """One launch: (draft_token [R*N] int64, positions [R*N] int64, custom_mask flat bool) of
+    ``build_verify_inputs`` for a tree's fields (each [R, N], ancestor [R, N, N]), the roots [R]
+    (any stride) and the committed prefix lengths [R]; ``prefix_lens_sum`` (their sum, from the
+    host, or an upper bound of it: the tail past the last block stays True, as the torch path's)
+    sizes the mask: prefix_lens_sum * N + R * N * N."""
+    R, N = tokens.shape
+    dev = tokens.device
+    draft = torch.empty((R * N,), dtype=torch.int64, device=dev)
+    pos = torch.empty_like(draft)
+    mask = torch.ones((int(prefix_lens_sum) * N + R * N * N,), dtype=torch.bool, device=dev)
+    NP2 = triton.next_power_of_2(N)
+    TI = max(1, min(NP2, 2048 // NP2))
+    _verify_kernel[(R, triton.cdiv(N, TI))](
+        tokens.contiguous(), depths.contiguous(), valid.contiguous(), ancestor.contiguous(),
+        root_tokens, root_tokens.stride(0), prefix_lens.contiguous(),
+        draft, pos, mask, N=N, NP2=NP2, TI=TI, RB=max(128, triton.next_power_of_2(R)), num_warps=4,
+    )
+    return draft, pos, mask
 
 
 def supports_build(L: int, K: int, budget: int) -> bool:
