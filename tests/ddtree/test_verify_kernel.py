@@ -24,6 +24,37 @@ def test_fused_verify_input_equals_the_torch_path():
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["cases"] == 6
     assert out["mismatches"] == []
+    # the worker's start-up check (ddtree_tree.fused_verify_check) passes where the kernel runs
+    assert out["start_up_check"] == {"63x15": None, "6x4": None, "1x1": None}
+
+
+class FakeKernels:
+    """A stand-in for ddtree_triton: the torch path's outputs, one mask element flipped, or a raise."""
+
+    def __init__(self, dd, mode):
+        self.dd, self.mode = dd, mode
+
+    def fused_verify_inputs(self, tokens, depths, valid, ancestor, roots, prefix_lens, prefix_lens_sum):
+        if self.mode == "raise":
+            raise RuntimeError("0 active drivers ([]). There should only be one.")
+        tree = self.dd.DDTree(tokens=tokens, depths=depths, parents=tokens, ranks=None, scores=None, valid=valid,
+                              num_nodes=None, max_depth=0, ancestor=ancestor, next_token=tokens, next_sibling=tokens)
+        vi = self.dd.build_verify_inputs(tree, roots, prefix_lens, prefix_lens_sum=prefix_lens_sum, fused=False)
+        mask = vi.custom_mask.clone()
+        mask[-1] = ~mask[-1]
+        return vi.draft_token, vi.positions, mask
+
+
+@pytest.mark.parametrize("mode, why", [("wrong", "differs from the torch path: custom_mask"),
+                                       ("raise", "raised RuntimeError: 0 active drivers")])
+def test_the_start_up_check_keeps_the_torch_path_for_a_kernel_that_fails(dd, monkeypatch, mode, why):
+    monkeypatch.setattr(dd, "_TRITON", FakeKernels(dd, mode))
+    assert dd.fused_verify_check("cpu", 63, 15).startswith(why)
+
+
+def test_the_start_up_check_without_triton(dd, monkeypatch):
+    monkeypatch.setattr(dd, "_TRITON", False)
+    assert dd.fused_verify_check("cpu", 63, 15) == "triton does not import"
 
 
 def test_fused_true_without_triton_says_so(dd, monkeypatch):
@@ -43,3 +74,21 @@ def test_flat_node_index_is_reused_and_grows(dd):
     c = dd.flat_node_index(9, 7, "cpu")
     assert c.tolist() == [[r * 7 + k for k in range(7)] for r in range(9)]
     assert dd.flat_node_index(3, 5, "cpu").tolist() == [[r * 5 + k for k in range(5)] for r in range(3)]
+
+
+BENCH = HERE.parents[1] / "tools" / "bench" / "ddtree_verify_input.py"
+
+
+@pytest.mark.parametrize("args, says", [(["--shapes", "3y"], "is not BATCHxBUDGET"),
+                                        (["--shapes", "0x63"], "must be >= 1"),
+                                        (["--reps", "0"], "must be >= 1")])
+def test_the_benchmark_refuses_bad_arguments(args, says):
+    p = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and says in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the benchmark would run")
+def test_the_benchmark_without_cuda_says_where_to_run_it():
+    p = subprocess.run([sys.executable, str(BENCH)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2
+    assert "no CUDA device here" in p.stderr and "NVIDIA GPU" in p.stderr

@@ -1,7 +1,7 @@
 """Run as a script (TRITON_INTERPRET=1 on a CPU; compiled on CUDA): the fused verify input
 (ddtree_triton.fused_verify_inputs through build_verify_inputs(fused=True)) against the
 pure-torch path (fused=False), element for element, on random trees. Prints one JSON line:
-{"cases": n, "mismatches": [...]} (test_verify_kernel.py runs it in a subprocess, so that the
+{"cases": n, "mismatches": [...], "start_up_check": {budget x depth: None or why}} (test_verify_kernel.py runs it in a subprocess, so that the
 interpreter's environment variable does not reach the other tests' Triton)."""
 import json
 import runpy
@@ -49,7 +49,8 @@ def main():
             if a.dtype != b.dtype or a.shape != b.shape or not torch.equal(a, b):
                 bad.append(f"{label}: {f}")
         n += 1
-    print(json.dumps({"cases": n, "device": device, "mismatches": bad}))
+    check = {f"{b}x{d}": dd.fused_verify_check(device, b, d) for b, d in ((63, 15), (6, 4), (1, 1))}
+    print(json.dumps({"cases": n, "device": device, "mismatches": bad, "start_up_check": check}))
 
 
 if __name__ == "__main__":

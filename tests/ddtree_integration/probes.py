@@ -353,12 +353,14 @@ def _apply(env, res) -> dict:
     return {"stride": stride, "accept_lens": accept}
 
 
-def _replay_draft_graphs(w, env, mod, block: int, budget: int, padding: int) -> None:
+def _replay_draft_graphs(w, env, mod, block: int, budget: int, padding: int, capture_bs=None) -> None:
     """The drafter's forward as a CUDA-graph replay with the tree's draft head
     folded in: the head the worker builds for the graphs (DDTreeDraftHead) runs as
     the graph's capture-tail hook does, over the replayed batch (the real requests
     and ``padding`` padded rows of noise), and the forward reports a graph run
-    without hidden states, so a step that built its tree from them would fail."""
+    without hidden states, so a step that built its tree from them would fail.
+    ``capture_bs``: the sizes the graph runner captured, as the worker's capture hook
+    notes them on the head (the replayed size must be the smallest that holds the batch)."""
     import torch
 
     from tests.ddtree_integration import standins as st
@@ -366,6 +368,8 @@ def _replay_draft_graphs(w, env, mod, block: int, budget: int, padding: int) -> 
     head = mod.DDTreeDraftHead(weight=w.target_worker.model_runner.model.lm_head.weight, num_org=st.VOCAB,
                                org_vocab_start=0, block_size=block, budget=budget,
                                max_bs=len(env.reqs) + padding)
+    if capture_bs is not None:
+        head.capture_bs = tuple(capture_bs)
     object.__setattr__(w, "_draft_sampler", head)
     eager = env.drafter.forward
     noise = torch.Generator().manual_seed(99)
@@ -380,13 +384,35 @@ def _replay_draft_graphs(w, env, mod, block: int, budget: int, padding: int) -> 
     env.drafter.forward = replay
 
 
+def _interpreted_verify_kernels(root: str):
+    """The tree's ddtree_triton.py itself, its kernels in Triton's interpreter (the loader would
+    give an inert stand-in for a module it was not told to load: the worker's lazy import). The
+    probe's interpreter must start with TRITON_INTERPRET=1: triton's own jit functions (tl.sum)
+    are decorated when triton is first imported."""
+    import importlib.util
+    import os
+    import sys
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("fused_verify needs the probe started with TRITON_INTERPRET=1")
+    path = Path(root).joinpath(*SPEC.split("."), "ddtree_triton.py")
+    spec = importlib.util.spec_from_file_location(f"{SPEC}.ddtree_triton", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_rank=(0, 1, 0, 2), seed=0,
-                        sampling=False, overlap=True, hybrid=True, draft_graph_padding=None) -> dict:
+                        sampling=False, overlap=True, hybrid=True, draft_graph_padding=None,
+                        fused_verify=False) -> dict:
     """DDTREE decode steps (draft, tree, verify, commit) through the worker's real
     forward_batch_generation on the stand-ins, each under the sync counter; returns
     what each step fed the kernels and what it committed.  ``draft_graph_padding``
     (a number of padded rows): the drafter runs as CUDA-graph replays with the
-    tree's draft head in the graph (``_replay_draft_graphs``)."""
+    tree's draft head in the graph (``_replay_draft_graphs``).  ``fused_verify``: the
+    verify input from the tree's one kernel (ddtree_triton), run by Triton's
+    interpreter, as a CUDA worker whose start-up check passed uses it."""
 
     from tests.ddtree_integration import standins as st
     from tests.ddtree_integration.syncs import SyncCounter
@@ -396,6 +422,11 @@ def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_ra
                            hybrid=hybrid)
     if draft_graph_padding is not None:
         _replay_draft_graphs(w, env, env.mod, block, budget, int(draft_graph_padding))
+    if fused_verify:
+        assert w.fused_verify is False, "a CPU worker keeps the torch path at start-up"
+        import sys
+        sys.modules[f"{SPEC}.ddtree_tree"]._TRITON = _interpreted_verify_kernels(root)
+        w.fused_verify = True
     if sampling:
         env.batch.sampling_info = st.Sampled(len(prompts))
     out = []
@@ -475,7 +506,7 @@ def ddtree_decode_configs(root: str, prompts, configs) -> list:
 
 
 def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_rank=(0, 1), seed=0, overlap=False,
-                       draft_graph_padding=None) -> dict:
+                       draft_graph_padding=None, capture_bs=None) -> dict:
     """DDTREE decode steps with ``--speculative-ddtree-chain-batch`` set per step
     from ``schedule`` (None: unset), through the worker's real
     forward_batch_generation: the tree's and the chain's verify paths are two
@@ -488,7 +519,7 @@ def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_ra
     N = budget + 1
     w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed, N)
     if draft_graph_padding is not None:
-        _replay_draft_graphs(w, env, env.mod, block, budget, int(draft_graph_padding))
+        _replay_draft_graphs(w, env, env.mod, block, budget, int(draft_graph_padding), capture_bs)
     algo = env.loader.load(f"{SPEC}.ddtree_algo")
     mr = w.target_worker.model_runner
     backends = {"tree": env.mamba, "chain": st.MambaBackend()}
@@ -505,8 +536,14 @@ def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_ra
 
     w.target_worker.forward_batch_generation = target_forward
     out = []
+    import torch
+
+    head = w._draft_sampler
     for chain_batch in schedule:
         object.__setattr__(w, "chain_batch", chain_batch)
+        if head is not None:
+            head.chain_batch = chain_batch       # a server's one flag, here per step
+            tree_before = {k: v.clone() for k, v in head.buffers.items()}
         _schedule(env, overlap)
         seq_before = env.batch.seq_lens.tolist()
         commits = {k: len(b.commits) for k, b in backends.items()}
@@ -522,8 +559,17 @@ def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_ra
                     "req_to_token": env.req_to_token[:, :64].tolist(),
                     "commits_on": {k: len(b.commits) - commits[k] for k, b in backends.items()},
                     "applied": applied, "outputs_after": [list(r.output_ids) for r in env.reqs],
+                    "head_built_tree": None if head is None else
+                    any(not torch.equal(v, tree_before[k]) for k, v in head.buffers.items()),
                     "syncs": counter.syncs})
     return {"steps": out}
+
+
+def chain_graph_sizes(root: str, cases) -> list:
+    """ddtree_algo.chain_graph_sizes for each (capture_bs, chain_batch), sorted lists."""
+    _, loader = _install(root, WORKER_MODULES)
+    algo = loader.load(f"{SPEC}.ddtree_algo")
+    return [sorted(algo.chain_graph_sizes(bs, cb)) for bs, cb in cases]
 
 
 def dflash_chain_steps(root: str, prompts, block=5, steps=2, seed=0, compact_window=None) -> dict:

@@ -167,6 +167,16 @@ def test_ddtree_decode_without_overlap_patched(patched_tree):
     check_decode(patched_tree, CONFIGS[:2], overlap=False)
 
 
+def test_ddtree_decode_with_the_verify_kernel_patched(patched_tree, monkeypatch):
+    """The verify input from the one kernel (ddtree_triton._verify_kernel, Triton's interpreter on
+    this CPU), as a CUDA worker whose start-up check passed builds it: the same checks, no host
+    synchronisation in the step, plain greedy output, with and without the overlap scheduler."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")     # the probe's own interpreter (run_child inherits it)
+    check_decode(patched_tree, CONFIGS[:2], fused_verify=True)
+    check_decode(patched_tree, CONFIGS[2:], fused_verify=True, overlap=False)
+
+
 def test_ddtree_decode_dense_target_patched(patched_tree):
     """A dense target (no Mamba state): no state commit, the rest unchanged."""
     check_decode(patched_tree, CONFIGS[:1], hybrid=False)
@@ -348,3 +358,36 @@ def test_chain_and_tree_steps_alternate_losslessly_patched(patched_tree):
     eager, graphed = chain_steps(patched_tree, [1, 1]), chain_steps(patched_tree, [1, 1], draft_graph_padding=2)
     assert [s["draft_token"] for s in graphed] == [s["draft_token"] for s in eager], \
         "the draft head's top-1 chain must be DFlash's greedy chain"
+
+
+def test_chain_graph_sizes_patched(patched_tree):
+    """A captured draft-graph size is chain-only when every batch that replays it (above the next
+    smaller captured size, up to it) is a chain step: that size + 1 >= the chain batch."""
+    cases = [([1, 2, 4, 8, 16, 32], None), ([1, 2, 4, 8, 16, 32], 16), ([1, 2, 4, 8, 16, 32], 9),
+             ([1, 4, 32], 4), ([32, 1, 4, 4], 2), ([1, 2, 4], 1), ([1, 2, 4], 5)]
+    r = probe(patched_tree, "chain_graph_sizes", cases=cases)
+    assert r["ok"], r
+    assert r["value"] == [[], [32], [16, 32], [32], [4, 32], [1, 2, 4], []]
+
+
+def test_a_chain_only_draft_graph_skips_the_tree_patched(patched_tree):
+    """The batch (3 requests) replays the draft graph of 5 (two padded rows); with captured sizes
+    1, 2, 5 that graph is chain-only for a chain batch up to 3: its head computes the greedy chain
+    and writes no tree, and the steps are DFLASH's, as with the full head. For a chain batch of 4
+    the same graph builds the tree (a batch of 3 replays it for a tree step)."""
+    dflash = dflash_chain(patched_tree)["steps"]
+    for cb in (1, 3):
+        steps = chain_steps(patched_tree, [cb, cb], draft_graph_padding=2, capture_bs=[1, 2, 5])
+        full = chain_steps(patched_tree, [cb, cb], draft_graph_padding=2)
+        for s, f, d in zip(steps, full, dflash):
+            _check_chain_step(s)
+            assert s["syncs"] == []
+            assert s["head_built_tree"] is False and f["head_built_tree"] is True
+            assert (s["draft_token"], s["applied"], s["outputs_after"]) == \
+                (f["draft_token"], f["applied"], f["outputs_after"]) == \
+                (d["draft_token"], d["applied"], d["outputs_after"])
+    for s in chain_steps(patched_tree, [4, 4], draft_graph_padding=2, capture_bs=[1, 2, 5]):
+        assert s["verify_input"] == "DDTreeVerifyInput" and s["head_built_tree"] is True
+    out = s["outputs_after"]
+    for b, prompt in enumerate(PROMPTS):
+        assert out[b] == st.greedy_reference(prompt, len(out[b]))

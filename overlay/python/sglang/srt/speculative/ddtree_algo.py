@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, FrozenSet, Optional, Sequence
 
 from sglang.srt.speculative.ddtree_tree import TREE_MODE_TOPK
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
@@ -81,6 +81,22 @@ def step_verify(batch_size: int, chain_batch: Optional[int]) -> StepVerify:
     if chain_batch is not None and int(batch_size) >= int(chain_batch):
         return StepVerify.CHAIN
     return StepVerify.TREE
+
+
+def chain_graph_sizes(capture_bs: Sequence[int], chain_batch: Optional[int]) -> FrozenSet[int]:
+    """The captured draft-graph batch sizes of which every replay is a chain step: the graph
+    runner pads a batch to the smallest captured size that holds it, so the graph of size g
+    replays the batches above the next smaller captured size up to g, all of them chain
+    steps when that smaller size + 1 >= ``chain_batch``. Their draft head computes the greedy
+    chain only (no top-K of the budget, no tree); every other size builds the tree."""
+    if chain_batch is None:
+        return frozenset()
+    out, below = set(), 0
+    for g in sorted({int(b) for b in capture_bs}):
+        if step_verify(below + 1, chain_batch) is StepVerify.CHAIN:
+            out.add(g)
+        below = g
+    return frozenset(out)
 
 
 class DDTreeSpecAlgo(CustomSpecAlgo):

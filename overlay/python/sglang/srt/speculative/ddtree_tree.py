@@ -669,6 +669,37 @@ def build_verify_inputs(
     )
 
 
+def fused_verify_check(device, budget: int, depth: int) -> Optional[str]:
+    """Whether the one-kernel verify input may be used on ``device``: None when it equals the
+    torch path's on a fixed set of trees of this budget and depth (three requests: prefixes of
+    0, 5 and 17 tokens, the sum given exactly and as an upper bound), else why not (triton does
+    not import, the kernel raised, or the fields that differ). The worker calls it once at
+    start-up (it also compiles the kernel for the server's N) and keeps the torch path otherwise."""
+    device = torch.device(device)
+    if triton_kernels() is None:
+        return "triton does not import"
+    R, L, B = 3, max(1, int(depth)), max(1, int(budget))
+    K = min(B, 8)
+    # distinct ids per position, log-probabilities strictly descending per row, different per request
+    steps = torch.arange(R * L * K, dtype=torch.float32).view(R, L, K)
+    lp = -(torch.arange(K, dtype=torch.float32) + 1.0) * (0.5 + 0.1 * steps[..., :1] / (R * L * K)) - 0.01 * steps[..., :1]
+    ids = (torch.arange(K).view(1, 1, K) * 7 + torch.arange(L).view(1, L, 1) * 3 + torch.arange(R).view(R, 1, 1)) % 1000
+    try:
+        tree = build_ddtree(ids.to(device), lp.to(device), B, method="torch")   # compiles only the verify kernel
+        roots = torch.tensor([[11, 0], [12, 0], [13, 0]], device=device)[:, 0]
+        pl = torch.tensor([0, 5, 17], device=device)
+        for bound in (22, 25):
+            want = build_verify_inputs(tree, roots, pl, prefix_lens_sum=bound, fused=False)
+            got = build_verify_inputs(tree, roots, pl, prefix_lens_sum=bound, fused=True)
+            differ = [f for f in ("draft_token", "positions", "custom_mask")
+                      if not torch.equal(getattr(want, f), getattr(got, f))]
+            if differ:
+                return "differs from the torch path: " + ", ".join(differ)
+    except Exception as e:  # a kernel that does not compile or launch here
+        return f"raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
+
+
 # --------------------------------------------------------------------------
 # Acceptance
 # --------------------------------------------------------------------------

@@ -17,8 +17,9 @@ or the overlap scheduler's reserved bound):
    drafter's CUDA graphs, both run inside the draft graph (``DDTreeDraftHead``,
    as DFlash folds its greedy head in), so a replayed step launches none of
    their kernels from the host.
-3. Verify inputs in SGLang's tree layout (``ddtree_tree.build_verify_inputs``)
-   as a ``DDTreeVerifyInput`` (EAGLE's tree-verify input): N = budget + 1 tokens
+3. Verify inputs in SGLang's tree layout (``ddtree_tree.build_verify_inputs``;
+   tokens, positions and mask in one Triton kernel where the start-up check
+   ``fused_verify_check`` passed) as a ``DDTreeVerifyInput`` (EAGLE's tree-verify input): N = budget + 1 tokens
    per request in the request's verify slots req_to_token[prefix .. prefix + N)
    (reserved by ``DFlashDraftInputV2.prepare_for_decode``, which reads
    speculative_num_draft_tokens = N), positions prefix + depth, the FULL_MASK
@@ -65,13 +66,14 @@ from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.environ import envs
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 from sglang.srt.runtime_context import get_context, get_exec
-from sglang.srt.speculative.ddtree_algo import StepVerify, step_verify
+from sglang.srt.speculative.ddtree_algo import StepVerify, chain_graph_sizes, step_verify
 from sglang.srt.speculative.ddtree_tree import (
     TREE_MODE_TOPK,
     DDTree,
     ancestor_mask,
     build_ddtree,
     build_verify_inputs,
+    fused_verify_check,
     topk_logprobs,
     tree_verify_arrays,
 )
@@ -135,9 +137,15 @@ class DDTreeDraftHead:
     arrays too, which the torch builder leaves to later), and ``out``, the
     drafted positions' top-1 tokens: the greedy chain a chain step
     (``--speculative-ddtree-chain-batch``) reads where DFlash reads its own
-    head's ``out``."""
+    head's ``out``. A graph whose every replay is a chain step (``chain_batch``
+    and the runner's captured sizes, ``capture_bs``, which the worker's capture
+    hook notes before this head runs: ``ddtree_algo.chain_graph_sizes``) computes
+    that chain only: the top-1 of the same top-K code, no tree."""
 
-    def __init__(self, *, weight, num_org: int, org_vocab_start: int, block_size: int, budget: int, max_bs: int):
+    def __init__(self, *, weight, num_org: int, org_vocab_start: int, block_size: int, budget: int, max_bs: int,
+                 chain_batch: Optional[int] = None):
+        self.chain_batch = chain_batch
+        self.capture_bs: Optional[Tuple[int, ...]] = None  # the graph runner's sizes, noted at capture
         self.weight = weight
         self.num_org = int(num_org)
         self.org_vocab_start = int(org_vocab_start)
@@ -182,9 +190,14 @@ class DDTreeDraftHead:
                 f"{self.max_bs} (sglang/srt/speculative/ddtree_worker.py). Start with "
                 "SGLANG_DFLASH_EAGER_DRAFT_SAMPLER=1 (the tree built eagerly) and report this."
             )
-        chain, tree = self.tree_of(hidden_states.view(bs, self.block_size, -1))
-        for name, buf in self.buffers.items():
-            buf[:bs].copy_(getattr(tree, name))
+        hidden = hidden_states.view(bs, self.block_size, -1)
+        if self.capture_bs is not None and bs in chain_graph_sizes(self.capture_bs, self.chain_batch):
+            ids, _ = local_topk_logprobs(hidden[:, 1:, :], self.weight, self.num_org, 1)
+            chain = ids[:, :, 0] + self.org_vocab_start
+        else:
+            chain, tree = self.tree_of(hidden)
+            for name, buf in self.buffers.items():
+                buf[:bs].copy_(getattr(tree, name))
         self.out[: chain.numel()].copy_(chain.reshape(-1))
 
     def replayed(self, bs: int) -> DDTree:
@@ -198,6 +211,7 @@ def make_verify_input(
     prefix_lens: torch.Tensor,
     host_prefix_sum: int,
     num_draft_positions: int,
+    fused: bool = False,
 ) -> DDTreeVerifyInput:
     """The verify input of a batch of trees.
 
@@ -207,8 +221,10 @@ def make_verify_input(
     ``host_prefix_sum``, a host-side upper bound of ``prefix_lens.sum()``, only
     sizes it (no device read). The attention backend reads it as it is (eager)
     or copies it into its static verify buffer at a CUDA-graph replay (triton:
-    ``_update_target_verify_buffers``; flashinfer plans each replay with it)."""
-    vi = build_verify_inputs(tree, root_tokens, prefix_lens, prefix_lens_sum=int(host_prefix_sum))
+    ``_update_target_verify_buffers``; flashinfer plans each replay with it).
+    ``fused``: tokens, positions and mask from one kernel (``ddtree_triton``), where the
+    worker's start-up check passed; else the torch operations."""
+    vi = build_verify_inputs(tree, root_tokens, prefix_lens, prefix_lens_sum=int(host_prefix_sum), fused=fused)
     return DDTreeVerifyInput(
         draft_token=vi.draft_token,
         custom_mask=vi.custom_mask,
@@ -375,13 +391,19 @@ class DDTreeWorker(DFlashWorkerV2):
                 f"expected budget + 1 = {self.num_verify_tokens}; the server arguments did not go "
                 "through ddtree_algo.finish_ddtree_server_args (sglang/srt/speculative/ddtree_algo.py)."
             )
+        device = vars(self).get("device")  # DFlashWorkerV2.__init__ sets it (the target's device)
+        why = ("not CUDA" if device is None or torch.device(device).type != "cuda"
+               else fused_verify_check(device, self.budget, self.num_draft_positions))
+        self.fused_verify = why is None
         if self.ps.tp_rank == 0:
             logger.info(
-                "DDTREE worker: block %d, %d draft positions, budget %d, %d verify tokens per request.",
+                "DDTREE worker: block %d, %d draft positions, budget %d, %d verify tokens per request; "
+                "verify input %s.",
                 self.block_size,
                 self.num_draft_positions,
                 self.budget,
                 self.num_verify_tokens,
+                "in one kernel" if why is None else f"by torch operations ({why})",
             )
 
     def init_cuda_graphs(self):
@@ -437,14 +459,23 @@ class DDTreeWorker(DFlashWorkerV2):
             return eager("added vocab")
         if self.ps.tp_rank == 0:
             logger.info("DDTREE draft top-K and tree folded into the draft cuda graph.")
-        return DDTreeDraftHead(
+        head = DDTreeDraftHead(
             weight=lm_head.weight,
             num_org=int(shard.num_org_elements),
             org_vocab_start=int(shard.org_vocab_start_index),
             block_size=int(self.block_size),
             budget=self.budget,
             max_bs=max(get_exec().graph.cuda_graph_config.decode.bs),
+            chain_batch=self.chain_batch,
         )
+        if self.chain_batch is not None:
+            # DFlash appends the head's capture hook after this returns; this one runs before it
+            # at each capture and notes the sizes the runner captures (its filtered list).
+            def note_capture_sizes(runner, out, forward_batch, num_tokens):
+                head.capture_bs = tuple(int(b) for b in runner.capture_bs)
+
+            self.draft_model_runner.capture_tail_hooks.append(note_capture_sizes)
+        return head
 
     def _draft_tree(self, draft) -> DDTree:
         """The step's tree: from the draft head's buffers after a graph replay, else
@@ -560,6 +591,7 @@ class DDTreeWorker(DFlashWorkerV2):
             prefix_lens=prefix_lens,
             host_prefix_sum=host_prefix_sum,
             num_draft_positions=self.num_draft_positions,
+            fused=self.fused_verify,
         )
         batch.out_cache_loc = assign_extend_cache_locs_func(
             req_pool_indices=batch.req_pool_indices,
