@@ -35,7 +35,8 @@ def _install(root: str, real: list[str]):
 def algorithm(root: str) -> dict:
     """What ``SpeculativeAlgorithm.from_string("DDTREE")`` gives in this tree, and
     what the scheduler and the graph runners ask of it."""
-    _, loader = _install(root, [f"{SPEC}.spec_info", f"{SPEC}.spec_registry", f"{SPEC}.ddtree_tree", f"{SPEC}.ddtree_algo",
+    _, loader = _install(root, [f"{SPEC}.spec_info", f"{SPEC}.spec_registry", f"{SPEC}.ddtree_tree", f"{SPEC}.ddtree_adaptive",
+                                f"{SPEC}.ddtree_algo",
                                 f"{SPEC}.ddtree_worker"])
     loader.set_fakes({"get_spec": lambda: SimpleNamespace(speculative_dflash_block_size=16)})
     spec_info = loader.load(f"{SPEC}.spec_info")
@@ -98,6 +99,7 @@ def server_rules(root: str, argv: list[str]) -> dict:
             f"{SPEC}.spec_info",
             f"{SPEC}.spec_registry",
             f"{SPEC}.ddtree_tree",
+            f"{SPEC}.ddtree_adaptive",
             f"{SPEC}.ddtree_algo",
         ],
     )
@@ -134,6 +136,7 @@ def server_rules(root: str, argv: list[str]) -> dict:
         "speculative_algorithm",
         "speculative_ddtree_budget",
         "speculative_ddtree_chain_batch",
+        "speculative_ddtree_adaptive",
         "speculative_dflash_block_size",
         "speculative_num_draft_tokens",
         "speculative_num_steps",
@@ -166,6 +169,7 @@ def server_rules_many(root: str, argvs: list[list[str]]) -> list[dict]:
 WORKER_MODULES = [
     f"{SPEC}.spec_info",
     f"{SPEC}.spec_registry",
+    f"{SPEC}.ddtree_adaptive",
     f"{SPEC}.ddtree_algo",
     f"{SPEC}.ddtree_tree",
     f"{SPEC}.ddtree_worker",
@@ -506,13 +510,19 @@ def ddtree_decode_configs(root: str, prompts, configs) -> list:
 
 
 def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_rank=(0, 1), seed=0, overlap=False,
-                       draft_graph_padding=None, capture_bs=None) -> dict:
+                       draft_graph_padding=None, capture_bs=None, adaptive=None) -> dict:
     """DDTREE decode steps with ``--speculative-ddtree-chain-batch`` set per step
     from ``schedule`` (None: unset), through the worker's real
     forward_batch_generation: the tree's and the chain's verify paths are two
     stand-in target backends (``VerifyPath``, no graphs); each step records which
     backend the target ran its verify and Mamba commit on, and what it verified
-    and committed (the fields ``dflash_chain_steps`` records)."""
+    and committed (the fields ``dflash_chain_steps`` records).
+
+    ``adaptive`` (``{"seconds": {"tree": s, "chain": s}, "run_steps", "min_samples",
+    "explore_every"}``): ``--speculative-ddtree-adaptive`` instead (the schedule's
+    entries are ignored, its length is the steps): the worker's own AdaptiveSteps
+    on a clock that each step advances by its kind's seconds, its accept lengths
+    read back into host buffers (a real server's pinned memory)."""
     from tests.ddtree_integration import standins as st
     from tests.ddtree_integration.syncs import SyncCounter
 
@@ -539,6 +549,15 @@ def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_ra
     import torch
 
     head = w._draft_sampler
+    if adaptive is not None:
+        ad = env.loader.load(f"{SPEC}.ddtree_adaptive")
+        clock = [0.0]
+        choice = ad.AdaptiveVerify(**{k: adaptive[k] for k in ("run_steps", "min_samples", "explore_every")})
+        done = SimpleNamespace(record=lambda: None, query=lambda: True)   # the copy's CUDA event, completed
+        readback = ad.AcceptReadback(64, "cuda", host_buffer=lambda n: st.host(torch.zeros(n, dtype=torch.int64)),
+                                     event=lambda: done)
+        object.__setattr__(w, "adaptive", ad.AdaptiveSteps(choice=choice, readback=readback, clock=lambda: clock[0]))
+        schedule = [None] * len(schedule)
     for chain_batch in schedule:
         object.__setattr__(w, "chain_batch", chain_batch)
         if head is not None:
@@ -549,10 +568,14 @@ def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_ra
         commits = {k: len(b.commits) for k, b in backends.items()}
         with SyncCounter(root) as counter:
             res = w.forward_batch_generation(env.batch)
+        if adaptive is not None:
+            clock[0] += adaptive["seconds"][w.adaptive.last.kind.value]
         call = env.target.calls[-1]
         applied = _apply(env, res)
         vi = call["spec_info"]
         out.append({"chain_batch": chain_batch, "verify_on": seen[-1],
+                    "measured": None if adaptive is None else
+                    [[m.kind.value, m.batch_size, m.seconds, m.tokens] for m in w.adaptive.measured],
                     "verify_input": type(vi).__name__, "draft_token_num": vi.draft_token_num,
                     "draft_token": vi.draft_token.tolist(), "positions": vi.positions.tolist(),
                     "verify_slots": call["out_cache_loc"].tolist(), "seq_before": seq_before,

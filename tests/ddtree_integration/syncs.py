@@ -73,6 +73,8 @@ def _why(func, args, kwargs):
     if name == "to" and not _is_host(self) and _to_host(args, kwargs):
         return "to(cpu): a device-to-host copy"
     if name == "copy_" and _is_host(self) and len(args) > 1 and _device_tensors([args[1]]):
+        if kwargs.get("non_blocking") or (len(args) > 2 and args[2] is True):
+            return None  # queued on the stream into pinned memory; read once its event completes
         return "copy_ of a device tensor into a host tensor"
     return None
 

@@ -43,6 +43,12 @@ REFUSALS = {
     "budget": (BASE + ["--speculative-ddtree-budget", "0"], ["--speculative-ddtree-budget must be >= 1"]),
     "chain-batch": (BASE + ["--speculative-ddtree-chain-batch", "0"],
                     ["--speculative-ddtree-chain-batch must be >= 1", "spec_value.py chain-batch"]),
+    "adaptive-and-chain-batch": (BASE + ["--speculative-ddtree-adaptive", "--speculative-ddtree-chain-batch", "8"],
+                                 ["--speculative-ddtree-adaptive and --speculative-ddtree-chain-batch 8",
+                                  "Pass one of them"]),
+    "adaptive-tp": (BASE + ["--speculative-ddtree-adaptive", "--tp-size", "2"],
+                    ["--speculative-ddtree-adaptive is not supported", "--tp-size 2",
+                     "--speculative-ddtree-chain-batch K"]),
     "budget-below-block": (BASE + ["--speculative-ddtree-budget", "7"], ["--speculative-ddtree-budget 7", "at least 15"]),
     "hidden-states": (BASE + ["--enable-return-hidden-states"], ["--enable-return-hidden-states"]),
     "rejection-sampling": (BASE + ["--speculative-use-rejection-sampling"],
@@ -85,7 +91,7 @@ GDN_FLASHINFER = BASE + ["--linear-attn-decode-backend", "flashinfer"]
 
 def check_rules(tree):
     argvs = [BASE + ["--speculative-ddtree-budget", "63", "--speculative-ddtree-chain-batch", "8"], BASE,
-             DEFAULT_GRAMMAR, GRAPHS, NO_OVERLAP, GDN_FLASHINFER]
+             DEFAULT_GRAMMAR, GRAPHS, NO_OVERLAP, GDN_FLASHINFER, BASE + ["--speculative-ddtree-adaptive"]]
     argvs += [argv for argv, _ in REFUSALS.values()]
     results = probe(tree, "server_rules_many", argvs=argvs)
     assert results["ok"], results
@@ -109,7 +115,10 @@ def check_rules(tree):
     assert res[3]["value"]["disable_cuda_graph"] is False, res[3]
     assert res[4]["ok"] and res[4]["value"]["disable_overlap_schedule"] is True, res[4]
     assert res[5]["ok"] and res[5]["value"]["linear_attn_decode_backend"] == "flashinfer", res[5]
-    for (name, (_, needles)), r in zip(REFUSALS.items(), res[6:]):
+    assert res[1]["value"]["speculative_ddtree_adaptive"] is False, "no adaptive choice unless asked"
+    assert res[6]["ok"] and res[6]["value"]["speculative_ddtree_adaptive"] is True, res[6]
+    assert res[6]["value"]["speculative_ddtree_chain_batch"] is None, res[6]
+    for (name, (_, needles)), r in zip(REFUSALS.items(), res[7:]):
         assert not r["ok"] and r["type"] == "ValueError", f"{name}: not refused: {r}"
         for needle in needles:
             assert needle in r["message"], f"{name}: refusal {r['message']!r} lacks {needle!r}"

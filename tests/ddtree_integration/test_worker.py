@@ -391,3 +391,36 @@ def test_a_chain_only_draft_graph_skips_the_tree_patched(patched_tree):
     out = s["outputs_after"]
     for b, prompt in enumerate(PROMPTS):
         assert out[b] == st.greedy_reference(prompt, len(out[b]))
+
+
+def test_adaptive_steps_take_the_kind_measured_faster_patched(patched_tree):
+    """--speculative-ddtree-adaptive through the worker's real decode steps: the tree's run first,
+    then the chain's (runs of 2 steps), then the kind whose measured tokens a second are higher.
+    Each recorded sample is a step of its kind timed with its own kind's seconds (a run's first
+    step is not measured) and carries the tokens that step committed (its accept lengths, as the
+    output processor applied them); tree and chain steps verify and commit on their own paths, with
+    no host read, and the output stays plain greedy decoding."""
+    seconds = {"tree": 3.0, "chain": 1.0}
+    steps = chain_steps(patched_tree, [None] * 10,
+                        adaptive=dict(seconds=seconds, run_steps=2, min_samples=1, explore_every=100))
+    kinds = ["chain" if s["verify_on"] == "chain" else "tree" for s in steps]
+    assert kinds[:4] == ["tree", "tree", "chain", "chain"], kinds
+    for s, kind in zip(steps, kinds):
+        if kind == "chain":
+            _check_chain_step(s)
+        else:
+            assert (s["verify_on"], s["verify_input"], s["draft_token_num"]) == ("tree", "DDTreeVerifyInput", 7), s
+        assert s["syncs"] == [], s["syncs"]
+    measured = steps[-1]["measured"]
+    # measured: steps 1..8 that follow a step of their kind (step 9's period ends after the probe)
+    expect = [i for i in range(1, 9) if kinds[i - 1] == kinds[i]]
+    assert [m[0] for m in measured] == [kinds[i] for i in expect]
+    for m, i in zip(measured, expect):
+        assert m[1:] == [len(PROMPTS), seconds[kinds[i]], sum(steps[i]["applied"]["accept_lens"])], (i, m)
+    rate = {k: sum(m[3] for m in measured[:2] if m[0] == k) / sum(m[2] for m in measured[:2] if m[0] == k)
+            for k in ("tree", "chain")}
+    best = "tree" if rate["tree"] >= rate["chain"] else "chain"
+    assert kinds[4:6] == [best, best], (rate, kinds)
+    for b, prompt in enumerate(PROMPTS):
+        out = steps[-1]["outputs_after"][b]
+        assert len(out) > len(steps) and out == st.greedy_reference(prompt, len(out)), b

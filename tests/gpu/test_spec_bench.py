@@ -76,6 +76,24 @@ def test_chain_configurations():
     assert m["DDTREE-63-chain16/overlap"]["vs_dflash"] == 0.99
 
 
+def test_adaptive_configurations():
+    """DDTREE-<budget>-adaptive: DDTREE's flags plus --speculative-ddtree-adaptive; not with a chain
+    batch (the server refuses both), and no chain batch is derived for it."""
+    ad, ad_eager = bench.parse_configs("DDTREE-63-adaptive/overlap,DDTREE-16-eager-adaptive")
+    assert (ad.budget, ad.adaptive, ad.chain_batch, ad.overlap) == (63, True, None, True)
+    assert bench.spec_flags(ad, "D") == ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "D",
+                                         "--speculative-ddtree-budget", "63", "--speculative-ddtree-adaptive"]
+    assert (ad_eager.eager_tree, ad_eager.adaptive, ad_eager.overlap) == (True, True, False)
+    assert not bench.parse_configs("DDTREE-63")[0].adaptive
+    for bad in ("DDTREE-16-chain4-adaptive", "DDTREE-16-adaptive-chain4", "DFLASH-adaptive", "DDTREE-adaptive"):
+        with pytest.raises(ValueError, match=f"unknown configuration '{bad}'"):
+            bench.parse_configs(bad)
+    rows = [{"config": "DDTREE-63-adaptive/overlap", "batch": 1, "tokens_per_s": 1.0},
+            {"config": "DFLASH/overlap", "batch": 1, "tokens_per_s": 1.0}]
+    with pytest.raises(ValueError, match="not a DDTREE configuration without a chain batch"):
+        bench.chain_batch(rows, "DDTREE-63-adaptive/overlap")
+
+
 def test_ratios_and_projection_within_one_scheduling():
     """DDTREE/overlap is set against DFLASH/overlap and AR/overlap, never against the synchronous runs."""
     rows = [{"config": c, "batch": 1, "tokens_per_s": t, "step_ms": s}

@@ -67,8 +67,12 @@ EAGER_TREE_ENV = {"SGLANG_DFLASH_EAGER_DRAFT_SAMPLER": "1"}
 # DDTREE-<budget>-chain<K>: with --speculative-ddtree-chain-batch K (steps of K requests or more verify
 # DFlash's chain, smaller ones the tree)
 CHAIN = "-chain"
+# DDTREE-<budget>-adaptive: with --speculative-ddtree-adaptive (each step the tree or DFlash's chain,
+# whichever the server measured faster at its batch size)
+ADAPTIVE = "-adaptive"
 # a configuration's name: the algorithm, DDTREE's budget, its variants, the scheduling
-NAME = re.compile(r"^(?:AR|DFLASH|DDTREE-(?P<budget>[1-9][0-9]*)(?P<eager>-eager)?(?:-chain(?P<chain>[1-9][0-9]*))?)"
+NAME = re.compile(r"^(?:AR|DFLASH|DDTREE-(?P<budget>[1-9][0-9]*)(?P<eager>-eager)?"
+                  r"(?:-chain(?P<chain>[1-9][0-9]*)|(?P<adaptive>-adaptive))?)"
                   r"(?P<overlap>/overlap)?$")
 
 
@@ -80,6 +84,7 @@ class Config:
     overlap: bool = False         # SGLang's overlap scheduler (off: --disable-overlap-schedule)
     eager_tree: bool = False      # DDTREE: the tree built outside the draft CUDA graph
     chain_batch: Optional[int] = None  # DDTREE: --speculative-ddtree-chain-batch
+    adaptive: bool = False        # DDTREE: --speculative-ddtree-adaptive
 
     @property
     def speculative(self):
@@ -118,13 +123,15 @@ def parse_config(name):
         raise ValueError(f"unknown configuration {name!r}: AR, DFLASH, DDTREE-<budget>, "
                          f"DDTREE-<budget>{EAGER_TREE} (its tree built outside the draft graph) or "
                          f"DDTREE-<budget>[{EAGER_TREE}]{CHAIN}<batch> (DFlash's chain verified from that "
-                         f"batch size up), each optionally with {OVERLAP} (the overlap scheduler on)")
+                         f"batch size up) or DDTREE-<budget>[{EAGER_TREE}]{ADAPTIVE} (the tree or the chain, "
+                         f"whichever the server measures faster at each batch size), each optionally with "
+                         f"{OVERLAP} (the overlap scheduler on)")
     overlap = m["overlap"] is not None
     if m["budget"] is None:
         base = split_name(name)[0]
         return Config(name, None if base == "AR" else base, overlap=overlap)
     return Config(name, "DDTREE", int(m["budget"]), overlap=overlap, eager_tree=m["eager"] is not None,
-                  chain_batch=None if m["chain"] is None else int(m["chain"]))
+                  chain_batch=None if m["chain"] is None else int(m["chain"]), adaptive=m["adaptive"] is not None)
 
 
 def parse_configs(text):
@@ -141,6 +148,8 @@ def spec_flags(cfg, draft_path):
         f += ["--speculative-ddtree-budget", str(cfg.budget)]
         if cfg.chain_batch is not None:
             f += ["--speculative-ddtree-chain-batch", str(cfg.chain_batch)]
+        if cfg.adaptive:
+            f += ["--speculative-ddtree-adaptive"]
     return f
 
 
@@ -275,8 +284,8 @@ def table(rows, title):
 def _order(name):
     c = parse_config(name)
     if c.algorithm != "DDTREE":
-        return (c.overlap, 0 if c.algorithm is None else 1, 0, False, 0)
-    return (c.overlap, 2, c.budget, c.eager_tree, c.chain_batch or 0)
+        return (c.overlap, 0 if c.algorithm is None else 1, 0, False, 0, False)
+    return (c.overlap, 2, c.budget, c.eager_tree, c.chain_batch or 0, c.adaptive)
 
 
 @dataclass(frozen=True)
@@ -303,7 +312,7 @@ def chain_batch(rows, config):
     """The ChainBatch of DDTREE configuration `config` (no chain batch of its own) from a run's
     summary rows (ValueError naming what is missing)."""
     c = parse_config(config)
-    if c.algorithm != "DDTREE" or c.chain_batch is not None:
+    if c.algorithm != "DDTREE" or c.chain_batch is not None or c.adaptive:
         raise ValueError(f"{config!r} is not a DDTREE configuration without a chain batch (e.g. DDTREE-63/overlap)")
     dflash = _named("DFLASH", c.overlap)
     tps = {(r["config"], r["batch"]): r.get("tokens_per_s") for r in rows}

@@ -36,6 +36,9 @@ size tokens a request, DFlash's own verify and acceptance) instead of the tree;
 the worker keeps a second target attention backend and set of verify CUDA
 graphs for it, built as DFLASH's. Where the tree's extra acceptance cannot pay
 for its verify (larger batches), the step costs what a DFLASH step costs.
+``--speculative-ddtree-adaptive`` (``ddtree_adaptive.AdaptiveVerify``): the same two
+paths, each step taking the one that has committed more tokens a second at its
+batch size, measured from the server's own steps (the two flags exclude each other).
 
 The drafter keeps DFlash's width: ``get_num_tokens_per_req_for_target_verify``
 gives the draft worker the block size (its CUDA graphs, its warm-up), the target
@@ -46,10 +49,10 @@ input (``ddtree_worker.graph_capture_verify_input``, called from
 
 from __future__ import annotations
 
-import enum
 import logging
 from typing import TYPE_CHECKING, Callable, FrozenSet, Optional, Sequence
 
+from sglang.srt.speculative.ddtree_adaptive import StepVerify
 from sglang.srt.speculative.ddtree_tree import TREE_MODE_TOPK
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
@@ -66,13 +69,6 @@ SUPPORTED_ATTENTION_BACKENDS = ("flashinfer", "triton")
 DEFAULT_GRAMMAR_BACKEND = "xgrammar"
 # Above this many verify tokens the hybrid tree conv kernel's JIT compile takes minutes.
 HYBRID_TREE_COMPILE_WARN_TOKENS = 64
-
-
-class StepVerify(enum.Enum):
-    """What one DDTREE decode step verifies."""
-
-    TREE = "tree"  # the best-first tree of budget nodes (budget + 1 tokens a request)
-    CHAIN = "chain"  # DFlash's greedy chain (block size tokens a request)
 
 
 def step_verify(batch_size: int, chain_batch: Optional[int]) -> StepVerify:
@@ -178,6 +174,19 @@ def validate_ddtree_server_args(args: "ServerArgs") -> None:
             f"verifies DFlash's chain), got {chain_batch}. Set it to the batch size where DFLASH "
             "overtakes DDTREE (python tools/gpu/spec_value.py chain-batch REPORT tells it from a "
             "measured run), or leave it out to verify the tree at every batch size."
+        )
+    if getattr(args, "speculative_ddtree_adaptive", False) and int(getattr(args, "tp_size", 1) or 1) > 1:
+        _refuse(
+            "--speculative-ddtree-adaptive",
+            f"with --tp-size {args.tp_size} each rank would time its own steps and could choose another "
+            "verify than the others",
+            "Use --speculative-ddtree-chain-batch K (the same rule on every rank) or one TP rank.",
+        )
+    if chain_batch is not None and getattr(args, "speculative_ddtree_adaptive", False):
+        raise ValueError(
+            f"--speculative-ddtree-adaptive and --speculative-ddtree-chain-batch {chain_batch} both choose "
+            "which decode steps verify DFlash's chain: the first from the steps' measured rates, the "
+            "second from a fixed batch size. Pass one of them."
         )
     if args.grammar_backend in (None, DEFAULT_GRAMMAR_BACKEND):
         # SGLang's default (None, resolved to xgrammar by _handle_grammar_backend):
@@ -323,6 +332,15 @@ def finish_ddtree_server_args(args: "ServerArgs") -> None:
             "DDTREE: from %d requests a step up, DFlash's chain of %d tokens per request is "
             "verified instead of the tree (--speculative-ddtree-chain-batch).",
             int(chain_batch),
+            block_size,
+        )
+
+
+    if getattr(args, "speculative_ddtree_adaptive", False):
+        logger.info(
+            "DDTREE: each decode step verifies the tree or DFlash's chain of %d tokens per request, "
+            "whichever has committed more tokens a second at its batch size, measured from this "
+            "server's own steps (--speculative-ddtree-adaptive).",
             block_size,
         )
 

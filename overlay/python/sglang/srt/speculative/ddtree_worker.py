@@ -45,7 +45,11 @@ the drafter's greedy chain, block size tokens a request, DFlash's verify,
 acceptance and Mamba commit), on a second target attention backend and set of
 verify CUDA graphs built as DFLASH builds its own (``ChainVerify``); the step
 switches the target's backend and graph runner to the path it verifies
-(``ddtree_algo.step_verify``, from the batch size the host holds).
+(``ddtree_algo.step_verify``, from the batch size the host holds). With
+``--speculative-ddtree-adaptive`` the same two paths, each step taking the one
+that has committed more tokens a second at its batch size on this server
+(``ddtree_adaptive``: the steps' periods on the host's clock, their accept
+lengths read back without a wait).
 
 What is refused at start-up is in ``ddtree_algo.py``.
 """
@@ -53,6 +57,7 @@ What is refused at start-up is in ``ddtree_algo.py``.
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
@@ -66,6 +71,7 @@ from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.environ import envs
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 from sglang.srt.runtime_context import get_context, get_exec
+from sglang.srt.speculative.ddtree_adaptive import AcceptReadback, AdaptiveSteps, AdaptiveVerify
 from sglang.srt.speculative.ddtree_algo import StepVerify, chain_graph_sizes, step_verify
 from sglang.srt.speculative.ddtree_tree import (
     TREE_MODE_TOPK,
@@ -85,6 +91,11 @@ from sglang.srt.speculative.eagle_utils import eagle_sample
 from sglang.srt.speculative.spec_utils import commit_mamba_states_after_verify, move_accept_tokens_to_target_kvcache
 
 logger = logging.getLogger(__name__)
+
+# --speculative-ddtree-adaptive: the largest batch whose accept lengths are read back (a larger
+# step is not measured), and how often (measured steps) the choice is logged.
+ADAPTIVE_READBACK_BS = 4096
+ADAPTIVE_LOG_EVERY = 1000
 
 
 @dataclass
@@ -384,6 +395,8 @@ class DDTreeWorker(DFlashWorkerV2):
         self.num_draft_positions = int(self.block_size) - 1
         chain_batch = getattr(server_args, "speculative_ddtree_chain_batch", None)
         self.chain_batch: Optional[int] = None if chain_batch is None else int(chain_batch)
+        self.adaptive: Optional[AdaptiveSteps] = None
+        self._adaptive_logged = 0
         self._verify_paths: Dict[StepVerify, VerifyPath] = {}
         if self.num_verify_tokens != int(server_args.speculative_num_draft_tokens):
             raise RuntimeError(
@@ -395,6 +408,12 @@ class DDTreeWorker(DFlashWorkerV2):
         why = ("not CUDA" if device is None or torch.device(device).type != "cuda"
                else fused_verify_check(device, self.budget, self.num_draft_positions))
         self.fused_verify = why is None
+        if getattr(server_args, "speculative_ddtree_adaptive", False):
+            self.adaptive = AdaptiveSteps(
+                choice=AdaptiveVerify(),
+                readback=AcceptReadback(ADAPTIVE_READBACK_BS, "cpu" if device is None else device),
+                clock=time.perf_counter,
+            )
         if self.ps.tp_rank == 0:
             logger.info(
                 "DDTREE worker: block %d, %d draft positions, budget %d, %d verify tokens per request; "
@@ -408,10 +427,11 @@ class DDTreeWorker(DFlashWorkerV2):
 
     def init_cuda_graphs(self):
         """DFlash's (the drafter's graphs, the draft head); then, with
-        ``--speculative-ddtree-chain-batch``, the chain steps' verify path beside
-        the tree's (the target's own backend and graphs, captured before this)."""
+        ``--speculative-ddtree-chain-batch`` or ``--speculative-ddtree-adaptive``, the chain
+        steps' verify path beside the tree's (the target's own backend and graphs, captured
+        before this)."""
         super().init_cuda_graphs()
-        if self.chain_batch is None:
+        if self.chain_batch is None and self.adaptive is None:
             return
         mr = self.target_worker.model_runner
         self._verify_paths[StepVerify.TREE] = VerifyPath(mr.attn_backend, mr.decode_cuda_graph_runner)
@@ -419,11 +439,23 @@ class DDTreeWorker(DFlashWorkerV2):
         self._verify_paths[StepVerify.CHAIN] = build_chain_verify(mr, int(self.block_size))
         if self.ps.tp_rank == 0:
             logger.info(
-                "DDTREE chain verify path built (steps of %d requests or more; %s; %.2f GiB).",
-                self.chain_batch,
+                "DDTREE chain verify path built (%s; %s; %.2f GiB).",
+                "chosen per step" if self.adaptive is not None else f"steps of {self.chain_batch} requests or more",
                 "CUDA graphs" if self._verify_paths[StepVerify.CHAIN].graph_runner is not None else "eager",
                 (free_before - _free_gpu_bytes(self.device)) / 2**30,
             )
+
+    def _step_kind(self, batch_size: int) -> StepVerify:
+        """What this decode step verifies: the adaptive choice, else the chain-batch rule."""
+        if self.adaptive is None:
+            return step_verify(batch_size, self.chain_batch)
+        kind = self.adaptive.begin(batch_size)
+        measured = len(self.adaptive.measured)
+        if self.ps.tp_rank == 0 and measured >= self._adaptive_logged + ADAPTIVE_LOG_EVERY:
+            self._adaptive_logged = measured
+            logger.info("DDTREE adaptive verify after %d measured steps: %s", measured,
+                        self.adaptive.choice.describe())
+        return kind
 
     def _use_verify_path(self, kind: StepVerify) -> None:
         """Point the target at the backend and graphs of the step's verify."""
@@ -553,6 +585,8 @@ class DDTreeWorker(DFlashWorkerV2):
             raise ValueError("DDTREE speculative decoding does not support return_logprob.")
         if batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle():
             # Prefill (the prompt's features fill the draft KV) and idle batches: DFlash's.
+            if self.adaptive is not None:
+                self.adaptive.interrupted()  # the decode step before it is not measured
             return super().forward_batch_generation(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
         if batch.spec_info is None:
             batch.spec_info = DFlashDraftInputV2.create_idle_input(device=self.device)
@@ -569,11 +603,14 @@ class DDTreeWorker(DFlashWorkerV2):
             )
         self._validate_phase1_sampling_support(batch)
 
-        kind = step_verify(batch.batch_size(), self.chain_batch)
+        kind = self._step_kind(batch.batch_size())
         self._use_verify_path(kind)
         if kind is StepVerify.CHAIN:
             # DFlash's own decode step (draft, greedy chain, verify, accept, commit).
-            return super().forward_batch_generation(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
+            result = super().forward_batch_generation(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
+            if self.adaptive is not None:
+                self.adaptive.committed(result.accept_lens)
+            return result
 
         # --- 1) DFlash's draft forward, 2) the tree.
         draft = self._run_draft_block(batch, draft_input)
@@ -627,6 +664,8 @@ class DDTreeWorker(DFlashWorkerV2):
                 "DDTREE verify needs the target's DFlash context features (CaptureHiddenMode.FULL), got None."
             )
         predict, accept_lens, accept_index = eagle_sample(verify_input, batch, logits_output)
+        if self.adaptive is not None:
+            self.adaptive.committed(accept_lens)
 
         # --- 5) Commit: SSM state of the last accepted node, KV to the front, lengths.
         commit_mamba_states_after_verify(self.target_worker, batch, accept_lens, accept_index, N)
