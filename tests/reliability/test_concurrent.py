@@ -1,6 +1,8 @@
 """Two (four) processes at once: apply.py on one destination, release_tree
-for the same and different releases, two bisects on one log."""
+for the same and different releases, two bisects on one log, a scratch
+folder cleaned by another process while its maker takes its marker."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -60,12 +62,20 @@ GET = "import sys; from sgl_overlay import release_trees\n" \
       "    print(release_trees.release_tree(v, progress=lambda m: print(m, file=sys.stderr, flush=True)))\n"
 
 
+def _failed(cmds, done):
+    """Each failing process's exit code and whole stderr, one block each:
+    pytest shows a string message in full, but shortens the repr of
+    anything else (a list of outputs) to a few hundred characters."""
+    return "\n".join(f"--- process {i} ({' '.join(map(str, cmd))}) exited {rc}; its whole stderr:\n{err}"
+                     for i, (cmd, (rc, _, err)) in enumerate(zip(cmds, done)) if rc != 0)
+
+
 def test_release_tree_from_four_processes_downloads_each_release_once(tmp_path):
     cache = tmp_path / "cache"
     env = local_index_env(cache, RELEASES)
     orders = [RELEASES, RELEASES[::-1], [RELEASES[0]], RELEASES]       # the same and different releases
     done = start_together([[sys.executable, "-c", GET, *o] for o in orders], env=env, cwd=tmp_path)
-    assert all(rc == 0 for rc, _, _ in done), done
+    assert all(rc == 0 for rc, _, _ in done), _failed(orders, done)
     errs = "".join(e for _, _, e in done)
     assert "Traceback" not in errs
     for v in RELEASES:
@@ -126,3 +136,36 @@ def test_two_bisects_on_one_log_and_a_resume_of_a_live_log(tmp_path):
     p = subprocess.run(tool("bisect", "--resume", log), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     record("a second bisect on the same --log, and --resume of a live log", 2, failures)
+
+
+CLEAN = "import sys; from sgl_overlay import locking\n" \
+        "print(len(locking.clean_scratch(sys.argv[1], sys.argv[2])))\n"
+
+
+def test_a_scratch_folder_is_never_cleaned_while_its_maker_is_taking_its_marker(tmp_path, monkeypatch):
+    """Another process's clean_scratch, run at the moment the maker has
+    created its marker file and not yet locked it (the CI failure: a
+    concurrent download of another release removed a live `.download-*`
+    folder), leaves the folder alone; after the maker ends, it is removed.
+    The moment is made by a hook, not by timing."""
+    from sgl_overlay import locking
+    cleaned = []
+    real_open = locking._open
+
+    def open_then_clean(path):
+        fd = real_open(path)                   # the marker file exists now, unlocked
+        p = subprocess.run([sys.executable, "-c", CLEAN, str(tmp_path), ".download-*"],
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        cleaned.append(int(p.stdout))
+        return fd
+
+    monkeypatch.setattr(locking, "_open", open_then_clean)
+    d, mark = locking.scratch(tmp_path, ".download-")
+    monkeypatch.setattr(locking, "_open", real_open)
+    assert cleaned == [0] and d.is_dir(), f"another process's clean_scratch removed the live folder {d}"
+    assert sorted(os.listdir(d)) == [locking.MARK]
+    assert not locking.is_free(d / locking.MARK)         # the lock moved with the renamed marker
+    assert locking.clean_scratch(tmp_path, ".download-*") == [] and d.is_dir()
+    mark.release()                                        # its maker is gone: the folder is a leftover
+    assert locking.clean_scratch(tmp_path, ".download-*") == [d] and not d.exists()

@@ -186,10 +186,25 @@ def is_free(path):
 
 def scratch(parent, prefix, what="an unfinished sgl-overlay build; safe to delete"):
     """(path, Held): a new directory under ``parent`` whose marker stays
-    locked while this process lives."""
+    locked while this process lives.
+
+    The marker is created and locked under another name (MARK + ".new") and
+    only then renamed to MARK (an flock belongs to the open file, so the
+    rename keeps it): a MARK that exists is locked, unless its maker died.
+    Were it created under its own name, another process's ``clean_scratch``
+    could find it in the moment between its creation and its lock, take it
+    for a dead maker's and remove the live directory (CI: a concurrent
+    download of another release removed this one's ``.download-*`` folder
+    while pip was running)."""
     d = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
     try:
-        held = hold(d / MARK, what)
+        held = hold(d / (MARK + ".new"), what)
+        try:
+            os.rename(d / (MARK + ".new"), d / MARK)
+        except BaseException:
+            held.release()
+            raise
+        held.path = d / MARK
     except BaseException:
         shutil.rmtree(d, ignore_errors=True)
         raise
@@ -212,7 +227,9 @@ def clean_scratch(parent, pattern):
     """Remove the ``pattern`` directories under ``parent`` that a dead
     process left: their marker lock is free.  A directory whose marker lock
     is held belongs to a live process and is never touched; one with no
-    marker yet is removed only when older than UNMARKED_GRACE_S."""
+    marker yet (its maker is between ``mkdtemp`` and the rename of its
+    locked marker, or died there) is removed only when older than
+    UNMARKED_GRACE_S."""
     removed = []
     for d in Path(parent).glob(pattern):
         if not d.is_dir() or d.is_symlink():
