@@ -105,7 +105,35 @@ def test_the_better_kind_wins_each_bucket(ad, bs, best):
     st = s.choice.state(bs)
     assert st.rates[want] == pytest.approx(best_rate)
     assert st.rates[other] == pytest.approx(bs * srv.accept[other] / cost[other](bs))
+    assert st.best is want
     assert f"batch <= {ad.batch_bucket(bs)}:" in s.choice.describe()
+
+
+def test_the_log_names_the_better_kind_apart_from_a_trial_run(ad):
+    """The server's log line says which kind a bucket takes, and a run of the other kind (measuring
+    it, or refreshing its figure every explore_every steps) is marked as a trial, not as the choice:
+    the H200's log of 2026-12-05 printed 'tree 9166 tok/s (48), chain 8157 tok/s (21); chain'
+    for a bucket whose choice was the tree."""
+    T, C = ad.StepVerify.TREE, ad.StepVerify.CHAIN
+    v = ad.AdaptiveVerify(run_steps=2, min_samples=2, explore_every=4, window=8)
+    assert v.describe() == "nothing measured"
+    assert v.choose(1) is T and v.state(1).best is None
+    assert v.describe() == "batch <= 1: tree - (0), chain - (0); measuring tree"
+    for _ in range(2):  # the tree measured at 3 tokens a 1 ms: 3000 tok/s
+        v.record(ad.StepSample(T, 1, 0.001, 3))
+    v.choose(1)  # ends the tree's run
+    assert v.choose(1) is C
+    assert v.describe().endswith("; measuring chain")
+    for _ in range(2):  # the chain at 2 tokens a 1 ms: 2000 tok/s
+        v.record(ad.StepSample(C, 1, 0.001, 2))
+    v.choose(1)
+    assert v.choose(1) is T and v.state(1).best is T
+    assert v.describe() == "batch <= 1: tree 3000 tok/s (2), chain 2000 tok/s (2); tree"
+    kinds = [v.choose(1) for _ in range(8)]
+    assert C in kinds, kinds  # the refresh run of the chain comes within explore_every steps
+    while v.state(1).current is not C:
+        v.choose(1)
+    assert v.describe().endswith("; tree (trying chain)")
 
 
 def test_buckets_are_chosen_apart(ad):
@@ -129,7 +157,7 @@ def test_nothing_measured_stays_on_the_tree(ad):
     srv = Server(ad, {T: lambda b: 0.004, C: lambda b: 0.001}, {T: 2, C: 1})
     s, kinds, _ = srv.run(200, [4], prefill_every=1)
     assert s.measured == [] and set(kinds) == {T}
-    assert s.choice.describe().endswith("tree") and "tree - (0)" in s.choice.describe()
+    assert s.choice.describe().endswith("; measuring tree") and "tree - (0)" in s.choice.describe()
 
 
 class _LateEvent:

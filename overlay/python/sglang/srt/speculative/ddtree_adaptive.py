@@ -68,12 +68,22 @@ class _Bucket:
 @dataclass(frozen=True)
 class BucketState:
     """What a bucket's choice rests on (the log line, the tests): each kind's rate (tokens/s, None
-    until measured) and measured steps, and the kind taken now."""
+    until measured) and measured steps, the better kind (None until both are measured) and the kind
+    taken now (the better one, or the other in a run that measures or refreshes it)."""
 
     bucket: int
     rates: Dict[StepVerify, Optional[float]]
     samples: Dict[StepVerify, int]
+    best: Optional[StepVerify]
     current: StepVerify
+
+    def label(self) -> str:
+        """The log's word for it: 'tree', 'tree (trying chain)', or 'measuring chain'."""
+        if self.best is None:
+            return f"measuring {self.current.value}"
+        if self.current is self.best:
+            return self.best.value
+        return f"{self.best.value} (trying {self.current.value})"
 
 
 class AdaptiveVerify:
@@ -105,11 +115,20 @@ class AdaptiveVerify:
             return None
         return sum(x.tokens for x in s) / seconds
 
+    def best(self, bucket: int) -> Optional[StepVerify]:
+        """The kind with the higher measured rate in ``bucket`` (the tree on a tie); None while
+        either is unmeasured."""
+        tree, chain = self.rate(bucket, StepVerify.TREE), self.rate(bucket, StepVerify.CHAIN)
+        if tree is None or chain is None:
+            return None
+        return StepVerify.TREE if tree >= chain else StepVerify.CHAIN
+
     def state(self, batch_size: int) -> BucketState:
         bucket = batch_bucket(batch_size)
         b = self._bucket(bucket)
         return BucketState(bucket=bucket, rates={k: self.rate(bucket, k) for k in StepVerify},
-                           samples={k: len(b.samples[k]) for k in StepVerify}, current=b.current)
+                           samples={k: len(b.samples[k]) for k in StepVerify}, best=self.best(bucket),
+                           current=b.current)
 
     def describe(self) -> str:
         """Each bucket's rates and the kind taken, for the server's log."""
@@ -118,7 +137,7 @@ class AdaptiveVerify:
             st = self.state(bucket)
             rates = ", ".join(f"{k.value} {'-' if r is None else f'{r:.0f} tok/s'} ({st.samples[k]})"
                               for k, r in st.rates.items())
-            parts.append(f"batch <= {bucket}: {rates}; {st.current.value}")
+            parts.append(f"batch <= {bucket}: {rates}; {st.label()}")
         return "; ".join(parts) or "nothing measured"
 
     def choose(self, batch_size: int) -> StepVerify:
@@ -128,12 +147,11 @@ class AdaptiveVerify:
         if b.left > 0:
             b.left -= 1
             return b.current
-        unmeasured = [k for k in StepVerify if self.rate(bucket, k) is None]
-        if unmeasured:
-            nxt = unmeasured[0]  # the tree first: it is what DDTREE runs without this
+        best = self.best(bucket)
+        if best is None:
+            # the tree first: it is what DDTREE runs without this
+            nxt = next(k for k in StepVerify if self.rate(bucket, k) is None)
         else:
-            tree, chain = self.rate(bucket, StepVerify.TREE), self.rate(bucket, StepVerify.CHAIN)
-            best = StepVerify.TREE if tree >= chain else StepVerify.CHAIN
             if b.since_explore >= self.explore_every:
                 nxt = StepVerify.CHAIN if best is StepVerify.TREE else StepVerify.TREE
                 b.since_explore = 0
