@@ -131,8 +131,11 @@ def test_the_log_names_the_better_kind_apart_from_a_trial_run(ad):
     assert v.describe() == "batch <= 1: tree 3000 tok/s (2), chain 2000 tok/s (2); tree"
     kinds = [v.choose(1) for _ in range(8)]
     assert C in kinds, kinds  # the refresh run of the chain comes within explore_every steps
-    while v.state(1).current is not C:
+    for _ in range(2 * (v.explore_every + v.run_steps)):  # to the next refresh run, at most two periods away
+        if v.state(1).current is C:
+            break
         v.choose(1)
+    assert v.state(1).current is C and v.state(1).best is T
     assert v.describe().endswith("; tree (trying chain)")
 
 

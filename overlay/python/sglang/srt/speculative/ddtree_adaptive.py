@@ -65,6 +65,14 @@ class _Bucket:
     since_explore: int = 0  # steps taken at the better kind since the other was last tried
 
 
+def better_kind(rates: Dict[StepVerify, Optional[float]]) -> Optional[StepVerify]:
+    """The kind with the higher rate (the tree on a tie); None while either is unmeasured."""
+    tree, chain = rates[StepVerify.TREE], rates[StepVerify.CHAIN]
+    if tree is None or chain is None:
+        return None
+    return StepVerify.TREE if tree >= chain else StepVerify.CHAIN
+
+
 @dataclass(frozen=True)
 class BucketState:
     """What a bucket's choice rests on (the log line, the tests): each kind's rate (tokens/s, None
@@ -115,20 +123,15 @@ class AdaptiveVerify:
             return None
         return sum(x.tokens for x in s) / seconds
 
-    def best(self, bucket: int) -> Optional[StepVerify]:
-        """The kind with the higher measured rate in ``bucket`` (the tree on a tie); None while
-        either is unmeasured."""
-        tree, chain = self.rate(bucket, StepVerify.TREE), self.rate(bucket, StepVerify.CHAIN)
-        if tree is None or chain is None:
-            return None
-        return StepVerify.TREE if tree >= chain else StepVerify.CHAIN
+    def rates(self, bucket: int) -> Dict[StepVerify, Optional[float]]:
+        return {k: self.rate(bucket, k) for k in StepVerify}
 
     def state(self, batch_size: int) -> BucketState:
         bucket = batch_bucket(batch_size)
         b = self._bucket(bucket)
-        return BucketState(bucket=bucket, rates={k: self.rate(bucket, k) for k in StepVerify},
-                           samples={k: len(b.samples[k]) for k in StepVerify}, best=self.best(bucket),
-                           current=b.current)
+        rates = self.rates(bucket)
+        return BucketState(bucket=bucket, rates=rates, samples={k: len(b.samples[k]) for k in StepVerify},
+                           best=better_kind(rates), current=b.current)
 
     def describe(self) -> str:
         """Each bucket's rates and the kind taken, for the server's log."""
@@ -147,10 +150,11 @@ class AdaptiveVerify:
         if b.left > 0:
             b.left -= 1
             return b.current
-        best = self.best(bucket)
+        rates = self.rates(bucket)
+        best = better_kind(rates)
         if best is None:
             # the tree first: it is what DDTREE runs without this
-            nxt = next(k for k in StepVerify if self.rate(bucket, k) is None)
+            nxt = next(k for k in StepVerify if rates[k] is None)
         else:
             if b.since_explore >= self.explore_every:
                 nxt = StepVerify.CHAIN if best is StepVerify.TREE else StepVerify.TREE
