@@ -16,7 +16,7 @@ from . import outcome as outcome_mod
 from .case import Case
 from .judgement import judge
 from .outcome import Outcome
-from .remedy import Relation, Remedy, parse_remedies
+from .remedy import Relation, Remedy, from_ledger, parse_remedies
 from .readings import End
 from .report import EndRun, Findings, RemedyCheck, Report, Rerun
 from .scenario import Scenario
@@ -159,8 +159,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
         # Started over budget (docs/memory.md, case 2): the warning's remedy
         # must reserve the pools properly, i.e. re-run as case "fits".
         warning = ledger.get("reason")
-        stated = parse_remedies("\n".join(
-            f"remedy: {r['flag']} = {r['value']}" for r in ledger.get("remedies") or []))
+        stated = from_ledger(ledger)
         remedy, remedies = _check_remedies(root, scenario, stated, verify_remedy, measure_allocation,
                                            Case.FITS, "the warning states no flag value", launch)
     found = Findings(
@@ -219,15 +218,15 @@ def _verify(root: Path, scenario: Scenario, remedy: Remedy,
     if remedy.relation is Relation.BELOW and isinstance(current, (int, float)) and current <= remedy.value:
         return RemedyCheck(remedy, False, f"already satisfied: {remedy.key} is {current} <= {remedy.value}",
                            looked_up=True, current=current)
-    request = scenario.to_request({remedy.key: remedy.value})
+    request = scenario.to_request(remedy.changes)
     if measure_allocation:
         request["measure_allocation"] = True
     rerun = run_child(root, request, launch=launch)
     v = outcome_mod.classify(rerun)
-    again = Rerun({remedy.key: remedy.value}, v.outcome, v.reason, rerun.get("figures", {}), rerun.get("ledger"),
+    again = Rerun(remedy.changes, v.outcome, v.reason, rerun.get("figures", {}), rerun.get("ledger"),
                   Case.of(rerun.get("ledger")), want_case is not None)
     works = v.outcome is Outcome.OK
-    why = f"re-run with {remedy.flag} {remedy.value}: {v.outcome} ({v.reason})"
+    why = f"re-run with {remedy.flags}: {v.outcome} ({v.reason})"
     if want_case is not None:
         works = works and again.case is want_case
         why += f", case {again.case}"

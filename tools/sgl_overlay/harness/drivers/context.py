@@ -44,6 +44,7 @@ EXTRA_REAL = (
     "sglang.srt.arg_groups.speculative_hook",
     "sglang.srt.speculative.ddtree_algo",  # DDTREE's registration and rules (patched trees)
     "sglang.srt.model_executor.memory_budget",  # the memory patches' module (patched trees)
+    "sglang.srt.model_executor.memory_remedy",  # the memory patches' remedy search (patched trees)
 )
 
 
