@@ -168,16 +168,20 @@ def patched_tree(request, pinned_lock, tmp_path_factory):
     return dest
 
 
-def build_without(lock, root, name, dest):
+def build_without(lock, root, name, dest, *more):
     """The real builder's tree of ``root``'s series less patch ``name`` (and its
-    overlay) at ``dest``.  A remaining series that does not apply fails the
-    test that asked, with the builder's diagnosis: that test's evidence is gone,
-    which a skip would hide."""
+    overlay), and less the patches ``more`` (later ones that need its lines), at ``dest``.
+    A remaining series that does not apply fails the test that asked, with the builder's
+    diagnosis: that test's evidence is gone, which a skip would hide."""
     from sgl_overlay import builder, series
+
     from sgl_overlay.errors import ApplyError
 
+    stack = series.load(root)
+    for n in (name, *more):
+        stack = series.without(stack, n)
     try:
-        builder.build(lock, series.without(series.load(root), name), dest)
+        builder.build(lock, stack, dest)
     except ApplyError as e:
         pytest.fail(f"the series without {name} does not apply to the pin, so the test of {name} "
                     f"cannot show its reason there:\n{e}\n(a later patch needs {name}: test its reason "
@@ -187,19 +191,21 @@ def build_without(lock, root, name, dest):
 
 @pytest.fixture(scope="session")
 def stack_without(pinned_lock, tmp_path_factory):
-    """``stack_without("x.patch")``: the tree (holding ``python/sglang``) of the pin
-    and the series less x.patch (build_without), built once per name and session."""
+    """``stack_without("x.patch", *later)``: the tree (holding ``python/sglang``) of the pin
+    and the series less x.patch and the ``later`` patches that need its lines (build_without),
+    built once per set and session."""
     built = {}
 
-    def build(name):
-        if name not in built:
+    def build(name, *more):
+        key = (name, *more)
+        if key not in built:
             dest = tmp_path_factory.mktemp(f"without-{Path(name).stem}") / "sglang"
             try:
-                built[name] = build_without(pinned_lock, ROOT, name, dest)
+                built[key] = build_without(pinned_lock, ROOT, name, dest, *more)
             except pytest.fail.Exception as e:
-                built[name] = e
-        if isinstance(built[name], BaseException):
-            raise built[name]
-        return built[name]
+                built[key] = e
+        if isinstance(built[key], BaseException):
+            raise built[key]
+        return built[key]
 
     return build

@@ -12,6 +12,7 @@ import re
 import pytest
 
 from sgl_overlay.harness import Case, Outcome, load_scenario, parse_remedies, run_child, source_root
+from sgl_overlay.harness.remedy import from_ledger
 
 from tests.memory import expected as E
 from tests.memory.reports import SCENARIOS, report
@@ -95,11 +96,33 @@ def check_memory_ledger(tree):
         ledger = out["ledger"]
         assert ledger["schema"] == 1 and ledger["outcome"] == ("refused" if out.get("error") else "ok")
         if out.get("error"):
-            parsed = [(r.flag, r.value) for r in parse_remedies(out["error"]["message"])]
-            assert parsed == [(r["flag"], r["value"]) for r in ledger["remedies"]], name
+            parsed = [r.changes for r in parse_remedies(out["error"]["message"])]
+            assert parsed == [r.changes for r in from_ledger(ledger)], name
 
 
-CHECKS = [check_budget_ledger, check_fit_request_count, check_over_budget_start, check_memory_ledger]
+def check_combined_remedies(tree):
+    """Where no single flag value fits (issue 40's H100 readings: 16 requests with their Mamba and
+    speculative states on 80 GB), the refusal states the smallest sets of changes that do, each
+    re-run through the same sizing code and started: at most three flags, none of them a single
+    flag that starts alone (the pin, and the stack before this patch, state none)."""
+    rep = report(tree, "h100-16")
+    assert rep["outcome"] == Outcome.REFUSED, rep["reason"]
+    checks = rep["remedies"]
+    assert checks, f"refused without a remedy: {rep['error']['message'][-300:]}"
+    for check in checks:
+        parsed = check["parsed"]
+        flags = [parsed["flag"], *(a["flag"] for a in parsed.get("also", []))]
+        assert 2 <= len(flags) <= 3 and len(set(flags)) == len(flags), parsed
+        assert check["works"], check["why"]
+    # no single flag of a stated set starts alone: a re-run with each one of them
+    first = checks[0]["parsed"]
+    for change in [first, *first.get("also", [])]:
+        alone = run_child(tree, load_scenario("h100-16").to_request({change["key"]: change["value"]}))
+        assert alone.get("error"), (change, "starts alone: not the smallest set")
+
+
+CHECKS = [check_budget_ledger, check_fit_request_count, check_over_budget_start, check_memory_ledger,
+          check_combined_remedies]
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__[6:])
@@ -117,6 +140,9 @@ PRISTINE_FAILURES = {
     check_over_budget_start: re.escape("Raise --mem-fraction-static above 0.580"),
     # the pin writes no ledger
     check_memory_ledger: re.escape("('negative-rest-tp8', 'no ledger written')"),
+    # the pin refuses 16 requests on the H100 with its hint "Raise --mem-fraction-static above 0.765",
+    # one flag, which the command's 0.7777 already satisfies
+    check_combined_remedies: re.escape("'value': 0.765, 'relation': 'above'"),
 }
 
 
@@ -134,3 +160,12 @@ def test_the_debug_patch_is_what_writes_the_file(stack_without):
     assert out["ledger"] and out["ledger"]["outcome"] == "refused"  # the in-memory ledger
     with pytest.raises(AssertionError, match=re.escape("('negative-rest-tp8', 'no ledger written')")):
         check_memory_ledger(tree)
+
+
+def test_the_combined_remedies_are_this_patchs(stack_without):
+    """The series without memory-where-no-single-flag-fits.patch (and the debug topic's
+    memory-ledger.patch, whose lines follow it): the refusal ends "No single flag value fits this
+    on this GPU" and states no remedy."""
+    tree = source_root(stack_without("memory-where-no-single-flag-fits.patch", "memory-ledger.patch"))
+    with pytest.raises(AssertionError, match=r"(?s)refused without a remedy: .*No single flag value fits this on this GPU"):
+        check_combined_remedies(tree)

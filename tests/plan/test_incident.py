@@ -35,11 +35,12 @@ def test_smoke_flags_plan_to_the_logged_figures_on_v0_5_12_post1():
     assert led["max_request_tokens"] == LOGGED_TOKENS - 1
     # The smallest context length that makes it start outright, verified by the test too.
     (sug,) = report["suggestions"]
-    assert sug["flag"] == "--context-length" and sug["verdict"] == core.STARTS and sug["shortfall"] == []
-    assert sug["value"] <= LOGGED_TOKENS
+    (change,) = sug["changes"]
+    assert change["flag"] == "--context-length" and sug["verdict"] == core.STARTS and sug["shortfall"] == []
+    assert change["value"] <= LOGGED_TOKENS and change["was"] == 32768
     assert recheck_all(args, report) == 1
     # smallest change: 1,024 tokens more of context does not start outright (a run)
-    more = core.size(deployment(**kw(SMOKE_FLAGS + ["--context-length", str(sug["value"] + 1024)])))
+    more = core.size(deployment(**kw(SMOKE_FLAGS + ["--context-length", str(change["value"] + 1024)])))
     assert more.verdict == core.STARTS and more.shortfall
 
 
@@ -51,17 +52,19 @@ def test_zero_request_flags_will_not_start_on_v0_5_12_post1_with_verified_sugges
     assert report["verdict"] == core.WONT
     assert (led["kv_tokens"], led["mamba_slots"], led["running_requests"]) == (LOGGED_TOKENS, 2, 0)
     assert "0 running requests" in report["why"][0]
-    flags = {s["flag"]: s for s in report["suggestions"]}
+    # each a single flag: a search stops at the smallest sets that start
+    flags = {c["flag"]: c["value"] for s in report["suggestions"] for c in s["changes"]}
+    assert all(len(s["changes"]) == 1 for s in report["suggestions"])
     # fp8 KV is already set, so only the other two knobs are searched; both fix it
     assert set(flags) == {"--mem-fraction-static", "--max-running-requests"}
-    assert 0.647166 < flags["--mem-fraction-static"]["value"] <= 0.95
-    assert 1 <= flags["--max-running-requests"]["value"] < 4
+    assert 0.647166 < flags["--mem-fraction-static"] <= 0.95
+    assert 1 <= flags["--max-running-requests"] < 4
     assert recheck_all(args, report) == 2
-    # "Smallest": one grid step less does not start (a further run, not a formula).
-    m = flags["--mem-fraction-static"]["value"]
-    below = core.size(deployment(**kw(ZERO_FLAGS + ["--mem-fraction-static", str(round(m - 0.005, 3))])))
+    # "Smallest": one grid step (0.001) less does not start (a further run, not a formula).
+    m = flags["--mem-fraction-static"]
+    below = core.size(deployment(**kw(ZERO_FLAGS + ["--mem-fraction-static", str(round(m - 0.001, 3))])))
     assert below.rank < core.FULL
-    r = flags["--max-running-requests"]["value"]
+    r = flags["--max-running-requests"]
     above = core.size(deployment(**kw(ZERO_FLAGS + ["--max-running-requests", str(r + 1)])))
     assert above.rank < core.FULL
 

@@ -66,11 +66,11 @@ def test_zero_request_flags_will_not_start_on_the_patched_tree(patched_tree):
     # (v0.5.17, the pools' padding slots reserved) not even one request fits at 0.647166,
     # so no --max-running-requests is stated; the --mem-fraction-static is the smallest
     # (3 decimals) that starts the 4 requests: one thousandth less does not
-    stated = [(t["flag"], t["value"]) for t in report["tree_remedies"]]
-    assert [flag for flag, _ in stated] == ["--mem-fraction-static"], stated
+    stated = [t["argv"] for t in report["tree_remedies"]]
+    assert [argv[0] for argv in stated] == ["--mem-fraction-static"] and all(len(a) == 2 for a in stated), stated
     assert all(t["works"] for t in report["tree_remedies"])
     recheck_all(args, report)
-    mfs = stated[0][1]
+    mfs = float(stated[0][1])
     below = core.size(deployment(**dict(args, argv=list(ZERO_FLAGS) + ["--mem-fraction-static", f"{mfs - 0.001:.3f}"])))
     assert below.verdict == core.WONT, (mfs, below.verdict)
 

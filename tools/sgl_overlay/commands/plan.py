@@ -24,7 +24,7 @@ from ..extras import require
 from ..errors import UsageError
 from ..harness.readings import ReadingKind, rounding_of
 from ..planner import REJECTED, core, deployment, gpus, plan
-from ..planner.render import compare_text, text
+from ..planner.render import compare_text, head_text, tail_text
 
 
 def parse(argv):
@@ -128,9 +128,13 @@ def main(argv):
         return max(r["exit"] for r in reports)
     progress("resolving the tree, model and flags")
     dep = deployment(tree=args.tree, release=args.release, checkout=args.root, **common)
-    progress(f"sizing on {dep.tree.label} ({dep.tree.era} layout); suggestions and sensitivity re-run it")
-    report = plan(dep, with_suggestions=not args.no_suggest, with_sensitivity=not args.no_sensitivity, knobs=knobs)
+    progress(f"sizing on {dep.tree.label} ({dep.tree.era} layout)")
+    report, base = core.verdict_report(dep)
+    if not args.json:  # the verdict first; the re-runs after it, each stage with a progress line
+        print(head_text(report), flush=True)
+    core.complete(dep, report, base, with_suggestions=not args.no_suggest,
+                  with_sensitivity=not args.no_sensitivity, knobs=knobs, progress=progress)
     report["exit"] = report["verdict"].exit_code
-    cli.emit(report, args.json, text(report))
+    cli.emit(report, args.json, tail_text(report))
     return report["exit"]
 

@@ -50,11 +50,6 @@ def deployment(model, gpu: str | None = None, argv=(), draft=None, tree=None, re
     if fields.get("speculative_algorithm") and d is None and str(fields["speculative_algorithm"]).upper() == "DFLASH":
         raise UsageError("--speculative-algorithm DFLASH needs the drafter's config",
                          hint="pass --draft DIR (the drafter's directory or config.json)")
-    if fields.get("mem_fraction_static") is None:
-        raise UsageError(
-            "no --mem-fraction-static among the SGLang flags",
-            hint="pass it after `--` (SGLang derives its automatic value in ServerArgs.__post_init__, "
-                 "which the planner does not run); the value SGLang logs at start-up is the one to use")
     tp = int(fields.get("tp_size") or 1)
     mem = memory_for(mi, g, tp, free_gib, overhead_gib, ReadingKind(readings), rounding_gib)
     return Deployment(t, mi, d, g, mem, list(argv), fields, dropped)

@@ -80,6 +80,20 @@ def readings_lines(r: dict) -> list[str]:
 
 
 def text(report: dict) -> str:
+    """The whole plan in words: the verdict's part, then the rest."""
+    rest = tail_text(report)
+    return head_text(report) + ("\n" + rest if rest else "")
+
+
+def verdict_line(v) -> str:
+    """"VERDICT: WILL NOT START": the answer's words in capitals, what follows them (an over-budget
+    start's remedy, which a command line takes) as written."""
+    words = v.kind.words
+    return f"VERDICT: {words.upper()}{v.text[len(words):]}"
+
+
+def head_text(report: dict) -> str:
+    """The inputs, the assumptions, the ledger and the verdict: what the first sizing run answers."""
     r = report
     settings = describe(r.get("environment") or {})
     lines = [f"SGLang {r['tree']['release']} ({r['tree']['layout']} layout) at {r['tree']['root']}",
@@ -99,8 +113,14 @@ def text(report: dict) -> str:
     lines.append(table(ledger_rows([r["ledger"]]), ["ledger", "value"]))
     lines += readings_lines(r)
     lines.append("")
-    lines.append(f"VERDICT: {r['verdict'].text.upper()}")
+    lines.append(verdict_line(r["verdict"]))
     lines += [f"  {w}" for w in r["why"]]
+    return "\n".join(lines)
+
+
+def tail_text(report: dict) -> str:
+    """The sensitivity, the tree's own remedies re-run, and the suggestions."""
+    r, lines = report, []
     sens = r.get("sensitivity")
     if sens:
         def d(k):
@@ -118,23 +138,27 @@ def text(report: dict) -> str:
                  _fmt(t["ledger"].get("kv_tokens")), _fmt(t["ledger"].get("running_requests"))]
                 for t in r["tree_remedies"]]
         lines.append(table(rows, ["stated remedy", "re-run", "verdict", "KV tokens", "requests"]))
-    if "suggestions" in r:
-        lines.append("")
-        if r["suggestions"]:
-            lines.append("verified suggestions (each re-run through the same sizing code):")
-            rows = [[" ".join(s["argv"]), s["verdict"].text, _fmt(s["ledger"].get("kv_tokens")),
-                     _fmt(s["ledger"].get("running_requests")), _fmt(s["ledger"].get("mamba_slots")),
-                     _fmt(s["ledger"].get("headroom_gib")), s["note"]] for s in r["suggestions"]]
-            lines.append(table(rows, ["change", "verdict", "KV tokens", "requests", "Mamba slots",
-                                      "headroom GiB", "note"]))
-        elif r["verdict"].kind is Kind.WONT:
-            lines.append("no single-flag change in the searched ranges makes it start")
-        elif r["verdict"].kind is not Kind.UNKNOWN:
-            lines.append("no single-flag change in the searched ranges makes it start with everything asked")
-        missing = [t["flag"] for t in r.get("suggestions_tried", []) if not t["found"]]
-        if missing:
-            lines.append("searched without a fix: " + ", ".join(missing))
+    lines += suggestion_lines(r)
     return "\n".join(lines)
+
+
+def suggestion_lines(r: dict) -> list[str]:
+    """The remedy search's answer: the change sets that start, or the space searched without one."""
+    search = r.get("search")
+    if search is None:
+        return []
+    goal = "start" if r["verdict"].kind is Kind.WONT else "start with everything asked"
+    if not r["suggestions"]:
+        return ["", f"nothing found to make it {goal}: {search['nothing_starts']} "
+                    f"({search['probes']} sizing runs)"]
+    lines = ["", f"changes that make it {goal}, smallest first (each re-run through the same sizing code; "
+                 f"{search['probes']} runs):"]
+    rows = [[" ".join(s["argv"]), "; ".join(c["gives_up"] for c in s["changes"]), s["verdict"].text,
+             _fmt(s["ledger"].get("kv_tokens")), _fmt(s["ledger"].get("running_requests")),
+             _fmt(s["ledger"].get("mamba_slots")), _fmt(s["ledger"].get("headroom_gib"))] for s in r["suggestions"]]
+    lines.append(table(rows, ["change", "gives up", "verdict", "KV tokens", "requests", "Mamba slots",
+                              "headroom GiB"]))
+    return lines
 
 
 def compare_text(reports: list[dict]) -> str:

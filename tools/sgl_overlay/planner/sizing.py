@@ -75,10 +75,18 @@ def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None =
         rng = {"optimistic": {"outcome": ends[0].outcome, "reason": ends[0].reason},
                "runs": 1 + len(ends), "figures": figure_range(started)}
     return Sizing(overrides, c.outcome, c.reason, figures, child.get("error"), verdict, why,
-                  ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static")),
+                  ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static"))
+                         if "mem_fraction_static" in overrides or dep.fields.get("mem_fraction_static") is not None
+                         else resolved(figures, "mem_fraction_static"),
                          child.get("readings")),
                   Case.of(tree_ledger), short, child.get("environment", {}),
                   child.get("drafter_reading"), child.get("readings"), rng)
+
+
+def resolved(figures: dict, field_name: str):
+    """The value the release's own ServerArgs resolution gave a field it changed (the harness's record,
+    harness/resolution.py), or None."""
+    return next((c["resolved"] for c in figures.get("resolution") or [] if c.get("flag") == field_name), None)
 
 
 def sensitivity(dep: Deployment, base: Sizing, step_gib: float = 0.1) -> dict:

@@ -1,161 +1,112 @@
-"""Suggestions: the smallest change of each knob that fixes the plan, and
-the remedies the tree's own refusal states, each verified by a sizing run."""
+"""Suggestions: the smallest sets of flag changes that make the plan start, found by the
+memory topic's remedy search (``sgl_overlay.memory_remedy``, the same search the patched
+server's refusal runs), each probe a run of the tree's real sizing code; and the remedies
+the tree's own refusal states, each re-run."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 from dataclasses import dataclass
 
-from .. import monotone
+from .. import memory_remedy as engine
 from ..harness import remedy
 from ..harness.outcome import Outcome
 from .inputs import Deployment
-from .sizing import Sizing, size
-from .verdict import FULL, STARTED, Kind, Verdict
+from .sizing import Sizing, resolved, size
+from .verdict import FULL
+
+# The flags the search may change (--suggest KNOB,...): the names are the planner's since its first
+# suggestions; "speculative-budget" is --speculative-dflash-block-size for DFLASH, else
+# --speculative-num-draft-tokens; "radix-strategy" the Mamba radix-cache strategy.
+KNOBS = ("mem-fraction-static", "max-running-requests", "context-length", "kv-cache-dtype",
+         "max-mamba-cache-size", "speculative-budget", "radix-strategy")
+MAX_FLAGS = 3  # the largest change set searched
+WANT = 3  # remedies shown (the smallest sets; the search stops once it has these)
 
 
 @dataclass
 class Suggestion:
-    flag: str
-    value: object
-    field: str
+    """A set of changes that starts, and its own sizing run."""
+
+    remedy: engine.Remedy
     sizing: Sizing
-    tried: int
-    note: str = ""
+
+    @property
+    def argv(self) -> list[str]:
+        return self.remedy.argv
 
     def to_dict(self) -> dict:
-        return {"flag": self.flag, "value": self.value, "field": self.field, "argv": [self.flag, str(self.value)],
+        return {"argv": self.argv,
+                "changes": [{"flag": c.knob.flag, "field": c.knob.field, "value": c.value, "was": c.knob.asked,
+                             "gives_up": c.knob.gives_up.value} for c in self.remedy.changes],
                 "verdict": self.sizing.verdict, "case": self.sizing.case, "shortfall": self.sizing.shortfall,
-                "why": self.sizing.why, "ledger": self.sizing.ledger,
-                "runs": self.tried, "note": self.note, "overrides": self.sizing.overrides}
+                "why": self.sizing.why, "ledger": self.sizing.ledger, "overrides": self.sizing.overrides}
 
 
-def _fixes(s: Sizing, target: int) -> bool:
-    return s.rank >= target
+def fraction_of(dep: Deployment, base: Sizing):
+    """--mem-fraction-static as given, else the value the release's own ServerArgs chose (its
+    resolution, recorded by the harness); None where neither is known."""
+    given = dep.fields.get("mem_fraction_static")
+    return given if given is not None else resolved(base.figures, "mem_fraction_static")
 
 
-def _bisect(dep, field_name, lo, hi, target, make, better_high: bool, hint: int | None = None):
-    """The smallest change of one flag that fixes the plan, on a grid of indices.
-
-    ``better_high``: raising the value helps, so find the lowest passing index in
-    (lo, hi]; otherwise lowering helps, so find the highest passing index in [lo, hi).
-    ``make(i)`` maps an index to the flag's value.  Every probe is a sizing run;
-    the far end is probed first, so a flag that cannot help costs one run.
-    ``hint``: an index to probe first with its neighbour toward the current value
-    (a guess from the base run's figures; only runs decide).
-    Returns ((value, sizing) or None, runs)."""
-    def probe(i):
-        s = size(dep, {field_name: make(i)})
-        return s, _fixes(s, target)
-
-    b = monotone.boundary(probe, lo, hi, hint) if better_high else monotone.boundary(probe, hi, lo, hint)
-    return ((make(b.passing[0]), b.passing[1]) if b.passing else None), b.probes
-
-
-KNOBS = ("mem-fraction-static", "max-running-requests", "context-length", "kv-cache-dtype",
-         "max-mamba-cache-size", "speculative-budget")
-
-
-def suggest(dep: Deployment, base: Sizing, knobs=KNOBS) -> tuple[list[Suggestion], list[dict]]:
-    """The smallest change of each knob that fixes the plan, each verified by a run.
-
-    The target is "starts"; for a plan that will not start, a knob that cannot get
-    there is searched again for the smallest change that makes it start at all
-    (short of everything asked; the verdict column says so)."""
-    if base.rank in (FULL, -1):
-        return [], []
-    f = base.figures
-    jobs = {}
-    mfs = dep.fields.get("mem_fraction_static")
-    if "mem-fraction-static" in knobs and isinstance(mfs, (int, float)):
-        # a 0.005 grid above the current value, never above 0.95: the headroom has
-        # to hold activations and CUDA graphs, which the sizing does not model
-        lo = int(mfs * 200)
-        hi = 190
-        if hi > lo:
-            jobs["mem-fraction-static"] = ("mem_fraction_static", lambda target: _bisect(
-                dep, "mem_fraction_static", lo, hi, target, lambda i: round(i / 200, 3), True),
-                "less headroom for activations and CUDA graphs")
+def knobs_for(dep: Deployment, base: Sizing, names=KNOBS) -> list[engine.Knob]:
+    """The flags this plan can change, each with the values to try (the engine's constructors)."""
+    f, out = base.figures, []
+    mfs = fraction_of(dep, base)
+    if "mem-fraction-static" in names and isinstance(mfs, (int, float)):
+        out.append(engine.fraction_knob(mfs))
     asked = f.get("max_running_requests_flag")
-    if "max-running-requests" in knobs and isinstance(asked, int) and asked > 1:
-        jobs["max-running-requests"] = ("max_running_requests", lambda target: _bisect(
-            dep, "max_running_requests", 1, asked, target, lambda i: i, False), "")
+    if "max-running-requests" in names and isinstance(asked, int) and asked > 1:
+        out.append(engine.requests_knob(asked))
     ctx = dep.context_len()
-    if "context-length" in knobs and ctx > 1024:
-        grid = ctx // 1024 if ctx % 1024 == 0 else ctx // 1024 + 1
-        tokens = f.get("max_total_num_tokens")
-        hint = tokens // 1024 if isinstance(tokens, int) and tokens > 0 else None
-        jobs["context-length"] = ("context_length", lambda target: _bisect(
-            dep, "context_length", 1, grid, target, lambda i: min(i * 1024, ctx - 1), False, hint), "")
-    kv = str(dep.fields.get("kv_cache_dtype") or "auto")
-    if "kv-cache-dtype" in knobs and not kv.startswith("fp8"):
-        def kv_job(target):
-            s = size(dep, {"kv_cache_dtype": "fp8_e4m3"})
-            return ((("fp8_e4m3", s) if _fixes(s, target) else None), 1)
-        jobs["kv-cache-dtype"] = ("kv_cache_dtype", kv_job, "halves the KV cell; quality depends on the model")
-    if "max-mamba-cache-size" in knobs and f.get("mamba_cache_per_req_bytes"):
-        reqs = asked if isinstance(asked, int) and asked > 0 else 1
-        cur = dep.fields.get("max_mamba_cache_size")
-
-        def mamba_job(target):
-            cands = sorted({reqs * k for k in (1, 2, 4, 6)} - {cur},
-                           key=lambda v: (abs(v - cur) if isinstance(cur, int) else v))
-            runs = 0
-            for v in cands:
-                s = size(dep, {"max_mamba_cache_size": v})
-                runs += 1
-                if _fixes(s, target):
-                    return (v, s), runs
-            return None, runs
-        jobs["max-mamba-cache-size"] = ("max_mamba_cache_size", mamba_job,
-                                        "candidates: multiples of the running requests asked")
-    spec = dep.fields.get("speculative_algorithm")
-    ntok = f.get("speculative_num_draft_tokens")
-    if "speculative-budget" in knobs and spec and isinstance(ntok, int) and ntok > 1:
+    if "context-length" in names and ctx > 1024:
+        out.append(engine.context_knob(ctx))
+    if "kv-cache-dtype" in names:
+        out.append(engine.kv_dtype_knob(str(dep.fields.get("kv_cache_dtype") or "auto")))
+    slots = dep.fields.get("max_mamba_cache_size")
+    if "max-mamba-cache-size" in names and f.get("mamba_cache_per_req_bytes") and isinstance(slots, int):
+        out.append(engine.mamba_slots_knob(slots, asked if isinstance(asked, int) and asked > 0 else 1))
+    spec, ntok = dep.fields.get("speculative_algorithm"), f.get("speculative_num_draft_tokens")
+    if "speculative-budget" in names and spec and isinstance(ntok, int) and ntok > 2:
         fld = "speculative_dflash_block_size" if str(spec).upper() == "DFLASH" else "speculative_num_draft_tokens"
-        note = ("a DFlash drafter is trained for its block size; a smaller verify window may cost acceptance"
-                if fld == "speculative_dflash_block_size" else "fewer draft tokens verified per step")
-        jobs["speculative-budget"] = (fld, lambda target: _bisect(dep, fld, 1, ntok, target, lambda i: i, False),
-                                      note)
-    found: list[Suggestion] = []
-    tried: list[dict] = []
-    with cf.ThreadPoolExecutor(max(1, len(jobs))) as ex:
-        futs = {k: ex.submit(_staged, fn, base.verdict) for k, (fld, fn, note) in jobs.items()}
-        for k, fut in futs.items():
-            fld, _, note = jobs[k]
-            res, runs = fut.result()
-            if res is None:
-                tried.append({"flag": f"--{k}" if k != "speculative-budget" else f"--{fld.replace('_', '-')}",
-                              "runs": runs, "found": False,
-                              "why": "no value in the searched range makes it start"})
-                continue
-            value, s = res
-            flag = "--" + fld.replace("_", "-")
-            found.append(Suggestion(flag, value, fld, s, runs, note))
-            tried.append({"flag": flag, "runs": runs, "found": True})
-    return found, tried
+        out.append(engine.draft_tokens_knob("--" + fld.replace("_", "-"), fld, ntok))
+    if "radix-strategy" in names and f.get("mamba_cache_per_req_bytes"):
+        fld = next((k for k in ("mamba_radix_cache_strategy", "mamba_scheduler_strategy") if dep.fields.get(k)), None)
+        if fld:
+            flag = next((a.split("=")[0] for a in dep.argv
+                         if a.split("=")[0] in ("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy")),
+                        "--" + fld.replace("_", "-"))
+            out.append(engine.radix_strategy_knob(flag, fld, dep.fields[fld]))
+    return [k for k in out if k.values]
+
+
+def suggest(dep: Deployment, base: Sizing, knobs=KNOBS, progress=None) -> tuple[list[Suggestion], engine.Search | None]:
+    """The smallest change sets that make the plan start with everything else asked, each a
+    sizing run of its own: (suggestions, the search), or ([], None) where the plan starts as
+    asked or cannot be judged."""
+    if base.rank in (FULL, -1):
+        return [], None
+
+    def probe_all(batch):
+        with cf.ThreadPoolExecutor(max(1, len(batch))) as ex:
+            runs = list(ex.map(lambda fields: size(dep, fields), batch))
+        return [(s.rank >= FULL, s) for s in runs]
+
+    found = engine.search(knobs_for(dep, base, knobs), probe_all, MAX_FLAGS, WANT, progress)
+    return [Suggestion(r, r.answer) for r in found.remedies], found
 
 
 def tree_remedies(dep: Deployment, base: Sizing) -> list[dict]:
     """The remedies the tree's own refusal message states ("Raise --mem-fraction-static
-    above 0.770", the memory patches' "remedy: --flag = value"), each re-run."""
+    above 0.770", the memory patches' "remedy: --flag = value" and "remedy: --a 4 --b 0.93"),
+    each re-run."""
     if base.outcome is not Outcome.REFUSED or not base.error:
         return []
-    remedies = remedy.parse_remedies(base.error.get("message", ""))
     out = []
-    for r in remedies:
-        s = size(dep, {r.key: r.value})
-        out.append({"flag": r.flag, "value": r.value, "field": r.key, "argv": [r.flag, str(r.value)],
-                    "stated_as": r.source, "verdict": s.verdict, "case": s.case, "shortfall": s.shortfall,
-                    "why": s.why, "ledger": s.ledger, "works": s.rank > base.rank})
+    for r in remedy.parse_remedies(base.error.get("message", "")):
+        s = size(dep, r.changes)
+        out.append({"argv": r.argv(), "changes": r.changes, "stated_as": r.source, "verdict": s.verdict,
+                    "case": s.case, "shortfall": s.shortfall, "why": s.why, "ledger": s.ledger,
+                    "works": s.rank > base.rank})
     return out
-
-
-def _staged(fn, base_verdict: Verdict):
-    """Search for "starts" with everything asked; for a plan that will not start,
-    then for any start."""
-    res, runs = fn(FULL)
-    if res is None and base_verdict.kind is Kind.WONT:
-        res, more = fn(STARTED)
-        runs += more
-    return res, runs
