@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import tomllib
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from .case import Case
+from .flag_renames import respell
 from .outcome import Outcome
 from .readings import ReadingKind
 from .scenario_types import wrong_types
@@ -72,6 +74,11 @@ class Scenario:
     def reading_kind(self) -> ReadingKind:
         """What the [gpu] readings are (``[gpu] readings``; default ``sizing``, what they were before the key)."""
         return ReadingKind(self.gpu.get("readings") or ReadingKind.SIZING)
+
+    def respelled(self) -> Scenario:
+        """This scenario with its renamed [server] keys in their new spelling (``flag_renames``), as a
+        release that refuses the old flags (v0.5.23) must be given it."""
+        return dataclasses.replace(self, server=respell(self.server))
 
     def to_request(self, overrides: dict | None = None) -> dict:
         """The plain-data form sent to the child interpreter."""
