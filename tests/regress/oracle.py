@@ -51,6 +51,11 @@ OVERLAP_KEPT_SINCE = (0, 5, 14)
 MM_RESERVE_SINCE = (0, 5, 18)
 REQS_BY_TOKENS_SINCE = (0, 5, 14)
 DRAFTER_FIRST_SINCE = (0, 5, 14)
+# v0.5.23's parser declares neither --mamba-scheduler-strategy (a deprecated alias of
+# --mamba-radix-cache-strategy in v0.5.17's server_args.py) nor --cuda-graph-max-bs (an alias of
+# --cuda-graph-max-bs-decode there; v0.5.23: "ambiguous option"): argparse refuses them
+OLD_FLAGS_REFUSED_SINCE = (0, 5, 23)
+OLD_FLAGS = ("mamba_scheduler_strategy", "cuda_graph_max_bs")
 RUNTIME_REFUSAL_SINCE = (0, 5, 13)  # "state cache is too small to serve any requests"
 DFLASH_DEFAULT_REQUESTS = 48        # what DFLASH sets an unset --max-running-requests to
 KV_BYTES = {"auto": 2, "bfloat16": 2, "bf16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -201,6 +206,9 @@ def hybrid_dflash(v: tuple, sc: dict, mfs: float) -> Cell:
 
 
 def _size(v: tuple, sc: dict, mfs: float) -> Cell:
+    old = [k for k in OLD_FLAGS if k in sc["server"]]
+    if old and v >= OLD_FLAGS_REFUSED_SINCE:
+        return Cell("untestable", f"own parser refuses [server] {old[0]}")
     if sc["model"].get("kind", "dense") == "dense":
         return dense(v, sc, mfs)
     if v < QWEN35_SINCE:

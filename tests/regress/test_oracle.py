@@ -69,6 +69,13 @@ def _drafter_starts_before_sizing(root: Path) -> bool:
 
 
 # fact -> (since, marker in the release's code)
+def _old_flags_dropped(r) -> bool:
+    """The parser has --mamba-radix-cache-strategy and no longer declares --mamba-scheduler-strategy."""
+    files = [r / "sglang/srt/server_args.py", *(r / "sglang/srt/arg_groups").rglob("*.py")]
+    text = "".join(p.read_text(encoding="utf-8") for p in files if p.is_file())
+    return "mamba_radix_cache_strategy" in text and '"--mamba-scheduler-strategy"' not in text
+
+
 FACTS = {
     "QWEN35_SINCE": lambda r: (r / "sglang/srt/configs/qwen3_5.py").is_file(),
     "DFLASH_SINCE": lambda r: "DFLASH" in _text(r, "speculative/spec_info.py"),
@@ -84,6 +91,7 @@ FACTS = {
     "OVERLAP_KEPT_SINCE": lambda r: "DFLASH" in _text(r, "speculative/spec_info.py")
     and not _dflash_turns_overlap_off(r),
     "DRAFTER_FIRST_SINCE": _drafter_starts_before_sizing,
+    "OLD_FLAGS_REFUSED_SINCE": _old_flags_dropped,
     "MM_RESERVE_SINCE": lambda r: "mm_runtime_reservation_gb" in _sizing(r, "_profile_available_bytes")
     and "SGLANG_VLM_CACHE_SIZE_MB = EnvInt(100)" in _text(r, "environ.py"),
 }

@@ -15,6 +15,7 @@ import torch
 
 from sgl_overlay.harness import layout, loader, resolution
 from sgl_overlay.harness.drivers import inputs
+from sgl_overlay.harness.release_parser import build
 from sgl_overlay.harness.standins import MissingInput
 from tests.regress import in_process
 
@@ -71,16 +72,20 @@ def test_model_directory_holds_the_config_then_is_gone():
     assert not os.path.exists(d)
 
 
-def test_scenario_flags_split_by_the_release_fields(server_args_cls):
-    """v0.5.14 renamed --mamba-scheduler-strategy to --mamba-radix-cache-strategy."""
+def test_scenario_flags_are_taken_as_the_releases_parser_takes_them(server_args_cls, ctx):
+    """v0.5.14 renamed --mamba-scheduler-strategy to --mamba-radix-cache-strategy; its parser keeps the
+    old flag as an alias (dest mamba_radix_cache_strategy) and refuses a flag it does not declare."""
     names = resolution._fields(server_args_cls)
     assert "mamba_scheduler_strategy" not in names
-    flags = resolution.scenario_flags(
-        {"tp_size": 2, "mamba_scheduler_strategy": "extra_buffer", "no_such_flag": 1}, names)
+    parser = lambda: build(ctx.root, server_args_cls)  # noqa: E731
+    flags = resolution.scenario_flags({"tp_size": 2, "mamba_scheduler_strategy": "extra_buffer"}, names, parser)
     assert flags.given == {"tp_size": 2, "mamba_radix_cache_strategy": "extra_buffer"}
-    assert flags.unknown == {"no_such_flag": 1}
+    assert flags.aliased == {"mamba_scheduler_strategy": "mamba_radix_cache_strategy"}
+    with pytest.raises(resolution.FlagsRefused, match=r'refuses \[server\] no_such_flag \(--no-such-flag 1\): '
+                                                      r'"unrecognized arguments: --no-such-flag 1"'):
+        resolution.scenario_flags({"no_such_flag": 1}, names, parser)
     kept = resolution.scenario_flags({"mamba_scheduler_strategy": "no_buffer"}, ["mamba_scheduler_strategy"])
-    assert kept.given == {"mamba_scheduler_strategy": "no_buffer"}
+    assert kept.given == {"mamba_scheduler_strategy": "no_buffer"}   # a field: the parser is not asked
 
 
 def test_scenario_class_records_reads_and_names_what_is_missing(server_args_cls):

@@ -18,6 +18,8 @@ from ..errors import OK
 from ..harness import (
     Outcome,
     Report,
+    Result,
+    Scenario,
     load_scenario,
     run_scenario,
     scenario_names,
@@ -29,12 +31,16 @@ def main(argv) -> int:
     p.add_argument("--tree", help="source tree (checkout, build/sglang, unpacked wheel or sdist)")
     p.add_argument("--scenario", help="scenario name (see --list) or path to a .toml file")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
-    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--list", action="store_true", help="list the scenarios, each with what it is, and exit")
     p.add_argument("--no-remedy", action="store_true", help="do not re-run to verify a refusal's remedy")
     args = p.parse_args(argv)
     if args.list:
-        for name in scenario_names():
-            print(name)
+        listing = [(name, load_scenario(name).description) for name in scenario_names()]
+        if args.json:
+            print(json.dumps([{"name": n, "description": d} for n, d in listing], indent=2))
+        else:
+            width = max(len(n) for n, _ in listing)
+            print("\n".join(f"{n:<{width}}  {d}".rstrip() for n, d in listing))
         return OK
     if not args.tree or not args.scenario:
         p.error("--tree and --scenario are required (or --list)")
@@ -44,14 +50,25 @@ def main(argv) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2, default=str))
     else:
-        print(_summary(report))
+        print(_summary(report, scenario))
     return report.result.exit_code
 
 
-def _summary(r: Report) -> str:
+def outcome_words(r: Report, scenario: Scenario) -> str:
+    """The outcome against what the scenario expects: "refused, as the scenario expects" for a pass that
+    is not a start, "refused; the scenario expects ok" for a fail (a start needs no such words)."""
+    expected = " or ".join(str(o) for o in scenario.expect.passing)
+    if r.result is Result.FAIL and r.outcome not in scenario.expect.passing:
+        return f"{r.outcome}; the scenario expects {expected}"
+    if r.result is Result.PASS and r.outcome is not Outcome.OK:
+        return f"{r.outcome}, as the scenario expects"
+    return str(r.outcome)
+
+
+def _summary(r: Report, scenario: Scenario) -> str:
     f = r.figures
     lines = [
-        f"{r.result.label}  {r.scenario} on {r.version or r.tree} ({r.layout} layout): {r.outcome}",
+        f"{r.result.label}  {r.scenario} on {r.version or r.tree} ({r.layout} layout): {outcome_words(r, scenario)}",
         f"  {r.judgement}",
     ]
     keys = ("available_bytes", "cell_size_bytes", "max_total_num_tokens", "max_running_requests",

@@ -49,6 +49,9 @@ from pathlib import Path
 import torch
 
 from . import loader, scoped
+from .drivers.context import Untestable
+from .flag_renames import renamed
+from .release_parser import FlagError, argv_of, build
 from .standins import MissingInput, missing_scenario_keys
 
 MIB = 1 << 20
@@ -469,21 +472,61 @@ def force_set(obj, name, value) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ScenarioFlags:
-    """The scenario's ``[server]`` flags, split by this release's ServerArgs fields."""
+    """The scenario's ``[server]`` keys, resolved as this release's own parser takes them."""
 
     given: dict      # fields of this release's ServerArgs: its constructor gets them
-    unknown: dict    # not fields: set on the resolved instance as given (a note says so)
+    aliased: dict    # key -> field: a flag the release's parser declares as an alias of a field (its dest)
+    unknown: dict    # declared by the parser, stored under a name that is not a field: set as given
 
 
-def scenario_flags(server: dict, names) -> ScenarioFlags:
-    """Split ``server`` by the field ``names``; ``mamba_scheduler_strategy``
-    is ``mamba_radix_cache_strategy`` in a release that has only the latter."""
-    server = dict(server)
-    if "mamba_scheduler_strategy" in server and "mamba_scheduler_strategy" not in names \
-            and "mamba_radix_cache_strategy" in names:
-        server["mamba_radix_cache_strategy"] = server.pop("mamba_scheduler_strategy")
-    return ScenarioFlags({k: v for k, v in server.items() if k in names},
-                         {k: v for k, v in server.items() if k not in names})
+class FlagsRefused(Untestable):
+    """The release's own parser refuses a scenario's ``[server]`` key (exit 125, git bisect run's skip:
+    the scenario as written cannot be given to this release); the message is the parser's, with the
+    renamed flag to write instead where ``flag_renames`` knows one."""
+
+
+def _refusal(version: str, key: str, value, message: str) -> str:
+    rename = renamed(key)
+    return (f"SGLang {version}'s own parser refuses [server] {key} ({' '.join(argv_of(key, value))}): "
+            f"\"{message}\"; " + (rename.remedy(value) if rename is not None else
+                                   f"it is not a flag of this release: leave it out or use this release's "
+                                   f"spelling (`python -m sglang.launch_server --help`)"))
+
+
+def scenario_flags(server: dict, names, parser=None, version: str = "this release") -> ScenarioFlags:
+    """Split ``server`` by the field ``names``; a key that is not a field is given to the release's own
+    parser (``parser()`` builds it, called only then) as its flag: where it declares the flag (a
+    deprecated alias, e.g. v0.5.17's --mamba-scheduler-strategy) the field it stores it in gets the
+    parsed value, where it refuses the flag (v0.5.23: "unrecognized arguments") the run stops
+    (``FlagsRefused``, with the parser's message and the renamed flag)."""
+    given = {k: v for k, v in server.items() if k in names}
+    aliased, unknown, refused = {}, {}, []
+    rp = None
+    for key, value in server.items():
+        if key in names:
+            continue
+        if rp is None:
+            try:
+                rp = parser()
+            except Exception as e:  # noqa: BLE001
+                raise Untestable(f"[server] {key} is not a field of SGLang {version}'s ServerArgs, and its "
+                                 f"parser (ServerArgs.add_cli_args) did not run here to say whether it takes "
+                                 f"{argv_of(key, value)[0]} ({type(e).__name__}: {e})") from e
+        argv = argv_of(key, value)
+        try:
+            parsed = rp.parse(argv)
+        except FlagError as e:
+            refused.append(_refusal(version, key, value, str(e)))
+            continue
+        dest = rp.dest_of(argv[0])
+        if dest in names:
+            aliased[key] = dest
+            given.setdefault(dest, parsed[dest])
+        else:
+            unknown[key] = value
+    if refused:
+        raise FlagsRefused("; ".join(refused))
+    return ScenarioFlags(given, aliased, unknown)
 
 
 def scenario_class(cls, reads: set) -> type:
@@ -594,7 +637,10 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
     and rules run (each step below undoes itself at the end of the block,
     also when the release refuses)."""
     names = _fields(cls)
-    flags = scenario_flags(ctx.req["server"], names)
+    from .layout import version_of
+
+    flags = scenario_flags(ctx.req["server"], names, lambda: build(ctx.root, cls),
+                           f"v{version_of(ctx.root)}" if version_of(ctx.root) else "this tree")
     given = dict(flags.given)
     hw = Hardware.of(ctx.req["gpu"], ctx.gpu.world.world_size)
     sub = scenario_class(cls, ctx.reads)
@@ -662,8 +708,10 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
     if draft_dir is not None and getattr(obj, "speculative_draft_model_path", None) == draft_dir:
         force_set(obj, "speculative_draft_model_path", draft_path)
     changes = _changes(obj, names, init_values, rec, cls, given, draft_dir, draft_path)
-    notes = [f"--{k.replace('_', '-')} is not a field of this release's ServerArgs; set as given"
-             for k in flags.unknown]
+    notes = [f"--{k.replace('_', '-')}: this release's parser stores it in {flags.aliased[k]} (a deprecated "
+             f"alias), as its server would" for k in flags.aliased]
+    notes += [f"--{k.replace('_', '-')} is declared by this release's parser but is not a field of its "
+              f"ServerArgs; set as given" for k in flags.unknown]
     return obj, changes, notes
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import difflib
 import tomllib
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -10,8 +12,10 @@ from pathlib import Path
 
 from ..errors import UsageError
 from .case import Case
+from .flag_renames import respell
 from .outcome import Outcome
 from .readings import ReadingKind
+from .scenario_types import wrong_types
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 LOGGED_FIGURES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size")
@@ -71,6 +75,11 @@ class Scenario:
         """What the [gpu] readings are (``[gpu] readings``; default ``sizing``, what they were before the key)."""
         return ReadingKind(self.gpu.get("readings") or ReadingKind.SIZING)
 
+    def respelled(self) -> Scenario:
+        """This scenario with its renamed [server] keys in their new spelling (``flag_renames``), as a
+        release that refuses the old flags (v0.5.23) must be given it."""
+        return dataclasses.replace(self, server=respell(self.server))
+
     def to_request(self, overrides: dict | None = None) -> dict:
         """The plain-data form sent to the child interpreter."""
         server = copy.deepcopy(self.server)
@@ -93,16 +102,25 @@ def load(name_or_path: str) -> Scenario:
     if not path.suffix == ".toml":
         path = SCENARIO_DIR / f"{name_or_path}.toml"
     if not path.is_file():
+        close = difflib.get_close_matches(name_or_path, names(), n=3, cutoff=0.6)
         raise ScenarioError(
-            f"unknown scenario {name_or_path!r}: no {path}; known: {', '.join(names())}"
+            f"unknown scenario {name_or_path!r}: no {path}"
+            + (f"; did you mean {' or '.join(close)}?" if close else f"; known: {', '.join(names())}"),
+            hint="`python tools/regress.py --list` names each shipped scenario with what it is; "
+                 "--scenario also takes the path of a .toml file"
         )
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError(f"{path}: not valid TOML ({e}); fix the file") from e
     for section in ("gpu", "model", "server", "expect"):
-        if section not in data:
+        if not isinstance(data.get(section), dict):
             raise ScenarioError(f"{path}: missing [{section}] table; see docs/scenarios.md")
+    wrong = wrong_types(data)
+    if wrong:
+        raise ScenarioError(f"{path}: " + "; ".join(w.message() for w in wrong),
+                            hint="fix the value in the file (the type each key takes: docs/scenarios.md, "
+                                 "\"Tables and keys\")")
     for key in ("pre_load_free_gib", "post_load_free_gib"):
         if key not in data["gpu"]:
             raise ScenarioError(f"{path}: [gpu] needs {key} (GiB free; see docs/scenarios.md)")
@@ -120,7 +138,7 @@ def load(name_or_path: str) -> Scenario:
     # its weights and what its start allocates after them before that reading (the key keeps its
     # name); releases that start the drafter first take it out of the reading (draft_reading.py)
     w = (data.get("draft") or {}).get("weights_gib")
-    if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or w <= 0):
+    if w is not None and w <= 0:
         raise ScenarioError(f"{path}: [draft] weights_gib must be a positive number of GiB "
                             f"(the drafter's footprint on one GPU: its weights and what its start "
                             f"allocates after them), not {w!r}")
@@ -153,15 +171,9 @@ def _check_readings(path: Path, gpu: dict, model: dict) -> None:
     """[gpu] readings (the kind), the readings' rounding and ``integrated``; logged readings need what the
     RoPE pre-expansion reads (docs/scenarios.md, "The readings")."""
     kind = _one_of(ReadingKind, gpu.get("readings") or ReadingKind.SIZING, path, "[gpu] readings")
-    for key in ("pre_load_free_gib", "post_load_free_gib", *ROUNDING_KEYS):
-        v = gpu.get(key)
-        if key in gpu and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise ScenarioError(f"{path}: [gpu] {key} must be a number of GiB, not {v!r}")
     for key in ROUNDING_KEYS:
         if gpu.get(key, 0) < 0:
             raise ScenarioError(f"{path}: [gpu] {key} must not be negative (a half-width in GiB), not {gpu[key]!r}")
-    if "integrated" in gpu and not isinstance(gpu["integrated"], bool):
-        raise ScenarioError(f"{path}: [gpu] integrated must be true or false, not {gpu['integrated']!r}")
     if kind is ReadingKind.LOGGED:
         text = model.get("text_config", {}) if model.get("kind") == "qwen3_5" else model
         missing = [k for k in ("max_position_embeddings", "head_dim") if k not in text]

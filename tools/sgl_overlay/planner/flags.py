@@ -21,13 +21,8 @@ from __future__ import annotations
 import json
 import sys
 
-# argparse keywords; anything else belongs to an upstream Action subclass
-_ARGPARSE_KW = {"action", "nargs", "const", "default", "type", "choices", "required", "help", "metavar",
-                "dest", "version"}
-
-
-class FlagError(Exception):
-    pass
+from ..harness.flag_renames import renamed
+from ..harness.release_parser import FlagError, build
 
 
 def _modules(root) -> list[str]:
@@ -40,48 +35,28 @@ def _modules(root) -> list[str]:
     return mods
 
 
-def _plain(value: str):
-    """A value whose declared type converter is not loadable: int, float, else the string."""
-    for conv in (int, float):
-        try:
-            return conv(value)
-        except ValueError:
-            pass
-    return value
+def flag_hints(argv: list[str], options: list[str]) -> list[str]:
+    """For each flag of ``argv`` the release does not declare: the flag it was renamed to
+    (``flag_renames.RENAMES``, with its source), else the declared flags most like it."""
+    import difflib
 
-
-def _tree_function(root, stub_name: str):
-    """A small, self-contained converter from the tree (e.g. utils.common.human_readable_int),
-    compiled from its own source, or None."""
-    import argparse
-    import ast
-    import decimal
-    import re
-
-    module, _, name = stub_name.rpartition(".")
-    if not module.startswith("sglang.") or not name.isidentifier():
-        return None
-    path = root.joinpath(*module.split(".")).with_suffix(".py")
-    try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError):
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            ns = {"re": re, "argparse": argparse, "json": json, "Decimal": decimal.Decimal,
-                  "InvalidOperation": decimal.InvalidOperation}
-            try:
-                exec(compile(ast.Module([node], []), str(path), "exec"), ns)  # noqa: S102
-            except Exception:  # noqa: BLE001
-                return None
-            return ns[name]
-    return None
+    hints = []
+    for tok in argv:
+        flag = tok.split("=")[0]
+        if not tok.startswith("--") or flag in options:
+            continue
+        rename = renamed(flag)
+        if rename is not None and rename.new_flag in options:
+            hints.append(f"{flag}: {rename.remedy()}")
+            continue
+        close = difflib.get_close_matches(flag, options, n=3, cutoff=0.7)
+        hints.append(f"{flag}: " + (f"did you mean {', '.join(close)}?" if close else "no similar flag"))
+    return hints
 
 
 def parse_in_child(root_s: str, argv: list[str]) -> dict:
     """Runs in the child interpreter."""
     import argparse
-    import difflib
     from pathlib import Path
 
     from ..harness import loader
@@ -100,63 +75,19 @@ def parse_in_child(root_s: str, argv: list[str]) -> dict:
     for k, v in list(sa.__dict__.items()):  # constant tables from modules not under test
         if loader.is_stub(v) and k.isupper():
             sa.__dict__[k] = []
-    dropped: list[str] = []
-
-    class Parser(argparse.ArgumentParser):
-        def add_argument(self, *a, **kw):
-            flag = a[0] if a else kw.get("dest", "?")
-            for key in ("choices", "nargs", "type", "default", "action", "const"):
-                if key in kw and loader.is_stub(kw[key]):
-                    stub = kw.pop(key)
-                    if key == "type":
-                        conv = _tree_function(root, getattr(stub, "__stub_name__", ""))
-                        kw["type"] = conv or _plain
-                        dropped.append(f"{flag} type: " + ("the tree's own " + conv.__name__ if conv
-                                                           else "stand-in; parsed as a plain number or string"))
-                        continue
-                    dropped.append(f"{flag} {key}")
-            if "choices" in kw and kw["choices"] is not None:
-                try:
-                    if any(loader.is_stub(c) for c in kw["choices"]) or len(list(kw["choices"])) == 0:
-                        kw.pop("choices")
-                        dropped.append(f"{flag} choices")
-                except TypeError:
-                    kw.pop("choices")
-                    dropped.append(f"{flag} choices")
-            for key in list(kw):
-                if key not in _ARGPARSE_KW:
-                    kw.pop(key)
-            if kw.get("action") is None:
-                kw.pop("action", None)
-            return super().add_argument(*a, **kw)
-
-        def error(self, message):
-            raise FlagError(message)
-
-        def exit(self, status=0, message=None):
-            raise FlagError(message or f"argparse exit {status}")
-
-    p = Parser(prog="sglang", add_help=False)
     try:
-        sa.ServerArgs.add_cli_args(p)
+        rp = build(root, sa.ServerArgs)
     except Exception as e:  # noqa: BLE001
         return {"ok": False, "kind": "unsupported",
                 "error": f"the release's ServerArgs.add_cli_args does not run with stand-ins "
                 f"({type(e).__name__}: {e})"}
-    options = sorted(o for a in p._actions for o in a.option_strings if o.startswith("--"))
-    base_argv = ["--model-path", "MODEL"]
+    options = rp.options
     try:
-        base = vars(p.parse_args(base_argv))
-        given = vars(p.parse_args(base_argv + list(argv)))
+        base = rp.parse([])
+        given = rp.parse(list(argv))
     except FlagError as e:
-        msg = str(e)
-        hints = []
-        for tok in argv:
-            if tok.startswith("--") and tok.split("=")[0] not in options:
-                close = difflib.get_close_matches(tok.split("=")[0], options, n=3, cutoff=0.7)
-                hints.append(f"{tok.split('=')[0]}: " + (f"did you mean {', '.join(close)}?" if close
-                                                        else "no similar flag"))
-        return {"ok": False, "kind": "flag", "error": msg, "hints": hints, "known_flags": len(options)}
+        return {"ok": False, "kind": "flag", "error": str(e), "hints": flag_hints(argv, options),
+                "known_flags": len(options)}
     note = None
     try:
         # The release's own from_cli_args (argparse dests -> ServerArgs fields, e.g.
@@ -175,7 +106,7 @@ def parse_in_child(root_s: str, argv: list[str]) -> dict:
     except Exception as e:  # noqa: BLE001
         note = f"ServerArgs.from_cli_args did not run ({type(e).__name__}: {e}); argparse names used"
     explicit = {k: v for k, v in given.items() if k != "model_path" and base.get(k) != v}
-    return {"ok": True, "fields": explicit, "dropped": dropped, "known_flags": len(options),
+    return {"ok": True, "fields": explicit, "dropped": rp.dropped, "known_flags": len(options),
             "note": note}
 
 

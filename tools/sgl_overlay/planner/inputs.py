@@ -75,8 +75,6 @@ class Deployment:
         server = {"tp_size": self.tp, "page_size": 1, "kv_cache_dtype": "auto"}
         server.update(self.fields)
         server.update(overrides or {})
-        if "mamba_radix_cache_strategy" in server:  # v0.5.16+ field name of --mamba-scheduler-strategy
-            server.setdefault("mamba_scheduler_strategy", server["mamba_radix_cache_strategy"])
         if server.get("speculative_algorithm") and self.draft and not server.get("speculative_draft_model_path"):
             server["speculative_draft_model_path"] = self.draft["path"]
         model = self.model.harness_model(self.context_len(overrides))

@@ -69,16 +69,28 @@ class Verdict:
     def exit_code(self) -> int:
         return self.kind.exit_code
 
+    def _sentence(self) -> tuple[str, str | None]:
+        """The verdict's words, and for an over-budget start the remedies as the tree states them."""
+        if self.kind is not Kind.OVER_BUDGET:
+            return self.kind.words, None
+        rem = "; ".join(f"remedy: {flag} = {value}" for flag, value in self.remedies)
+        return f"{self.kind.words} by {self.over_budget_bytes / GIB:.2f} GiB taken from the headroom", rem
+
     @property
     def text(self) -> str:
         """The verdict in words: "starts", "starts, over budget by N GiB taken
         from the headroom (remedy: --flag = value; ...)", "will not start",
         "cannot tell", "rejected"."""
-        if self.kind is not Kind.OVER_BUDGET:
-            return self.kind.words
-        rem = "; ".join(f"remedy: {flag} = {value}" for flag, value in self.remedies)
-        return (f"{self.kind.words} by {self.over_budget_bytes / GIB:.2f} GiB taken from the headroom"
-                f" ({rem or 'no remedy stated'})")
+        words, rem = self._sentence()
+        return words if rem is None else f"{words} ({rem or 'no remedy stated'})"
+
+    @property
+    def headline(self) -> str:
+        """The verdict line's text: the words upper-cased ("STARTS, OVER BUDGET BY 2.44 GIB ..."), the
+        remedies as written, so that a flag and its value can be pasted (``--mem-fraction-static = 0.834``,
+        never ``--MEM-FRACTION-STATIC``)."""
+        words, rem = self._sentence()
+        return words.upper() if rem is None else f"{words.upper()} ({rem or 'NO REMEDY STATED'})"
 
     def __str__(self) -> str:
         return self.text
