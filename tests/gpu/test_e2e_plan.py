@@ -56,11 +56,22 @@ def test_inputs_and_free_bytes(tmp_path):
         (149007630336, "init_torch_distributed"), (148909064192, "init_torch_distributed"),
         (148909064192, "init_torch_distributed"), (93781229568, "_profile_available_bytes"))]
     assert plan_mod.free_bytes({"probe": {"free_readings": readings}}) == (148909064192, 93781229568, "probe")
-    # no --mem-fraction-static given: the value the start-up logged (server_args) is used
+    # no --mem-fraction-static given: the planner derives SGLang's own (not the logged value, which
+    # compare() sets beside it)
     run = dict(_run("pristine"), command=CMD.replace(" --mem-fraction-static 0.6856901", ""))
     run["log_figures"] = dict(run["log_figures"], server_args={"mem_fraction_static": 0.8123})
-    argv = plan_mod.inputs(run, tmp_path)["argv"]
-    assert argv[argv.index("--mem-fraction-static") + 1] == "0.8123"
+    assert "--mem-fraction-static" not in plan_mod.inputs(run, tmp_path)["argv"]
+    assert plan_mod.real(run)["mem_fraction_static"] == 0.8123
+
+
+def test_the_fraction_sglang_chose_is_compared_with_the_planners():
+    rows = plan_mod.compare({"starts": True, "mem_fraction_static": 0.83},
+                            {"starts": True, "mem_fraction_static": 0.8300000000000001})
+    assert rows[-1] == {"field": "mem_fraction_static", "gpu": 0.8300000000000001, "planner": 0.83, "equal": True}
+    rows = plan_mod.compare({"starts": True, "mem_fraction_static": 0.83}, {"starts": True, "mem_fraction_static": 0.7777})
+    assert rows[-1]["equal"] is False
+    assert plan_mod.card({"gpu": "NVIDIA H100 80GB HBM3"}) == "H100 80GB"
+    assert plan_mod.card({"gpu": "NVIDIA H200"}) == "H200" and plan_mod.card({}) is None
 
 
 def test_compare_skips_what_a_dead_start_did_not_say():
@@ -86,7 +97,7 @@ def test_planner_equals_the_h200_start_ups(tmp_path, patched_tree_of):
     assert {r["field"]: r["planner"] for r in res["dflash-smoke.patched"]["rows"]}["case"] == "over_budget"
     assert rc == 0
     md = (tmp_path / "plan_vs_gpu.md").read_text()
-    assert "| dflash-smoke.patched | 100,540,809,216 / 45,412,974,592 (ledger) | starts, over budget by 2.44 GiB taken from the headroom (remedy: --mem-fraction-static = 0.797) | True | 3079 | 4 | 24 | over_budget |" in md
+    assert "| dflash-smoke.patched | 100,540,809,216 / 45,412,974,592 (ledger) | starts, over budget by 2.44 GiB taken from the headroom (remedy: --mem-fraction-static = 0.797) | True | 3079 | 4 | 24 | over_budget | 0.6856901 |" in md
 
 
 def test_planner_equals_the_h200_lossless_hybrid_start_ups(tmp_path, patched_tree_of):

@@ -116,7 +116,9 @@ def run(args):
     e2e_model_dirs.record_configs(models, out)
     port = 30123
     for name in [c for c in args.cases.split(",") if c]:
-        c, port = e2e_cases.run_case(name, args.trees.split(","), work, out, models, port, args.start_timeout, t0)
+        free = report.get("gpu_free_bytes_at_start")
+        c, port = e2e_cases.run_case(name, args.trees.split(","), work, out, models, port, args.start_timeout, t0,
+                                     None if free is None else free / GIB)
         report["cases"].append(c)
         (out / "e2e.json").write_text(json.dumps(report, indent=1) + "\n")
     ok = all(c["check"]["pass"] for c in report["cases"])

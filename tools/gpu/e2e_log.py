@@ -104,8 +104,17 @@ def _gib(b):
 
 def remedy_entry(r):
     """A remedy as the report gives it: {"flag": "mem-fraction-static", "value": "0.797"} (the
-    value as written: the remedy re-run passes it on as it is)."""
-    return {"flag": r.flag.removeprefix("--"), "value": r.text}
+    value as written: the remedy re-run passes it on as it is); a remedy of several flags lists
+    the others under "also", each the same shape."""
+    entry = {"flag": r.flag.removeprefix("--"), "value": r.text}
+    if r.also:
+        entry["also"] = [{"flag": x.flag.removeprefix("--"), "value": x.text} for x in r.also]
+    return entry
+
+
+def remedy_words(entry):
+    """A report's remedy as a command line takes it: "--max-running-requests 3 --mem-fraction-static 0.925"."""
+    return " ".join(f"--{x['flag']} {x['value']}" for x in [entry, *entry.get("also", [])])
 
 
 def outcome(run):

@@ -78,11 +78,17 @@ def inputs(run, gpu_out):
             continue
         argv.append(w)
         i += 1
-    if "--mem-fraction-static" not in argv:      # SGLang chose it for the card: the value it logged (docs/plan.md)
-        mfs = (run.get("log_figures", {}).get("server_args") or {}).get("mem_fraction_static")
-        if mfs is not None:
-            argv += ["--mem-fraction-static", str(mfs)]
+    # without --mem-fraction-static the planner derives SGLang's own value for the card (docs/plan.md);
+    # compare() sets it beside the value the start-up logged
     return {"model": model, "draft": draft, "argv": argv}
+
+
+def card(report):
+    """The planner's GPU for the card an e2e.json names ("NVIDIA H100 80GB HBM3" -> H100 80GB), or None."""
+    from sgl_overlay.planner import gpus
+
+    name = str(report.get("gpu") or "")
+    return next((g.name for g in gpus.GPUS if name and gpus.lookup(name) is g), None)
 
 
 def real(run):
@@ -93,7 +99,8 @@ def real(run):
     return {"starts": healthy, "kv_tokens": f.get("max_total_num_tokens"),
             "running_requests": f.get("max_running_requests"),
             "mamba_slots": mamba[0].get("max_mamba_cache_size") if mamba else None,
-            "case": (run.get("ledger") or {}).get("case")}
+            "case": (run.get("ledger") or {}).get("case"),
+            "mem_fraction_static": (f.get("server_args") or {}).get("mem_fraction_static")}
 
 
 def planned(report):
@@ -102,7 +109,8 @@ def planned(report):
     led = report.get("ledger") or {}
     return {"starts": verdict.starts,
             "kv_tokens": led.get("kv_tokens"), "running_requests": led.get("running_requests"),
-            "mamba_slots": led.get("mamba_slots"), "case": report.get("case"), "verdict": verdict.text}
+            "mamba_slots": led.get("mamba_slots"), "case": report.get("case"), "verdict": verdict.text,
+            "mem_fraction_static": (report.get("mem_fraction_static") or {}).get("value")}
 
 
 def ran_release(report):
@@ -116,24 +124,30 @@ def compare(plan_fig, real_fig):
     """Field by field; a field the start-up did not report (it died first) is not compared,
     except `starts`.  `case` only where the start-up's ledger has one."""
     rows = []
-    for k in ("starts", "kv_tokens", "running_requests", "mamba_slots", "case"):
+    for k in FIELDS:
         r, p = real_fig.get(k), plan_fig.get(k)
         if r is None and k != "starts":
             continue
-        rows.append({"field": k, "gpu": r, "planner": p, "equal": r == p})
+        equal = r == p if k != "mem_fraction_static" else p is not None and abs(float(r) - float(p)) < 1e-9
+        rows.append({"field": k, "gpu": r, "planner": p, "equal": equal})
     return rows
 
 
+# the fields compared; mem_fraction_static is SGLang's own choice where the flags do not give it
+FIELDS = ("starts", "kv_tokens", "running_requests", "mamba_slots", "case", "mem_fraction_static")
+
+
 def table(results):
-    out = ["| start-up | free before / after (B, source) | verdict | starts | KV tokens | requests | Mamba slots | case |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| start-up | free before / after (B, source) | verdict | starts | KV tokens | requests | Mamba slots | case "
+           "| --mem-fraction-static |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for x in results:
         if x.get("error"):
-            out.append(f"| {x['id']} | | {x['error'][:120]} | | | | | |")
+            out.append(f"| {x['id']} | | {x['error'][:120]} | | | | | | |")
             continue
         cell = {r["field"]: (f"{r['gpu']}" if r["equal"] else f"**GPU {r['gpu']} / plan {r['planner']}**") for r in x["rows"]}
         out.append(f"| {x['id']} | {x['free'][0]:,} / {x['free'][1]:,} ({x['free'][2]}) | {x['verdict']} | "
-                   + " | ".join(cell.get(k, "") for k in ("starts", "kv_tokens", "running_requests", "mamba_slots", "case"))
+                   + " | ".join(cell.get(k, "") for k in FIELDS)
                    + " |")
     return "\n".join(out) + "\n"
 
@@ -161,7 +175,7 @@ def main(argv=None):
         print(f"e2e_plan: {out / 'e2e.json'} names no patched wheel, so which release ran is unknown; "
               "give it with --release VERSION", file=sys.stderr)
         return 2
-    gpu = "H200" if "H200" in str(report.get("gpu", "")) else None
+    gpu = card(report)
     results = []
     for rid, run in runs_of(report):
         x = {"id": rid}

@@ -85,13 +85,6 @@ def text(report: dict) -> str:
     return head_text(report) + ("\n" + rest if rest else "")
 
 
-def verdict_line(v) -> str:
-    """"VERDICT: WILL NOT START": the answer's words in capitals, what follows them (an over-budget
-    start's remedy, which a command line takes) as written."""
-    words = v.kind.words
-    return f"VERDICT: {words.upper()}{v.text[len(words):]}"
-
-
 def head_text(report: dict) -> str:
     """The inputs, the assumptions, the ledger and the verdict: what the first sizing run answers."""
     r = report
@@ -113,7 +106,7 @@ def head_text(report: dict) -> str:
     lines.append(table(ledger_rows([r["ledger"]]), ["ledger", "value"]))
     lines += readings_lines(r)
     lines.append("")
-    lines.append(verdict_line(r["verdict"]))
+    lines.append(f"VERDICT: {r['verdict'].headline}")
     lines += [f"  {w}" for w in r["why"]]
     return "\n".join(lines)
 
