@@ -40,6 +40,7 @@ EXTRA_REAL = (
     "sglang.srt.configs.mamba_utils",
     "sglang.srt.configs.qwen3_next",
     "sglang.srt.configs.qwen3_5",
+    "sglang.srt.configs.qwen3_vl",  # the vision config Qwen3_5Config builds (read by the resolution's VLM rule)
     "sglang.srt.distributed.utils",
     "sglang.srt.arg_groups.speculative_hook",
     "sglang.srt.speculative.ddtree_algo",  # DDTREE's registration and rules (patched trees)

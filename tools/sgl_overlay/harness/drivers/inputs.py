@@ -253,11 +253,15 @@ def model(ctx: Context):
         if not ctx.exists("sglang.srt.configs.qwen3_5"):
             raise Untestable("this tree has no sglang/srt/configs/qwen3_5.py (Qwen3.5/3.6 config class)")
         q = ctx.load("sglang.srt.configs.qwen3_5")
-        for mod in ("sglang.srt.configs.qwen3_next", "sglang.srt.configs.mamba_utils"):
+        for mod in ("sglang.srt.configs.qwen3_next", "sglang.srt.configs.mamba_utils", "sglang.srt.configs.qwen3_vl"):
             ctx.patch(loader.load(mod))
         text = q.Qwen3_5TextConfig(**m["text_config"])
+        # the vision tower's config as the tree's own Qwen3_5Config builds it: the checkpoint's
+        # vision_config, else the class's defaults (read by the release's flag resolution:
+        # ServerArgs.adjust_mem_fraction_for_vlm scales SGLang's own --mem-fraction-static by it)
+        vision = q.Qwen3_5VisionConfig(**(m.get("vision_config") or {}))
         hf = View("hf_config", ctx.reads, architectures=list(m["architectures"]), text_config=text,
-                  model_type="qwen3_5")
+                  vision_config=vision, model_type="qwen3_5")
         object.__setattr__(hf, "get_text_config", lambda *a, **k: text)
         layers = text.full_attention_layer_ids
         mc = ModelConfigView(
