@@ -11,7 +11,8 @@ from tests.by_path import ROOT, load, sibling
 
 GPU = ROOT / "tools" / "gpu"
 spec_value = load(GPU / "spec_value.py", "spec_value")
-bench, pair, profile, prompts = (sibling(GPU, n) for n in ("spec_bench", "spec_pair", "spec_profile", "spec_prompts"))
+bench, pair, profile, prompts, accept = (sibling(GPU, n) for n in ("spec_bench", "spec_pair", "spec_profile", "spec_prompts",
+                                                                  "spec_accept"))
 probe = load(ROOT / "tools/gpu/probe/sglo_probe_logic.py", "sglo_probe_logic")
 
 SPECFORGE = "specforge-0.2.0-py3-none-any.whl"

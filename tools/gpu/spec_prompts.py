@@ -44,7 +44,7 @@ class Question:
 def first_sentence(doc, limit=240):
     """The docstring's first paragraph as one line, cut at its first sentence end or at
     `limit` characters; '' for a missing docstring."""
-    if not doc:
+    if not doc or not isinstance(doc, str):
         return ""
     para = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
     end = para.find(". ")
@@ -107,3 +107,121 @@ def prompt_sets(n_eval=64, n_train=3000, modules=MODULES, eval_share=10):
     train, _ = split(questions(modules, all_templates=True), 0, n_train, eval_share)
     _, ev = split(questions(modules), n_eval, 0, eval_share)
     return train, ev
+
+
+# ------------------------------------------------------------------------------ the drafter's corpus (issue 42)
+# Tens of thousands of training questions, still offline: every public module of this interpreter's
+# standard library (its own list, sys.stdlib_module_names, and each package's first-level submodules),
+# questions from the docstrings of its callables and of their classes' methods (every template), and
+# questions that quote the Python source of its functions and methods.  The evaluation prompts stay
+# prompt_sets' (the benchmark's); nothing of a held-out module, or of a module inside one, is trained on.
+SOURCE_TEMPLATES = (
+    "Explain what this function from Python's `{module}` module does, step by step:\n```python\n{src}\n```",
+    "Write a docstring and a short usage example for this Python function:\n```python\n{src}\n```",
+    "Review this code from the Python standard library (`{module}`) and suggest one improvement:\n"
+    "```python\n{src}\n```",
+)
+# modules that act when imported (open a browser, print, start a GUI) or are the interpreter's own tests
+SKIP_MODULES = frozenset({"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "test", "lib2to3",
+                          "ensurepip", "pydoc_data", "__hello__", "__phello__", "xxlimited", "xxsubtype"})
+
+
+def held_out(module, eval_share=10):
+    """Whether anything of `module` is held out: it or a package above it (an underscore-prefixed
+    twin, _pickle for pickle, counts as the module) is an evaluation module."""
+    parts = module.lstrip("_").split(".")
+    return any(is_eval_module(".".join(parts[:i]), eval_share) or is_eval_module("_" + ".".join(parts[:i]), eval_share)
+               for i in range(1, len(parts) + 1))
+
+
+def corpus_modules(names=None):
+    """The standard library's public modules (sys.stdlib_module_names, or `names`) and the first-level
+    submodules of its packages, sorted; SKIP_MODULES and their submodules left out."""
+    import pkgutil
+    import sys
+    base = sorted(n for n in (names if names is not None else sys.stdlib_module_names)
+                  if not n.startswith("_") and n not in SKIP_MODULES)
+    out = set()
+    for n in base:
+        out.add(n)
+        try:
+            mod = importlib.import_module(n)
+        except Exception:       # noqa: BLE001 - a module this interpreter cannot import is left out
+            continue
+        for info in pkgutil.iter_modules(getattr(mod, "__path__", None) or []):
+            if not info.name.startswith("_") and info.name not in ("test", "tests"):
+                out.add(f"{n}.{info.name}")
+    return sorted(out)
+
+
+def _members(mod, modname):
+    """(qualified name, object) of a module's own public callables and of its public classes'
+    own public methods, in a fixed order."""
+    top = modname.split(".")[0]
+    out = []
+    for attr in sorted(vars(mod)):
+        if attr.startswith("_"):
+            continue
+        obj = getattr(mod, attr, None)
+        owner = getattr(obj, "__module__", None) or modname
+        if not callable(obj) or not isinstance(owner, str) or owner.lstrip("_").split(".")[0] != top:
+            continue
+        out.append((f"{modname}.{attr}", obj))
+        if inspect.isclass(obj):
+            for m in sorted(vars(obj)):
+                f = vars(obj)[m]
+                if not m.startswith("_") and (inspect.isfunction(f) or inspect.ismethoddescriptor(f)):
+                    out.append((f"{modname}.{attr}.{m}", f))
+    return out
+
+
+def source_of(obj, min_lines=3, max_lines=40, max_chars=1800):
+    """The dedented Python source of a function or method, or '' (builtins, too short or too long)."""
+    if not inspect.isfunction(obj):
+        return ""
+    try:
+        src = inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+    import textwrap
+    src = textwrap.dedent(src).strip("\n")
+    n = src.count("\n") + 1
+    return src if min_lines <= n <= max_lines and len(src) <= max_chars else ""
+
+
+def corpus_questions(modules, eval_share=10):
+    """Training questions of the corpus: for every module not held out, each member's docstring in
+    every template (TEMPLATES) and each function's source in every SOURCE_TEMPLATES; unique texts,
+    in a fixed order (a hash of the text).  Held-out modules (held_out) give none."""
+    out, seen = [], set()
+    for modname in modules:
+        if held_out(modname, eval_share):
+            continue
+        try:
+            mod = importlib.import_module(modname)
+        except Exception:       # noqa: BLE001 - not importable here: left out (the set is carried built)
+            continue
+        for qual, obj in _members(mod, modname):
+            owner = getattr(obj, "__module__", None) or modname
+            if isinstance(owner, str) and held_out(owner, eval_share):
+                continue
+            doc = first_sentence(getattr(obj, "__doc__", None))
+            if len(doc) >= 20 and '"' not in doc:
+                out += [Question(modname, qual, t.format(name=qual, doc=doc)) for t in TEMPLATES]
+            src = source_of(obj)
+            if src:
+                out += [Question(modname, qual, t.format(module=modname, src=src)) for t in SOURCE_TEMPLATES]
+    uniq = []
+    for q in sorted(out, key=lambda q: _stable(q.text)):
+        if q.text not in seen:
+            seen.add(q.text)
+            uniq.append(q)
+    return uniq
+
+
+def corpus_sets(n_eval=64, n_train=None, eval_share=10, modules=None):
+    """(train, eval): eval exactly prompt_sets' (the benchmark's held-out questions); train the
+    corpus (corpus_questions over corpus_modules), cut to n_train when given."""
+    _, ev = prompt_sets(n_eval, 0, eval_share=eval_share)
+    train = corpus_questions(corpus_modules() if modules is None else modules, eval_share)
+    return (train if n_train is None else train[:n_train]), ev
