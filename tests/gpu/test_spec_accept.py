@@ -47,13 +47,16 @@ def test_tree_accepts_a_second_choice_the_chain_misses():
     assert accept.tree_accepts(tree_mod, ids, lps, lab, 2).tolist() == [0]    # 3 and 3-1 only
 
 
-def test_tree_with_the_chain_in_it_accepts_at_least_the_chain():
+def test_tree_grows_with_its_budget_and_is_the_chain_when_the_drafter_is_sure():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(50, 6, 11, generator=g) * 3
     ids, lps = tree_mod.topk_logprobs(logits, 15, method="torch")
     lab = torch.where(torch.rand(50, 6, generator=g) < 0.7, ids[:, :, 0], torch.randint(0, 11, (50, 6), generator=g))
-    chain = accept.chain_accepts(ids[:, :, 0], lab)
-    tree = accept.tree_accepts(tree_mod, ids, lps, lab, 15)
-    assert bool((tree >= chain).all()) and int(tree.sum()) > int(chain.sum())
     # a larger budget's tree holds the smaller one's (the best prefixes first): never fewer accepted
-    assert bool((accept.tree_accepts(tree_mod, ids, lps, lab, 100) >= tree).all())
+    small, big = (accept.tree_accepts(tree_mod, ids, lps, lab, b) for b in (15, 100))
+    assert bool((big >= small).all()) and int(big.sum()) > int(small.sum())
+    # a sure drafter (rank 0 near 1 at every depth): the best 6 prefixes are the greedy chain of 6
+    sure = logits.clone()
+    sure.scatter_(2, ids[:, :, :1], 100.0)
+    ids2, lps2 = tree_mod.topk_logprobs(sure, 15, method="torch")
+    assert accept.tree_accepts(tree_mod, ids2, lps2, lab, 6).tolist() == accept.chain_accepts(ids2[:, :, 0], lab).tolist()

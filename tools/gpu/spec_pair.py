@@ -221,16 +221,45 @@ def training_batches(seqs, batch, steps, seed=0, pad_id=0):
                [seqs[i][1] + [0] * (L - len(seqs[i][1])) for i in idx])
 
 
+def lr_factor(step, steps, warmup_ratio=0.05):
+    """The learning rate's factor at `step` of `steps`: linear warm-up over warmup_ratio of the steps
+    (at least one), then cosine decay to 0 at the last (SpecForge's DFlash schedule: warm-up 0.04, cosine)."""
+    warm = max(1, int(steps * warmup_ratio))
+    return min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / steps)))
+
+
+def planned_steps(left_s, step_s, eval_s, evals, margin=0.9):
+    """How many steps fit `left_s` seconds of training at `step_s` a step with `evals` evaluations of
+    `eval_s` each: at least one."""
+    return max(1, int(margin * (left_s - evals * eval_s) / step_s))
+
+
+def eval_points(steps, evals):
+    """The steps before which an evaluation runs: `evals` spread from 0 to `steps` (the end) inclusive."""
+    if evals <= 0:
+        return []
+    if evals == 1:
+        return [steps]
+    return sorted({round(i * steps / (evals - 1)) for i in range(evals)})
+
+
 def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4, num_anchors=64, seed=0,
-                  device="cuda", log=print):
+                  device="cuda", log=print, loss_decay_gamma=None, warmup_ratio=0.05, max_grad_norm=1.0,
+                  budget_s=None, evaluate=None, evals=0, calib_steps=6):
     """SpecForge's DFlash drafter trained on `seqs` (training_sequences) against the target in
     target_dir: the target's features of cfg's layers by transformers, SpecForge's OnlineDFlashModel
-    loss (its anchors, block mask (sdpa) and cross-entropy), AdamW with warm-up and cosine decay,
-    bfloat16 autocast on CUDA.  Returns the record: steps, seconds, loss and accuracy curve, sha256."""
+    loss (its anchors, block mask (sdpa), cross-entropy, loss_decay_gamma's weights by block position),
+    AdamW with warm-up and cosine decay (lr_factor), bfloat16 autocast on CUDA.
+    steps=None: as many as fit budget_s (planned_steps, from `calib_steps` timed forward and backward
+    passes that change no weight and draw their batches from another seed), recorded.  evaluate(target,
+    model) -> dict, when given, runs at `evals` points (eval_points) into the record's curve with the
+    training seconds before it.  budget_s also ends the training early (recorded as stopped_at).
+    Returns the record: steps, seconds, loss and accuracy curve, evaluations, sha256."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
     from specforge.algorithms.common.dflash_family_model import OnlineDFlashModel
     from specforge.modeling.draft.dflash import DFlashDraftModel, extract_context_feature
+    t_start = time.time()
     torch.manual_seed(seed)
     dt = torch.bfloat16 if device == "cuda" else torch.float32
     target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=dt).to(device).eval()
@@ -240,14 +269,11 @@ def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4,
     conf._attn_implementation = "sdpa"
     draft = DFlashDraftModel(conf).to(device=device, dtype=torch.float32)
     model = OnlineDFlashModel(draft, target.lm_head, target.model.embed_tokens, mask_token_id=MASK_TOKEN_ID,
-                              block_size=cfg["block_size"], attention_backend="sdpa", num_anchors=num_anchors)
-    opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
-    warm = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+                              block_size=cfg["block_size"], attention_backend="sdpa", num_anchors=num_anchors,
+                              loss_decay_gamma=loss_decay_gamma)
     layer_ids = cfg["dflash_config"]["target_layer_ids"]
-    curve, t0 = [], time.time()
-    for step, (ids, mask) in enumerate(training_batches(seqs, batch, steps, seed)):
+
+    def loss_of(ids, mask):
         ids = torch.tensor(ids, device=device)
         mask = torch.tensor(mask, device=device, dtype=torch.float32)
         with torch.no_grad():
@@ -255,17 +281,81 @@ def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4,
             feats = extract_context_feature(list(hs), layer_ids).float()
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
             loss, acc, _ = model(input_ids=ids, hidden_states=feats, loss_mask=mask)
+        return loss, acc
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+    evaluations, eval_s = [], 0.0
+
+    def run_eval(step, train_s):
+        nonlocal eval_s
+        t = time.time()
+        draft.eval()
+        with torch.no_grad():
+            res = evaluate(target, model)
+        draft.train()
+        sync()
+        eval_s = time.time() - t
+        evaluations.append(dict(res, step=step, train_s=round(train_s, 1), eval_s=round(eval_s, 1)))
+        log(f"[eval] step {step} after {train_s:.1f} s of training: {res}")
+    planned = None
+    if steps is None:
+        if budget_s is None:
+            raise ValueError("train_drafter: steps=None needs budget_s (the seconds to fill)")
+        if evaluate is not None and evals:
+            run_eval(0, 0.0)
+        t = time.time()
+        for i, (ids, mask) in enumerate(training_batches(seqs, batch, calib_steps + 2, seed + 1)):
+            if i == 2:      # the first two warm the kernels up: not timed
+                sync()
+                t = time.time()
+            loss, _ = loss_of(ids, mask)
+            loss.backward()
+            draft.zero_grad(set_to_none=True)
+        sync()
+        step_s = (time.time() - t) / calib_steps
+        left = budget_s - (time.time() - t_start)
+        steps = planned_steps(left, step_s * 1.08, eval_s, max(0, evals - 1))    # * 1.08: the optimizer's step
+        planned = {"calib_steps": calib_steps, "calib_step_s": round(step_s, 4), "eval_s": round(eval_s, 1),
+                   "left_s": round(left, 1), "steps": steps}
+        log(f"[train] planned {planned}")
+        torch.manual_seed(seed)
+    points = [p for p in eval_points(steps, evals if evaluate is not None else 0)
+              if not (p == 0 and evaluations)]
+    opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, warmup_ratio))
+    curve, t0, train_s, stopped_at = [], time.time(), 0.0, None
+    for step, (ids, mask) in enumerate(training_batches(seqs, batch, steps, seed)):
+        if points and step == points[0]:
+            points.pop(0)
+            sync()
+            train_s += time.time() - t0
+            run_eval(step, train_s)
+            t0 = time.time()
+        if budget_s is not None and time.time() - t_start > budget_s - 1.5 * eval_s:
+            stopped_at = step
+            log(f"[train] stopped at step {step} of {steps}: the budget of {budget_s} s is spent")
+            break
+        loss, acc = loss_of(ids, mask)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), max_grad_norm)
         opt.step()
         sched.step()
         if step % 50 == 0 or step == steps - 1:
             curve.append({"step": step, "loss": round(float(loss), 4), "accuracy": round(float(acc), 4),
-                          "s": round(time.time() - t0, 1)})
+                          "s": round(train_s + time.time() - t0, 1)})
             log(f"[train] step {step} loss {curve[-1]['loss']} acc {curve[-1]['accuracy']} {curve[-1]['s']} s")
-    seconds = time.time() - t0
+    sync()
+    train_s += time.time() - t0
+    if points and evaluate is not None:       # the last point: after the last step
+        run_eval(stopped_at if stopped_at is not None else steps, train_s)
     sha = export_drafter(draft, cfg, out_dir)
-    return {"steps": steps, "batch": batch, "lr": lr, "num_anchors": num_anchors, "seed": seed, "seconds": round(seconds, 1),
-            "sequences": len(seqs), "curve": curve, "sha256": sha,
-            "parameters": sum(p.numel() for p in draft.parameters())}
+    rec = {"steps": steps, "batch": batch, "lr": lr, "num_anchors": num_anchors, "seed": seed,
+           "seconds": round(train_s, 1), "sequences": len(seqs), "curve": curve, "sha256": sha,
+           "parameters": sum(p.numel() for p in draft.parameters())}
+    if loss_decay_gamma is not None or warmup_ratio != 0.05 or planned or evaluations or stopped_at is not None:
+        rec.update(loss_decay_gamma=loss_decay_gamma, warmup_ratio=warmup_ratio, max_grad_norm=max_grad_norm,
+                   planned=planned, stopped_at=stopped_at, evaluations=evaluations)
+    return rec

@@ -87,6 +87,7 @@ DEFAULTS = {"pair": {"configs": "AR,DFLASH,DDTREE-8,DDTREE-16,DDTREE-32,DDTREE-6
 PROFILE_STEPS = 20
 PORT = 30200
 STAGES = ("all", "train", "measure")
+CORPUS = "corpus.json.gz"          # prepare --corpus: the drafter's training prompts (spec_drafter.py)
 TRAINED = "training.json"        # the training's record, in the pair dir beside drafter/
 TRAIN_SERVER = bench.Config("AR", None)     # answers the training prompts (overlap off)
 
@@ -126,14 +127,25 @@ def prepare(args):
             "train": [{"module": q.module, "name": q.name, "ids": ids(q)} for q in train],
             "eval": [{"module": q.module, "name": q.name, "text": q.text, "ids": ids(q)} for q in ev]}
     (tmp / "b" / "prompts.json").write_text(json.dumps(data) + "\n")
-    if args.specforge:
-        shutil.copy(args.specforge, tmp / "b" / Path(args.specforge).name)
+    corpus = None
+    if args.corpus:     # the drafter's training corpus (spec_drafter.py train), held-out modules left out
+        import gzip
+        cq, _ = prompts_mod.corpus_sets(args.eval_prompts)
+        corpus = {"python": data["python"], "target": manifest["sha256"], "chat_template": "the GGUF's",
+                  "train": [{"module": q.module, "name": q.name, "ids": ids(q)} for q in cq]}
+        with gzip.GzipFile(tmp / "b" / CORPUS, "wb", mtime=0) as f:    # mtime 0: the same bytes from the same corpus
+            f.write(json.dumps(corpus).encode())
+    for w in [args.specforge] + list(args.wheel or []):
+        if w:
+            shutil.copy(w, tmp / "b" / Path(w).name)
     shutil.rmtree(out, ignore_errors=True)
     tmp.replace(out)
     sizes = {d: sum(f.stat().st_size for f in (out / d).iterdir()) for d in ("a", "b")}
     print(json.dumps({"out": str(out), "target_sha256": manifest["sha256"], "train_prompts": len(train),
                       "eval_prompts": len(ev), "eval_modules": sorted({q.module for q in ev}),
                       "prompts_sha256": pair.sha256_file(out / "b" / "prompts.json"),
+                      **({"corpus_prompts": len(corpus["train"]), "corpus_sha256": pair.sha256_file(out / "b" / CORPUS)}
+                         if corpus else {}),
                       "bytes": sizes}, indent=1))
     return 0
 
@@ -714,6 +726,9 @@ def main(argv=None):
     p.add_argument("--out", required=True)
     p.add_argument("--eval-prompts", type=int, default=64)
     p.add_argument("--train-prompts", type=int, default=3000)
+    p.add_argument("--corpus", action="store_true",
+                   help=f"also b/{CORPUS}: the drafter's training corpus (spec_prompts.corpus_sets, tokenised)")
+    p.add_argument("--wheel", action="append", help="another wheel to carry in b (gguf, for spec_drafter.py)")
     r = sub.add_parser("run", help="(GPU) the servers, the training, the measurements")
     r.add_argument("--model", choices=("pair", "27b"), default="pair")
     r.add_argument("--stage", choices=STAGES, default="all",

@@ -1,0 +1,84 @@
+"""spec_drafter.py train end to end on the CPU: a tiny Llama target (random weights) in place of the
+converted SmolLM2, the real SpecForge and gguf wheels installed as on the GPU machine, the target's
+greedy answers, the training with planned steps and its acceptance evaluations, the records."""
+import gzip
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from tests.gpu.spec_script import GPU, SPECFORGE, accept, pair, specforge_tree
+
+GGUF_WHEEL = "gguf-0.19.0-py3-none-any.whl"
+
+
+def _wheel(name, spec):
+    cache = Path(os.environ["SGL_OVERLAY_CACHE"]) / "wheels"
+    if not (cache / name).exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(cache), spec], check=True)
+    return cache / name
+
+
+def test_planned_steps_and_schedule():
+    assert pair.planned_steps(100, 0.5, 5, 4, margin=1.0) == 160
+    assert pair.planned_steps(10, 1.0, 5, 4) == 1           # never below one step
+    assert pair.eval_points(100, 5) == [0, 25, 50, 75, 100] and pair.eval_points(7, 1) == [7]
+    assert pair.eval_points(3, 7) == [0, 1, 2, 3] and pair.eval_points(10, 0) == []
+    f = [pair.lr_factor(s, 100, 0.04) for s in range(100)]
+    assert f[0] == 0.25 and abs(f[3] - 1.0) < 0.01 and f[99] < 0.001 and max(f) <= 1.0
+
+
+def test_train_on_cpu_end_to_end(tmp_path):
+    specforge_tree(tmp_path / "sf")     # fetched (and checked) into the cache
+    sf_whl = Path(os.environ["SGL_OVERLAY_CACHE"]) / "wheels" / SPECFORGE
+    gg_whl = _wheel(GGUF_WHEEL, "gguf==0.19.0")
+    b = tmp_path / "b"
+    b.mkdir()
+    for w in (sf_whl, gg_whl):
+        (b / w.name).write_bytes(w.read_bytes())
+    (b / "parts.json").write_text(json.dumps({"file": "t.gguf", "sha256": "0" * 64, "size": 0, "parts": []}))
+    vocab = 512
+    ev = [{"ids": [1] + [5 + i, 7, 9 + i]} for i in range(3)]
+    (b / "prompts.json").write_text(json.dumps({"train": [], "eval": ev}))
+    with gzip.open(b / "corpus.json.gz", "wb") as f:
+        f.write(json.dumps({"python": "3", "train": [{"ids": [1, 3 + i % 50, 4, 6]} for i in range(40)]}).encode())
+    work = tmp_path / "w"
+    code = r'''
+import sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True)
+torch.manual_seed(0)
+LlamaForCausalLM(cfg).save_pretrained(sys.argv[1])
+'''
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "w-pair" / "target")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(GPU / "spec_drafter.py"), "train", "--pair", f"{b}", "--work", str(work), "--out", str(out),
+           "--cpu", "--budget-s", "200", "--answer-s", "30", "--min-train-s", "20", "--reserve-s", "5",
+           "--answer-tokens", "24", "--answer-batch", "16", "--eval-tokens", "20", "--train-steps", "4", "--train-batch", "4",
+           "--target-layers", "0,2", "--evals", "3"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    rep = json.loads((out / "drafter.json").read_text())
+    td = rep["training_data"]
+    assert td["prompts_answered"] == 40 and td["sequences"] == 40 and td["answer_tokens"] > 40
+    # three evaluations (before the first step, in the middle, after the last), each a real acceptance
+    curve = rep["curve"]
+    assert [c["step"] for c in curve] == [0, 2, 4]
+    for c in curve:
+        assert all(c[k] >= 1.0 for k in ("DFLASH", "DDTREE-15", "DDTREE-63"))
+        assert set(c) >= {"DFLASH", "DDTREE-15", "DDTREE-63", "train_s"}
+    # the checkpoint: its parts join to the file whose sha256 the records name; the record spec_value proves
+    rec = json.loads((tmp_path / "w-pair" / "training.json").read_text())
+    sha = rec["training"]["sha256"]
+    assert sha == rep["training"]["sha256"] == pair.sha256_file(tmp_path / "w-pair" / "drafter" / "model.safetensors")
+    joined = pair.join_parts(rep["parts"], [out / "d1", out / "d2"] if (out / "d2").exists() else [out / "d1"],
+                             tmp_path / "joined")
+    assert hashlib.sha256(joined.read_bytes()).hexdigest() == sha
+    assert rec["prompts_sha256"] == pair.sha256_file(b / "prompts.json")
+    assert rep["training"]["loss_decay_gamma"] == 7.0 and rep["training"]["steps"] == 4
