@@ -32,6 +32,22 @@ def test_planned_steps_and_schedule():
     assert f[0] == 0.25 and abs(f[3] - 1.0) < 0.01 and f[99] < 0.001 and max(f) <= 1.0
 
 
+def test_bucketed_batches_hold_every_sequence_once_an_epoch_and_one_length_each():
+    seqs = [([1] * (3 + n), [0, 0, 0] + [1] * n) for n in [2, 40, 3, 41, 4, 42, 5, 43] * 4]
+    b = list(pair.training_batches(seqs, 4, 8, seed=1, bucket=2, pad_to=16))
+    lens = [sorted(sum(m) for m in mask) for _, mask in b]
+    # one epoch is 8 batches of 4: each sequence once
+    assert sorted(x for l in lens for x in l) == sorted(sum(m) for _, m in seqs)
+    assert all(max(l) - min(l) <= 3 for l in lens)          # short with short, long with long
+    assert all(len(r) % 16 == 0 for ids, _ in b for r in ids)
+    assert b == list(pair.training_batches(seqs, 4, 8, seed=1, bucket=2, pad_to=16))     # fixed by the seed
+
+
+def test_anchor_count_is_the_fewest_consecutive_supervised_pairs():
+    assert pair.anchor_count([[0, 1, 1, 1, 0], [1, 1, 0, 1, 1]]) == 2
+    assert pair.anchor_count([[0, 1, 0, 1]]) == 0
+
+
 def test_train_on_cpu_end_to_end(tmp_path):
     specforge_tree(tmp_path / "sf")     # fetched (and checked) into the cache
     sf_whl = Path(os.environ["SGL_OVERLAY_CACHE"]) / "wheels" / SPECFORGE
@@ -82,3 +98,20 @@ LlamaForCausalLM(cfg).save_pretrained(sys.argv[1])
     assert hashlib.sha256(joined.read_bytes()).hexdigest() == sha
     assert rec["prompts_sha256"] == pair.sha256_file(b / "prompts.json")
     assert rep["training"]["loss_decay_gamma"] == 7.0 and rep["training"]["steps"] == 4
+    assert rep["training"]["full_anchor_rows"] and "nonfinite_steps" not in rep["training"]
+    # the answers came back; a second run given them answers nothing and trains on the same data
+    out2 = tmp_path / "out2"
+    cmd2 = [x if x != str(out) else str(out2) for x in cmd] + ["--answers", str(out / "answers.json.gz")]
+    r = subprocess.run(cmd2, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    rep2 = json.loads((out2 / "drafter.json").read_text())
+    assert rep2["training_data"]["sha256"] == td["sha256"] and "[answers]" not in r.stdout
+    assert not (out2 / "answers.json.gz").exists()
+    # answers to another corpus are refused: exit 2, naming the file
+    with gzip.open(out / "answers.json.gz") as f:
+        other = dict(json.loads(f.read()), corpus_sha256="f" * 64)
+    with gzip.open(tmp_path / "other.json.gz", "wb") as f:
+        f.write(json.dumps(other).encode())
+    r = subprocess.run([x if x != str(out / "answers.json.gz") else str(tmp_path / "other.json.gz") for x in cmd2],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 2 and "other.json.gz: answers to another corpus" in r.stderr

@@ -17,7 +17,8 @@ of the budget (the steps planned from timed passes, recorded) with SpecForge's D
 (lr 6e-4, warm-up 4 %, cosine, loss_decay_gamma 7, 512 anchors, gradient norm 1), evaluating the
 acceptance of DFLASH and DDTREE-15/63 on the 64 held-out prompts at --evals points, and writes:
 OUT/drafter.json (the report: versions, target, data with its sha256, training with the planned steps,
-the learning curve, the checkpoint's sha256), OUT/d1 and OUT/d2 (the checkpoint in two parts with
+the learning curve, the checkpoint's sha256), OUT/answers.json.gz (the target's answers: `--answers`
+gives them to a later run, which then answers nothing), OUT/d1 and OUT/d2 (the checkpoint in two parts with
 their manifest, each < 16 MiB: spec_pair.join_parts puts it together), and <work>-pair/drafter +
 <work>-pair/training.json, the record spec_value.py run --stage measure proves and measures
 (on the same warm machine, or after carrying the parts back).
@@ -41,9 +42,13 @@ pair = sibling(HERE, "spec_pair")
 accept = sibling(HERE, "spec_accept")
 TREE = ROOT / "overlay" / "python" / "sglang" / "srt" / "speculative" / "ddtree_tree.py"
 CORPUS = "corpus.json.gz"
+ANSWERS = "answers.json.gz"     # OUT/: the target's answers of a run, for --answers
 TRAINED = "training.json"
 BUDGETS = (15, 63)              # the DDTREE budgets whose acceptance is measured
 RECIPE = {"lr": 6e-4, "warmup_ratio": 0.04, "loss_decay_gamma": 7.0, "num_anchors": 512, "max_grad_norm": 1.0}
+# ours, around it: batches of answers of about one length, padded to a multiple of 64, every row's anchors
+# real (no all-masked block: NaN from CUDA's memory-efficient SDPA), a warm-up of at least 50 steps
+BATCHING = {"bucket": 32, "pad_to": 64, "full_anchor_rows": True, "min_warmup": 50}
 RETURN_PART_MIB = 15.5          # a device call returns files of at most 16 MiB
 
 
@@ -145,7 +150,7 @@ def train(args):
     out.mkdir(parents=True, exist_ok=True)
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": sys.version.split()[0],
               "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]), "budget_s": args.budget_s,
-              "recipe": RECIPE, "seed": args.seed}
+              "recipe": RECIPE, "batching": BATCHING, "seed": args.seed}
 
     def save():
         (out / "drafter.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -191,9 +196,22 @@ def train(args):
     target = AutoModelForCausalLM.from_pretrained(str(tdir), dtype=dt).to(device).eval()
     t1 = time.time()
     eos = pair.EOS_IDS[0]
-    ev_answers = greedy_answers(target, ev, args.eval_tokens, args.answer_batch, eos)
-    answers = greedy_answers(target, train_prompts, args.answer_tokens, args.answer_batch, eos,
-                             deadline=time.time() + min(args.answer_s, left() - args.min_train_s))
+    if args.answers:        # an earlier run's answers (its OUT/answers.json.gz): proved against this corpus
+        given = json.loads(gzip.open(args.answers).read())
+        if given.get("corpus_sha256") != report["prompts"]["corpus_sha256"] or \
+                given.get("prompts_sha256") != report["prompts"]["sha256"]:
+            raise pair.PairError(f"--answers {args.answers}: answers to another corpus or prompt set "
+                                 f"(corpus {given.get('corpus_sha256')}, prompts {given.get('prompts_sha256')}); "
+                                 "leave --answers out to answer this one")
+        ev_answers, answers = given["eval"], given["train"][:len(train_prompts)]
+    else:
+        ev_answers = greedy_answers(target, ev, args.eval_tokens, args.answer_batch, eos)
+        answers = greedy_answers(target, train_prompts, args.answer_tokens, args.answer_batch, eos,
+                                 deadline=time.time() + min(args.answer_s, left() - args.min_train_s))
+        with gzip.GzipFile(out / ANSWERS, "wb", mtime=0) as f:      # back with the call: a rerun needs no answering
+            f.write(json.dumps({"corpus_sha256": report["prompts"]["corpus_sha256"],
+                                "prompts_sha256": report["prompts"]["sha256"], "eval_tokens": args.eval_tokens,
+                                "answer_tokens": args.answer_tokens, "eval": ev_answers, "train": answers}).encode())
     del target
     torch.cuda.empty_cache() if device == "cuda" else None
     seqs = pair.training_sequences(train_prompts[:len(answers)], answers, args.train_max_len)
@@ -201,8 +219,9 @@ def train(args):
                                "answer_tokens": sum(map(len, answers)), "answer_max_tokens": args.answer_tokens,
                                "sha256": data_sha256(seqs), "eval_answer_tokens": sum(map(len, ev_answers)),
                                "eval_sha256": data_sha256(ev_answers), "s": round(time.time() - t1, 1),
-                               "how": "transformers generate, greedy, left-padded batches of "
-                                      f"{args.answer_batch} in the corpus's order"}
+                               "how": (f"--answers {args.answers}" if args.answers else
+                                       "transformers generate, greedy, left-padded batches of "
+                                       f"{args.answer_batch} in the corpus's order")}
     log(f"training data {report['training_data']}")
     save()
     (pdir / TRAINED).unlink(missing_ok=True)      # a record stands only for the drafter trained with it
@@ -215,7 +234,7 @@ def train(args):
                                  lr=RECIPE["lr"], num_anchors=RECIPE["num_anchors"], seed=args.seed, device=device,
                                  log=log, loss_decay_gamma=RECIPE["loss_decay_gamma"],
                                  warmup_ratio=RECIPE["warmup_ratio"], max_grad_norm=RECIPE["max_grad_norm"],
-                                 budget_s=left() - args.reserve_s, evaluate=evaluate, evals=args.evals)
+                                 budget_s=left() - args.reserve_s, evaluate=evaluate, evals=args.evals, **BATCHING)
     except Exception as e:      # noqa: BLE001 - recorded, then exit 1
         report["training"] = {"error": f"{type(e).__name__}: {e}"[:3000]}
         save()
@@ -249,6 +268,7 @@ def main(argv=None):
     t.add_argument("--eval-tokens", type=int, default=160, help="the benchmark's max_new_tokens")
     t.add_argument("--eval-prompts", type=int, default=64)
     t.add_argument("--max-train-prompts", type=int, default=None)
+    t.add_argument("--answers", help=f"an earlier run's OUT/{ANSWERS}: no answering (its corpus and prompts proved)")
     t.add_argument("--train-steps", type=int, default=None, help="default: as many as fit the budget (planned, recorded)")
     t.add_argument("--train-batch", type=int, default=32)
     t.add_argument("--train-max-len", type=int, default=512)

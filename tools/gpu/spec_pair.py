@@ -205,26 +205,48 @@ def training_sequences(prompts, answers, max_len):
     return out
 
 
-def training_batches(seqs, batch, steps, seed=0, pad_id=0):
+def training_batches(seqs, batch, steps, seed=0, pad_id=0, bucket=0, pad_to=1):
     """`steps` batches of `batch` sequences, epochs of a fixed shuffle: each [(ids, mask)] right-
-    padded to its longest (pads carry mask 0; DFlash never attends past its anchor)."""
+    padded to its longest (pads carry mask 0; DFlash never attends past its anchor), rounded up to a
+    multiple of pad_to (fewer shapes for the kernels).  bucket=N: each epoch's shuffle is cut into
+    pools of N batches, each pool sorted by the sequences' supervised tokens and cut into batches,
+    the epoch's batches shuffled again: a batch holds answers of about one length (DFlash's anchors
+    then fill every row: no anchor block of a row is padding)."""
     rng = random.Random(seed)
     order = []
+
+    def epoch():
+        e = list(range(len(seqs)))
+        rng.shuffle(e)
+        if not bucket:
+            return e
+        bs = []
+        for i in range(0, len(e), batch * bucket):
+            pool = sorted(e[i:i + batch * bucket], key=lambda j: (sum(seqs[j][1]), j))
+            bs += [pool[k:k + batch] for k in range(0, len(pool), batch)]
+        rng.shuffle(bs)
+        return [j for b in bs for j in b]
     for _ in range(steps):
         if len(order) < batch:
-            e = list(range(len(seqs)))
-            rng.shuffle(e)
-            order += e
+            order += epoch()
         idx, order = order[:batch], order[batch:]
         L = max(len(seqs[i][0]) for i in idx)
+        L = -(-L // pad_to) * pad_to
         yield ([seqs[i][0] + [pad_id] * (L - len(seqs[i][0])) for i in idx],
                [seqs[i][1] + [0] * (L - len(seqs[i][1])) for i in idx])
 
 
-def lr_factor(step, steps, warmup_ratio=0.05):
+def anchor_count(masks):
+    """The DFlash anchors every row of a batch has: positions whose token and next token are both
+    supervised (SpecForge's _sample_anchor_positions), the fewest over the rows."""
+    return min(sum(1 for a, b in zip(m, m[1:]) if a > 0.5 and b > 0.5) for m in masks)
+
+
+def lr_factor(step, steps, warmup_ratio=0.05, min_warmup=1):
     """The learning rate's factor at `step` of `steps`: linear warm-up over warmup_ratio of the steps
-    (at least one), then cosine decay to 0 at the last (SpecForge's DFlash schedule: warm-up 0.04, cosine)."""
-    warm = max(1, int(steps * warmup_ratio))
+    (at least min_warmup, at most the steps), then cosine decay to 0 at the last (SpecForge's DFlash
+    schedule: warm-up 0.04, cosine)."""
+    warm = min(steps, max(1, min_warmup, int(steps * warmup_ratio)))
     return min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / steps)))
 
 
@@ -245,7 +267,8 @@ def eval_points(steps, evals):
 
 def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4, num_anchors=64, seed=0,
                   device="cuda", log=print, loss_decay_gamma=None, warmup_ratio=0.05, max_grad_norm=1.0,
-                  budget_s=None, evaluate=None, evals=0, calib_steps=6):
+                  budget_s=None, evaluate=None, evals=0, calib_steps=10, bucket=0, pad_to=1, min_warmup=1,
+                  full_anchor_rows=False):
     """SpecForge's DFlash drafter trained on `seqs` (training_sequences) against the target in
     target_dir: the target's features of cfg's layers by transformers, SpecForge's OnlineDFlashModel
     loss (its anchors, block mask (sdpa), cross-entropy, loss_decay_gamma's weights by block position),
@@ -254,6 +277,10 @@ def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4,
     passes that change no weight and draw their batches from another seed), recorded.  evaluate(target,
     model) -> dict, when given, runs at `evals` points (eval_points) into the record's curve with the
     training seconds before it.  budget_s also ends the training early (recorded as stopped_at).
+    bucket, pad_to: training_batches'.  full_anchor_rows: each batch's anchors a row are the fewest any
+    row has (anchor_count, at most num_anchors), so no row has an all-masked padding block (CUDA's
+    memory-efficient SDPA returns NaN for a fully masked query row: pytorch/pytorch#110213).  A step
+    whose loss or gradient norm is not finite changes no weight; counted (nonfinite_steps, the first).
     Returns the record: steps, seconds, loss and accuracy curve, evaluations, sha256."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
@@ -274,6 +301,8 @@ def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4,
     layer_ids = cfg["dflash_config"]["target_layer_ids"]
 
     def loss_of(ids, mask):
+        if full_anchor_rows:
+            model.num_anchors = max(1, min(num_anchors, anchor_count(mask)))
         ids = torch.tensor(ids, device=device)
         mask = torch.tensor(mask, device=device, dtype=torch.float32)
         with torch.no_grad():
@@ -306,8 +335,9 @@ def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4,
         if evaluate is not None and evals:
             run_eval(0, 0.0)
         t = time.time()
-        for i, (ids, mask) in enumerate(training_batches(seqs, batch, calib_steps + 2, seed + 1)):
-            if i == 2:      # the first two warm the kernels up: not timed
+        for i, (ids, mask) in enumerate(training_batches(seqs, batch, calib_steps + 4, seed + 1, bucket=bucket,
+                                                          pad_to=pad_to)):
+            if i == 4:      # the first four warm the kernels up: not timed
                 sync()
                 t = time.time()
             loss, _ = loss_of(ids, mask)
@@ -324,9 +354,9 @@ def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4,
     points = [p for p in eval_points(steps, evals if evaluate is not None else 0)
               if not (p == 0 and evaluations)]
     opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, warmup_ratio))
-    curve, t0, train_s, stopped_at = [], time.time(), 0.0, None
-    for step, (ids, mask) in enumerate(training_batches(seqs, batch, steps, seed)):
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, warmup_ratio, min_warmup))
+    curve, t0, train_s, stopped_at, nonfinite = [], time.time(), 0.0, None, []
+    for step, (ids, mask) in enumerate(training_batches(seqs, batch, steps, seed, bucket=bucket, pad_to=pad_to)):
         if points and step == points[0]:
             points.pop(0)
             sync()
@@ -340,8 +370,13 @@ def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4,
         loss, acc = loss_of(ids, mask)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), max_grad_norm)
-        opt.step()
+        norm = torch.nn.utils.clip_grad_norm_(draft.parameters(), max_grad_norm)
+        if bool(torch.isfinite(loss)) and bool(torch.isfinite(norm)):
+            opt.step()
+        else:                   # no weight changes; the schedule goes on
+            nonfinite.append(step)
+            if len(nonfinite) <= 3:
+                log(f"[train] step {step}: loss {float(loss)}, gradient norm {float(norm)}: not finite, skipped")
         sched.step()
         if step % 50 == 0 or step == steps - 1:
             curve.append({"step": step, "loss": round(float(loss), 4), "accuracy": round(float(acc), 4),
@@ -355,7 +390,10 @@ def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4,
     rec = {"steps": steps, "batch": batch, "lr": lr, "num_anchors": num_anchors, "seed": seed,
            "seconds": round(train_s, 1), "sequences": len(seqs), "curve": curve, "sha256": sha,
            "parameters": sum(p.numel() for p in draft.parameters())}
+    if nonfinite:
+        rec.update(nonfinite_steps=len(nonfinite), first_nonfinite_step=nonfinite[0])
     if loss_decay_gamma is not None or warmup_ratio != 0.05 or planned or evaluations or stopped_at is not None:
         rec.update(loss_decay_gamma=loss_decay_gamma, warmup_ratio=warmup_ratio, max_grad_norm=max_grad_norm,
-                   planned=planned, stopped_at=stopped_at, evaluations=evaluations)
+                   planned=planned, stopped_at=stopped_at, evaluations=evaluations, bucket=bucket, pad_to=pad_to,
+                   min_warmup=min_warmup, full_anchor_rows=full_anchor_rows)
     return rec
