@@ -30,6 +30,11 @@ def test_planned_steps_and_schedule():
     assert pair.eval_points(3, 7) == [0, 1, 2, 3] and pair.eval_points(10, 0) == []
     f = [pair.lr_factor(s, 100, 0.04) for s in range(100)]
     assert f[0] == 0.25 and abs(f[3] - 1.0) < 0.01 and f[99] < 0.001 and max(f) <= 1.0
+    # a fixed warm-up: its factors do not depend on the total; the cosine runs after it
+    assert [pair.lr_factor(s, 200, warmup_steps=60) for s in range(60)] == \
+        [pair.lr_factor(s, 5000, warmup_steps=60) for s in range(60)] == [(s + 1) / 60 for s in range(60)]
+    assert pair.lr_factor(60, 200, warmup_steps=60) == 1.0 and abs(pair.lr_factor(130, 200, warmup_steps=60) - 0.5) < 1e-12
+    assert pair.lr_factor(200, 200, warmup_steps=60) == 0.0
 
 
 def test_bucketed_batches_hold_every_sequence_once_an_epoch_and_one_length_each():
@@ -115,3 +120,18 @@ LlamaForCausalLM(cfg).save_pretrained(sys.argv[1])
     r = subprocess.run([x if x != str(out / "answers.json.gz") else str(tmp_path / "other.json.gz") for x in cmd2],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 2 and "other.json.gz: answers to another corpus" in r.stderr
+    # planned: as many steps as fit, planned again at half the warm-up (step 30) from the steps' own time
+    out3 = tmp_path / "out3"
+    cmd3 = [x if x != str(out2) else str(out3) for x in cmd2]
+    i = cmd3.index("--train-steps")
+    cmd3 = cmd3[:i] + cmd3[i + 2:]
+    cmd3[cmd3.index("--budget-s") + 1] = "120"
+    r = subprocess.run(cmd3, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    t3 = json.loads((out3 / "drafter.json").read_text())["training"]
+    plan = t3["planned"]
+    assert plan["calib_steps"] == 10 and plan["steps"] >= 1
+    if t3["stopped_at"] is None or t3["stopped_at"] > 30:       # it got past step 30: the plan was revised there
+        assert plan["replanned"]["at_step"] == 30 and t3["steps"] == plan["replanned"]["steps"] > 30
+    last = t3["evaluations"][-1]["step"]
+    assert last == (t3["stopped_at"] if t3["stopped_at"] is not None else t3["steps"])

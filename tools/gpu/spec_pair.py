@@ -242,11 +242,16 @@ def anchor_count(masks):
     return min(sum(1 for a, b in zip(m, m[1:]) if a > 0.5 and b > 0.5) for m in masks)
 
 
-def lr_factor(step, steps, warmup_ratio=0.05, min_warmup=1):
+def lr_factor(step, steps, warmup_ratio=0.05, warmup_steps=None):
     """The learning rate's factor at `step` of `steps`: linear warm-up over warmup_ratio of the steps
-    (at least min_warmup, at most the steps), then cosine decay to 0 at the last (SpecForge's DFlash
-    schedule: warm-up 0.04, cosine)."""
-    warm = min(steps, max(1, min_warmup, int(steps * warmup_ratio)))
+    (at least one) with cosine decay to 0 at the last over all of them (SpecForge's DFlash schedule:
+    warm-up 0.04, cosine); or, with warmup_steps, a warm-up of that many steps and the cosine over the
+    steps after it, so the factor of a step of the warm-up does not depend on `steps`."""
+    if warmup_steps is not None:
+        if step < warmup_steps or steps <= warmup_steps:
+            return min(1.0, (step + 1) / warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup_steps) / (steps - warmup_steps))))
+    warm = max(1, int(steps * warmup_ratio))
     return min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / steps)))
 
 
@@ -267,7 +272,7 @@ def eval_points(steps, evals):
 
 def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4, num_anchors=64, seed=0,
                   device="cuda", log=print, loss_decay_gamma=None, warmup_ratio=0.05, max_grad_norm=1.0,
-                  budget_s=None, evaluate=None, evals=0, calib_steps=10, bucket=0, pad_to=1, min_warmup=1,
+                  budget_s=None, evaluate=None, evals=0, calib_steps=10, bucket=0, pad_to=1, warmup_steps=None,
                   full_anchor_rows=False):
     """SpecForge's DFlash drafter trained on `seqs` (training_sequences) against the target in
     target_dir: the target's features of cfg's layers by transformers, SpecForge's OnlineDFlashModel
@@ -276,7 +281,10 @@ def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4,
     steps=None: as many as fit budget_s (planned_steps, from `calib_steps` timed forward and backward
     passes that change no weight and draw their batches from another seed), recorded.  evaluate(target,
     model) -> dict, when given, runs at `evals` points (eval_points) into the record's curve with the
-    training seconds before it.  budget_s also ends the training early (recorded as stopped_at).
+    training seconds before it.  A planned run plans again once half the warm-up (warmup_steps, needed
+    then) is done, from the steps' measured time (the timed passes misjudge it: kernels still warming
+    up, new shapes): within the warm-up no step's learning rate depends on the total, so the training
+    is the one `steps=<the final total>` gives, which the record says (planned.replanned).  budget_s also ends the training early (recorded as stopped_at).
     bucket, pad_to: training_batches'.  full_anchor_rows: each batch's anchors a row are the fewest any
     row has (anchor_count, at most num_anchors), so no row has an all-masked padding block (CUDA's
     memory-efficient SDPA returns NaN for a fully masked query row: pytorch/pytorch#110213).  A step
@@ -351,12 +359,26 @@ def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4,
                    "left_s": round(left, 1), "steps": steps}
         log(f"[train] planned {planned}")
         torch.manual_seed(seed)
+        if warmup_steps is None:
+            raise ValueError("train_drafter: steps=None needs warmup_steps (the plan is revised within the warm-up)")
     points = [p for p in eval_points(steps, evals if evaluate is not None else 0)
               if not (p == 0 and evaluations)]
     opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, warmup_ratio, min_warmup))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, warmup_ratio, warmup_steps))
     curve, t0, train_s, stopped_at, nonfinite = [], time.time(), 0.0, None, []
-    for step, (ids, mask) in enumerate(training_batches(seqs, batch, steps, seed, bucket=bucket, pad_to=pad_to)):
+    replan_at = max(1, (warmup_steps or 0) // 2) if planned else None
+    for step, (ids, mask) in enumerate(training_batches(seqs, batch, 10 ** 9, seed, bucket=bucket, pad_to=pad_to)):
+        if step >= steps:
+            break
+        if step == replan_at:       # the measured step time; still within the warm-up
+            sync()
+            real_s = (train_s + time.time() - t0) / step
+            left = budget_s - (time.time() - t_start)
+            steps = max(step + 1, step + planned_steps(left, real_s, eval_s, len(points)))
+            points = [p for p in eval_points(steps, evals if evaluate is not None else 0) if p > step]
+            planned["replanned"] = {"at_step": step, "step_s": round(real_s, 4), "left_s": round(left, 1),
+                                    "steps": steps}
+            log(f"[train] planned again at step {step}: {planned['replanned']}")
         if points and step == points[0]:
             points.pop(0)
             sync()
@@ -395,5 +417,5 @@ def train_drafter(target_dir, seqs, cfg, out_dir, steps=1200, batch=16, lr=6e-4,
     if loss_decay_gamma is not None or warmup_ratio != 0.05 or planned or evaluations or stopped_at is not None:
         rec.update(loss_decay_gamma=loss_decay_gamma, warmup_ratio=warmup_ratio, max_grad_norm=max_grad_norm,
                    planned=planned, stopped_at=stopped_at, evaluations=evaluations, bucket=bucket, pad_to=pad_to,
-                   min_warmup=min_warmup, full_anchor_rows=full_anchor_rows)
+                   warmup_steps=warmup_steps, full_anchor_rows=full_anchor_rows)
     return rec
