@@ -184,3 +184,24 @@ def test_projection_arithmetic():
     assert p["DDTREE-16"]["projected_speedup"] == 4.8 and p["DDTREE-16"]["step_ratio"] == round(30 / 18, 4)
     assert bench.projection([r for r in steps if r["config"] != "AR"], pub) == []
     assert "(projection)" in bench.projection_table(list(p.values()))
+
+
+def test_ratio_projection_applies_the_pairs_tree_over_chain_ratio():
+    from tests.gpu.spec_script import bench as b
+    pair_rows = [{"config": "DFLASH/overlap", "batch": 1, "accept_length": 1.6},
+                 {"config": "DDTREE-63/overlap", "batch": 1, "accept_length": 2.0}]      # ratio 1.25
+    big = [{"config": "AR/overlap", "batch": 1, "step_ms": 10.0}, {"config": "DFLASH/overlap", "batch": 1, "step_ms": 12.0},
+           {"config": "DDTREE-63/overlap", "batch": 1, "step_ms": 15.0}]
+    res = b.ratio_projection(pair_rows, big, "DDTREE-63/overlap", published=(("s", 8.0),))
+    r = res["rows"][0]
+    # DFLASH: 8 x 10 / 12; the tree: 8 x 1.25 x 10 / 15 (the same here)
+    assert res["ratio"] == 1.25 and r["tree_accept_length"] == 10.0
+    assert r["dflash_speedup"] == round(80 / 12, 3) and r["tree_speedup"] == round(100 / 15, 3) and r["tree_over_dflash"] == 1.0
+    # AR from another run of the large target, joined through each run's DFLASH step
+    no_ar = [{"config": "DFLASH/overlap", "batch": 1, "step_ms": 24.0}, {"config": "DDTREE-63/overlap", "batch": 1, "step_ms": 30.0}]
+    res2 = b.ratio_projection(pair_rows, no_ar, "DDTREE-63/overlap", big_ar_rows=big, published=(("s", 8.0),))
+    assert res2["ar_step_ms"] == 20.0 and res2["rows"][0]["tree_speedup"] == round(8 * 1.25 * 20 / 30, 3)
+    with pytest.raises(ValueError, match="no AR/overlap step"):
+        b.ratio_projection(pair_rows, no_ar, "DDTREE-63/overlap", published=(("s", 8.0),))
+    with pytest.raises(ValueError, match="DDTREE-15/overlap and DFLASH/overlap at batch 1"):
+        b.ratio_projection(pair_rows, big, "DDTREE-15/overlap")

@@ -353,6 +353,50 @@ def projection(step_rows, published=PUBLISHED, batch=1):
     return out
 
 
+# published acceptance of DFlash's chain (the drafters the pair's tree/chain ratio is applied to)
+PUBLISHED_CHAIN = (
+    ("DDTree paper, Qwen3-8B, MATH-500", 7.79),
+    ("DDTree paper, Qwen3-Coder-30B-A3B, HumanEval", 8.02),
+    ("z-lab Qwen3-4B/8B-DFlash-b16 model cards, low end", 6.5),
+)
+
+
+def ratio_projection(pair_rows, big_rows, config, big_ar_rows=None, published=PUBLISHED_CHAIN, batch=1):
+    """The large target's speed-up over AR at `batch` with a published DFlash chain acceptance tau and
+    the tree's acceptance taken as tau x the pair's measured ratio (config's acceptance over DFLASH's
+    of the same scheduling, in pair_rows' medians) instead of a paper's: DFLASH tau x AR step / DFLASH
+    step, config tau x ratio x AR step / config step, the steps from big_rows (and, when big_rows has
+    no AR of that scheduling, AR / DFLASH from big_ar_rows, joined through the DFLASH of each).
+    Returns {"ratio", "rows": [...]}; a projection, not a measurement."""
+    def at(rows, name):
+        return next((r for r in rows if r["config"] == name and r["batch"] == batch), None)
+    _, ov = split_name(config)
+    dfl, ar = _named("DFLASH", ov), _named("AR", ov)
+    pt, pc = at(pair_rows, config), at(pair_rows, dfl)
+    bt, bc = at(big_rows, config), at(big_rows, dfl)
+    if not (pt and pc and bt and bc and pt.get("accept_length") and pc.get("accept_length")):
+        raise ValueError(f"ratio projection: {config} and {dfl} at batch {batch} are needed in both reports "
+                         "(the pair's acceptance, the large target's steps)")
+    ba = at(big_rows, ar)
+    if ba is None:
+        src, sc = (at(big_ar_rows, ar), at(big_ar_rows, dfl)) if big_ar_rows else (None, None)
+        if not (src and sc):
+            raise ValueError(f"ratio projection: no {ar} step at batch {batch} beside the large target's {dfl} "
+                             "(give the report that has both)")
+        ar_ms = bc["step_ms"] * src["step_ms"] / sc["step_ms"]
+    else:
+        ar_ms = ba["step_ms"]
+    ratio = pt["accept_length"] / pc["accept_length"]
+    rows = []
+    for source, tau in published:
+        chain = tau * ar_ms / bc["step_ms"]
+        tree = tau * ratio * ar_ms / bt["step_ms"]
+        rows.append({"source": source, "dflash_accept_length": tau, "tree_accept_length": round(tau * ratio, 3),
+                     "dflash_step_over_ar": round(bc["step_ms"] / ar_ms, 4), "tree_step_over_ar": round(bt["step_ms"] / ar_ms, 4),
+                     "dflash_speedup": round(chain, 3), "tree_speedup": round(tree, 3), "tree_over_dflash": round(tree / chain, 3)})
+    return {"config": config, "batch": batch, "ratio": round(ratio, 4), "ar_step_ms": round(ar_ms, 4), "rows": rows}
+
+
 def projection_table(rows):
     out = ["| published acceptance (source) | config (measured step) | accept length | step / AR | break-even accept length | **projected × AR** |",
            "|---|---|---|---|---|---|"]

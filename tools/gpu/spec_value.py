@@ -10,6 +10,7 @@
   python3 tools/gpu/spec_value.py run --model 27b --bundle BUNDLE --out OUT
   python tools/gpu/spec_value.py merge OUT1 OUT2 --out OUT    # separate runs' rows as rounds of one
   python tools/gpu/spec_value.py chain-batch OUT --config DDTREE-63/overlap   # its chain batch size
+  python tools/gpu/spec_value.py project PAIR_OUT BIG_OUT --config DDTREE-63/overlap   # the pair's ratio on the large target
 
 `run --model pair`: joins and proves the target's parts, dequantises it (spec_pair), starts the
 AR server, has it answer the training prompts greedily, trains SpecForge's DFlash drafter on
@@ -717,6 +718,30 @@ def chain_batch(args):
     return 0
 
 
+def project(args):
+    """The large target's projection with the pair's measured tree/chain acceptance ratio
+    (spec_bench.ratio_projection), from the reports (or --out folders) of the runs."""
+    def rows(given):
+        f = Path(given) / "spec_value.json" if Path(given).is_dir() else Path(given)
+        try:
+            return json.loads(f.read_text())["summary"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"project: {f}: not a report of spec_value.py run or merge ({type(e).__name__}: {e})")
+    res = bench.ratio_projection(rows(args.pair_report), rows(args.big_report), args.config,
+                                 rows(args.big_ar_report) if args.big_ar_report else None, batch=args.batch)
+    if args.json:
+        print(json.dumps(res, indent=1))
+        return 0
+    print(f"{res['config']} at batch {res['batch']}: the pair's acceptance ratio over DFLASH {res['ratio']}, "
+          f"the large target's AR step {res['ar_step_ms']} ms (a projection, not a measurement)")
+    print("| published DFLASH acceptance (source) | tree acceptance (× ratio) | DFLASH step / AR | tree step / AR "
+          "| DFLASH × AR | tree × AR | tree × DFLASH |\n|---|---|---|---|---|---|---|")
+    for r in res["rows"]:
+        print(f"| {r['source']}: {r['dflash_accept_length']} | {r['tree_accept_length']} | {r['dflash_step_over_ar']} | "
+              f"{r['tree_step_over_ar']} | {r['dflash_speedup']} | {r['tree_speedup']} | {r['tree_over_dflash']} |")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -765,8 +790,17 @@ def main(argv=None):
     c.add_argument("report", help="the --out folder (or spec_value.json) of run or merge")
     c.add_argument("--config", required=True, help="a DDTREE configuration of the report, e.g. DDTREE-63/overlap")
     c.add_argument("--json", action="store_true")
+    j = sub.add_parser("project", help="the large target's projection with the pair's tree/chain acceptance ratio")
+    j.add_argument("pair_report", help="the pair's report (its acceptance ratio)")
+    j.add_argument("big_report", help="the large target's report with DFLASH and the configuration (their steps)")
+    j.add_argument("--big-ar-report", help="the large target's report with AR and DFLASH, when big_report has no AR")
+    j.add_argument("--config", required=True, help="a DDTREE configuration of both reports, e.g. DDTREE-63/overlap")
+    j.add_argument("--batch", type=int, default=1)
+    j.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "project":
+            return project(args)
         if args.cmd == "prepare":
             return prepare(args)
         if args.cmd == "merge":
