@@ -39,3 +39,32 @@ def test_sets_are_disjoint_by_module_and_fixed():
 def test_too_few_held_out_questions_is_a_clear_error():
     with pytest.raises(ValueError, match="held-out questions for 100000 evaluation prompts"):
         prompts.split(prompts.questions(("json",)), 100000, 10)
+
+
+def test_held_out_covers_submodules_and_underscore_twins():
+    assert prompts.is_eval_module("json") and prompts.held_out("json")
+    assert prompts.held_out("json.decoder") and prompts.held_out("_json") and prompts.held_out("_pickle")
+    assert prompts.held_out("textwrap") and prompts.held_out("textwrap.anything")      # textwrap hashes to eval
+    assert not prompts.held_out("fractions") and not prompts.held_out("calendar")
+
+
+def test_corpus_questions_quote_docstrings_and_source_of_trained_modules_only():
+    import textwrap
+    qs = prompts.corpus_questions(["textwrap", "json", "json.decoder", "colorsys", "fractions"])
+    mods = {q.module for q in qs}
+    assert mods == {"colorsys", "fractions"}
+    texts = [q.text for q in qs if q.name == "colorsys.rgb_to_hsv"]
+    src = prompts.source_of(__import__("colorsys").rgb_to_hsv)
+    assert src.startswith("def rgb_to_hsv") and any(src in t for t in texts)       # the source, quoted
+    assert len(texts) == len(prompts.TEMPLATES) * bool(prompts.first_sentence(__import__("colorsys").rgb_to_hsv.__doc__)) \
+        + len(prompts.SOURCE_TEMPLATES)
+    # methods of the modules' classes too
+    assert any(q.name == "fractions.Fraction.limit_denominator" for q in qs)
+    assert len({q.text for q in qs}) == len(qs)
+
+
+def test_corpus_sets_keep_the_benchmarks_evaluation_prompts():
+    train, ev = prompts.corpus_sets(64, modules=["colorsys", "json"])
+    _, ev0 = prompts.prompt_sets(64, 0)
+    assert [q.text for q in ev] == [q.text for q in ev0]
+    assert not {q.module for q in train} & {q.module for q in ev}
