@@ -135,3 +135,44 @@ LlamaForCausalLM(cfg).save_pretrained(sys.argv[1])
         assert plan["replanned"]["at_step"] == 30 and t3["steps"] == plan["replanned"]["steps"] > 30
     last = t3["evaluations"][-1]["step"]
     assert last == (t3["stopped_at"] if t3["stopped_at"] is not None else t3["steps"])
+
+
+def test_block_predictions_see_nothing_after_their_anchor(tmp_path):
+    """The offline acceptance's premise: the drafter's prediction at an anchor, computed with every
+    anchor of the answer in one forward, is the one it makes when the sequence ends at that anchor
+    (what a server has then): SpecForge's block mask lets no block see a later position."""
+    sf = specforge_tree(tmp_path / "sf")
+    code = r'''
+import json, sys, torch
+import spec_pair as p, spec_drafter as d
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config
+from specforge.algorithms.common.dflash_family_model import OnlineDFlashModel
+from specforge.modeling.draft.dflash import DFlashDraftModel
+cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True)
+torch.manual_seed(0)
+target = LlamaForCausalLM(cfg).eval()
+dc = p.drafter_config(p.target_config(cfg.to_dict()), layers=2, target_layer_ids=(0, 2), block=8)
+conf = Qwen3Config(**{k: v for k, v in dc.items() if k not in ("architectures", "torch_dtype")})
+conf._attn_implementation = "sdpa"
+draft = DFlashDraftModel(conf).eval()
+m = OnlineDFlashModel(draft, target.lm_head, target.model.embed_tokens, mask_token_id=16, block_size=8,
+                      attention_backend="sdpa", num_anchors=512)
+tree = d.load_tree()
+g = torch.Generator().manual_seed(1)
+seq = torch.randint(20, 500, (30,), generator=g).tolist()
+with torch.no_grad():
+    ids, lps = d.block_topk(target, m, seq, 10, [0, 2], 8, 5, tree)
+    worst, same = 0.0, True
+    for i, a in enumerate(range(10, 29)):
+        # the sequence ends at the anchor (the token after it, which a server does not have yet, replaced)
+        i1, l1 = d.block_topk(target, m, seq[:a + 1] + [7], a, [0, 2], 8, 5, tree)
+        same &= bool((i1[0] == ids[i]).all())
+        worst = max(worst, float((l1[0] - lps[i]).abs().max()))
+print(json.dumps({"anchors": ids.shape[0], "same_ids": same, "worst": worst}))
+'''
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=f"{GPU}{os.pathsep}{sf}"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["anchors"] == 19 and out["same_ids"] and out["worst"] < 1e-4

@@ -99,11 +99,32 @@ def greedy_answers(model, prompts, max_new, batch, eos, deadline=None, log=log):
     return out
 
 
+def block_topk(target, model, seq, prompt_len, layer_ids, block, k, tree_mod):
+    """The drafter's top-k tokens and log-probabilities [A, block - 1, k] at every anchor of `seq`'s
+    answer (positions prompt_len .. len(seq) - 2), in one forward: SpecForge's own block mask (a block
+    sees the target's features strictly before its anchor, and its own block), the server's own
+    ddtree_tree.topk_logprobs."""
+    import torch
+    from specforge.modeling.draft.dflash import extract_context_feature
+    dev = next(target.parameters()).device
+    ids = torch.tensor([list(seq)], device=dev)
+    hs = target(ids, output_hidden_states=True).hidden_states
+    feats = extract_context_feature(list(hs), layer_ids).float()
+    anchors = torch.arange(prompt_len, len(seq) - 1, device=dev).unsqueeze(0)
+    keep = torch.ones_like(anchors, dtype=torch.bool)
+    model._sample_anchor_positions = lambda *_: (anchors, keep)     # every anchor of the answer, in order
+    try:
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            _, _, hidden = model._forward_draft_blocks(input_ids=ids, hidden_states=feats, loss_mask=None)
+            logits = model.lm_head(hidden.reshape(anchors.shape[1], block, -1)[:, 1:, :])
+    finally:
+        del model._sample_anchor_positions
+    return tree_mod.topk_logprobs(logits.float(), k, method="torch")
+
+
 def evaluator(prompts, answers, layer_ids, block, tree_mod, budgets=BUDGETS):
     """evaluate(target, model) for train_drafter: the acceptance of DFLASH and DDTREE-<budget> on
     these held-out prompts and the target's answers to them, offline (spec_accept)."""
-    import torch
-    from specforge.modeling.draft.dflash import extract_context_feature
     depth, kmax = block - 1, max(budgets)
 
     def evaluate(target, model):
@@ -115,18 +136,7 @@ def evaluator(prompts, answers, layer_ids, block, tree_mod, budgets=BUDGETS):
                 for c in walks:
                     walks[c].append(accept.walk([], P, len(a)))
                 continue
-            ids = torch.tensor([seq], device=dev)
-            hs = target(ids, output_hidden_states=True).hidden_states
-            feats = extract_context_feature(list(hs), layer_ids).float()
-            anchors = torch.arange(P, len(seq) - 1, device=dev).unsqueeze(0)
-            keep = torch.ones_like(anchors, dtype=torch.bool)
-            model._sample_anchor_positions = lambda *_: (anchors, keep)     # every anchor of the answer, in order
-            with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-                _, _, hidden = model._forward_draft_blocks(input_ids=ids, hidden_states=feats, loss_mask=None)
-                hidden = hidden.reshape(anchors.shape[1], block, -1)[:, 1:, :]
-                logits = model.lm_head(hidden)
-            del model._sample_anchor_positions
-            tids, tlps = tree_mod.topk_logprobs(logits.float(), kmax, method="torch")
+            tids, tlps = block_topk(target, model, seq, P, layer_ids, block, kmax, tree_mod)
             lab = accept.labels(seq, P, depth).to(dev)
             walks["DFLASH"].append(accept.walk(accept.chain_accepts(tids[:, :, 0], lab).tolist(), P, len(a)))
             for b in budgets:
