@@ -71,6 +71,14 @@ CASES = {
                 "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
                                 "--max-running-requests", "16"],
                 "expect": {"patched": ["ok", "refused"]}},
+    # h200-16's flags with an H100 80GB's memory on a bigger card (issue 40): the free memory an H100's
+    # start-up recorded before the weights (82,193,940,480 B) and the --mem-fraction-static SGLang chooses
+    # for an H100 80GB (0.7777278906249999: tests/plan/test_default_fraction.py); both trees refuse 16
+    # requests, the patched one with a remedy of two flags, which must start
+    "h100-16": {"model": "big", "free_gib": 76.549,
+                "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
+                                "--max-running-requests", "16", "--mem-fraction-static", "0.7777278906249999"],
+                "expect": {"patched": ["ok", "refused"]}},
     # the RoPE pre-expansion after "Load weight end" (tools/sgl_overlay/harness/rope_reserve.py, docs/results/regress.md
     # "Where the logs' readings and the sizing's differ"): at the model's own 262,144-token context the release
     # grows the vision tower's RoPE cache to 262,400 rows and the text one's by 256: predicted 41,943,040 B
