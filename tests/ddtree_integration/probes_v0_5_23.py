@@ -1,0 +1,347 @@
+"""DDTREE's decode steps on SGLang v0.5.23's own modules (the ddtree port,
+patches/ports/v0.5.23/ddtree), on the CPU stand-ins of standins.py.
+
+The same steps as probes.ddtree_decode_steps on the pin, with what v0.5.23
+changed around the worker: ``DFlashWorkerV2._run_draft_block`` returns the
+block's KV-location plan (v0.5.23 plans each step's KV locations once, through
+``kv_index_translator.plan``), the verify carries its own plan, the draft-KV
+append writes the plan's ids in the drafter's pool (``_draft_write_ids``), the
+overlap scheduler's reservation is ``nxt_kv_lens`` (``DFlashDraftInputV2.
+prepare_for_decode``, v0.5.23's), the workers read the resolved configuration
+(``get_spec()``, ``get_parallel()``).  Real, from the tree: the DDTREE worker and
+tree logic, DFlash's spec-v2 worker (its draft forward and draft-KV append),
+``KVLocPlan`` (mem_cache/kv_loc_plan.py), the overlap reservation and its
+page-aligned lengths (mem_cache/allocation_sizing.py), EAGLE's acceptance
+(``eagle_sample``) and tree commit (``commit_mamba_states_after_verify``,
+``move_accept_tokens_to_target_kvcache``).  Stood in: the GPU stack (the
+models, pools, kernels, ``ForwardBatch``), and the KV-index translators as a
+server without the unified pool has them (every id space indexes virtual ids
+as they are: ``IdSpace(write=None)``).
+
+Each step's record has probes.ddtree_decode_steps' fields, so that
+test_worker.py's checks apply unchanged and the records of the two workers can
+be compared field for field (test_port_v0_5_23.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from tests.ddtree_integration.probes import SPEC, _apply, _install, _interpreted_verify_kernels, _t
+
+WORKER_MODULES = [
+    f"{SPEC}.spec_info",
+    f"{SPEC}.spec_registry",
+    f"{SPEC}.ddtree_adaptive",
+    f"{SPEC}.ddtree_algo",
+    f"{SPEC}.ddtree_tree",
+    f"{SPEC}.ddtree_worker",
+    f"{SPEC}.dflash_worker_v2",
+    f"{SPEC}.dflash_info",
+    f"{SPEC}.dflash_info_v2",
+    f"{SPEC}.dflash_utils",
+    f"{SPEC}.draft_worker_common",
+    f"{SPEC}.eagle_info",
+    f"{SPEC}.eagle_utils",
+    f"{SPEC}.spec_utils",
+    "sglang.srt.mem_cache.kv_loc_plan",
+    "sglang.srt.mem_cache.allocation_sizing",
+]
+
+
+DEVICE = None  # the GPU of a real server: torch.device("cpu") (syncs.py: a host copy names "cpu")
+
+
+class Translator:
+    """``KVIndexTranslator`` of a runner without the unified pool: every id space
+    indexes the virtual ids (req_to_token's) as they are; its ``plan`` is the
+    tree's own ``KVLocPlan``."""
+
+    def __init__(self, plan_mod, name):
+        self.plan_mod = plan_mod
+        self.name = name
+        self.plans = []
+
+    def space(self, kind):
+        if kind is self.plan_mod.IdSpaceKind.FULL:
+            return self.plan_mod.IdSpace(key=("full", self.name))
+        return None
+
+    def plan(self, **kw):
+        p = self.plan_mod.KVLocPlan(source=self, **kw)
+        self.plans.append(p)
+        return p
+
+
+class _ReqKV:
+    """v0.5.23's ``req.kv``: the request's committed and allocated KV lengths
+    (standins.Req keeps the committed one on the request, as v0.5.17 did)."""
+
+    def __init__(self, req):
+        self._req = req
+        self.kv_allocated_len = req.kv.kv_allocated_len
+
+    @property
+    def kv_committed_len(self):
+        return self._req.kv_committed_len
+
+
+def _req(prompt):
+    from tests.ddtree_integration import standins as st
+
+    r = st.Req(prompt)
+    r.kv = _ReqKV(r)
+    r.decode_batch_idx = 0
+    return r
+
+
+def _worker_setup(root, cls_name, prompts, block, truth_rank, seed, N, hybrid=True):
+    import sys
+    import types
+
+    import torch
+
+    from tests.ddtree_integration import standins as st
+
+    global DEVICE
+    DEVICE = torch.device("cpu")
+    module_file = Path(root).joinpath(*f"{SPEC}.ddtree_worker".split(".")).with_suffix(".py")
+    if cls_name == "DDTreeWorker" and not module_file.is_file():
+        raise ModuleNotFoundError(f"{SPEC}.ddtree_worker: no {module_file} in this tree")
+    if "triton" not in sys.modules:
+        torch.compile(lambda x: x, dynamic=True)  # see probes._worker_setup
+    torch.Tensor.record_stream = lambda self, stream: None
+    record, events = [], []
+    spec = SimpleNamespace(speculative_num_draft_tokens=N, speculative_dflash_block_size=block,
+                           speculative_accept_threshold_single=1.0, speculative_accept_threshold_acc=1.0,
+                           speculative_use_rejection_sampling=False, speculative_use_block_verification=False,
+                           speculative_eagle_topk=2)
+    parallel = SimpleNamespace(tp_group=SimpleNamespace(world_size=1), attn_tp_group=SimpleNamespace(world_size=1),
+                               attn_dp_enabled=False, tp_rank=0, tp_size=1)
+    _, loader = _install(root, WORKER_MODULES)
+    fakes = st.kernel_fakes(record)
+    fakes.update({
+        "get_spec": lambda: spec,
+        "get_parallel": lambda: parallel,
+        "mambaish_config": (lambda cfg: SimpleNamespace()) if hybrid else (lambda cfg: None),
+        "unwrap_lora_layer": lambda m: m,
+        "enable_num_token_non_padded": lambda: False,
+        "pp_spec_stable_rows_enabled": lambda: False,
+        "maybe_detect_oob": lambda *a, **k: None,
+        "maybe_detect_nan": lambda *a, **k: None,
+        "sanitize_nan_logits": lambda *a, **k: None,
+        "is_dp_attention_enabled": lambda: False,
+        "is_pin_memory_available": lambda device=None: False,
+    })
+    loader.set_fakes(fakes)
+    sgl_kernel = types.ModuleType("sgl_kernel")
+    for name in ("tree_speculative_sampling_target_only", "top_k_renorm_prob", "top_p_renorm_prob"):
+        setattr(sgl_kernel, name, fakes[name])
+    sys.modules["sgl_kernel"] = sgl_kernel
+    mod = loader.load(f"{SPEC}.ddtree_worker") if cls_name == "DDTreeWorker" else None
+    v2 = loader.load(f"{SPEC}.dflash_worker_v2")
+    for m, loaded in list(sys.modules.items()):
+        if not m.startswith("sglang.") or loader.is_stub(loaded):
+            continue
+        for name, fake in fakes.items():
+            if name in loaded.__dict__ and loader.is_stub(loaded.__dict__[name]):
+                setattr(loaded, name, fake)
+    spec_utils = loader.load(f"{SPEC}.spec_utils")
+    eagle_utils = loader.load(f"{SPEC}.eagle_utils")
+    plan_mod = loader.load("sglang.srt.mem_cache.kv_loc_plan")
+    spec_utils._is_cpu = True
+    spec_utils.SIMULATE_ACC_LEN = v2.SIMULATE_ACC_LEN = -1.0
+    eagle_utils.SIMULATE_ACC_LEN = -1.0
+    eagle_utils.verify_tree_greedy_func = fakes["verify_tree_greedy_func"]
+    eagle_utils.get_spec = lambda: spec
+
+    cls = getattr(mod, cls_name) if mod is not None else getattr(v2, cls_name)
+    reqs = [_req(p) for p in prompts]
+    req_to_token = torch.full((len(reqs), 512), -1, dtype=torch.int64)
+    allocator = st.Allocator()
+    batch = st.Batch(reqs, req_to_token, allocator)
+    batch.device = DEVICE
+    batch.maybe_evict_swa = lambda: None
+    batch.can_run_decode_cuda_graph = True
+    for b, r in enumerate(reqs):  # the prefill's KV: every prompt token but the bonus
+        n = r.kv_committed_len
+        req_to_token[b, :n] = allocator.alloc(n)
+        for p_, (slot, tok) in enumerate(zip(req_to_token[b, :n].tolist(), r.tokens()[:n])):
+            allocator.kv[int(slot)] = (int(tok), p_)
+    batch_ref = [batch]
+    drafter = st.OracleDrafter(batch_ref, block, truth_rank, seed)
+    draft_kv = st.DraftKV(events)
+    drafter.token_to_kv_pool = draft_kv.pool
+    drafter.kv_index_translator = Translator(plan_mod, "draft")
+    target = st.ToyTarget(batch_ref, allocator)
+    mamba = st.MambaBackend()
+    embed = torch.nn.Embedding(st.VOCAB, 4)
+    lm_head = SimpleNamespace(
+        weight=torch.eye(st.VOCAB),
+        shard_indices=SimpleNamespace(num_org_elements=st.VOCAB, num_org_elements_padded=st.VOCAB,
+                                      num_added_elements=0, org_vocab_start_index=0,
+                                      added_vocab_start_index=st.VOCAB),
+    )
+    model = SimpleNamespace(get_input_embeddings=lambda: embed, lm_head=lm_head)
+    mamba_pool = SimpleNamespace(replayssm_spec_fold=False, replayssm_is_kda=False, replayssm_cache_base=None)
+    model_runner = SimpleNamespace(
+        model=model, attn_backend=mamba, device=DEVICE, decode_cuda_graph_runner=None,
+        model_config=SimpleNamespace(vocab_size=st.VOCAB, context_len=512),
+        req_to_token_pool=SimpleNamespace(req_to_token=req_to_token, mamba_pool=mamba_pool),
+        kv_index_translator=Translator(plan_mod, "target"),
+        server_args=SimpleNamespace(attention_backend="triton"))
+    target_worker = SimpleNamespace(model_runner=model_runner, forward_batch_generation=target.forward_batch_generation,
+                                    device=DEVICE)
+    w = object.__new__(cls)
+    cap = len(reqs)
+    attrs = dict(
+        server_args=SimpleNamespace(), _target_worker=target_worker, target_worker=target_worker,
+        model_runner=model_runner,
+        draft_model_runner=drafter, draft_model=SimpleNamespace(**vars(draft_kv.model), embed_tokens=None),
+        page_size=1, block_size=block, speculative_num_draft_tokens=block, device=DEVICE,
+        draft_window_size=None, use_compact_draft_cache=False,
+        _mask_token_id=st.VOCAB - 1, _block_pos_offsets=torch.arange(block, dtype=torch.int64),
+        _target_tp_rank=0, _draft_sampler=None, _need_mamba_verify_commit=hybrid,
+        _warned_sampling_fallback=False, _warned_lilicorr_eager=False, _logged_first_verify=True,
+        _full_embed_gpu=None, _noise_embed_scale=1.0, selector=None, lilicorr=None, _is_domino=False,
+        _lilicorr_anchor=None, draft_parallel_layout=SimpleNamespace(tp_group=None, disable_cp=False),  # the target's group _target_logits_processor=None,
+        _draft_block_spec_info=SimpleNamespace(draft_token_num=block),
+        _draft_block_ids_buf=torch.empty((cap, block), dtype=torch.long),
+        _draft_block_positions_buf=torch.empty((cap, block), dtype=torch.int64),
+        _draft_block_tokens_buf=torch.empty((cap, block), dtype=torch.long),
+        _draft_verify_out_cache_loc_buf=torch.empty((cap, block), dtype=torch.int64),
+        _draft_block_end_buf=torch.empty((cap,), dtype=torch.int32),
+        _draft_seq_lens_cpu_buf=st.host(torch.empty((cap,), dtype=torch.int32)),
+        _use_fused_kv_materialize=False, _fused_kv_helper=None,
+        _use_triton_prepare_block=False, _use_triton_accept_bonus=False, _use_triton_compact_rebuild=False,
+        _accept_bonus_buffer_cap=0, _accept_bonus_buffer_slot=0, _accept_len_buf=None, _commit_lens_bufs=[],
+        _bonus_id_bufs=[], _out_tokens_bufs=[], _new_seq_lens_bufs=[],
+    )
+    for k, v in attrs.items():
+        object.__setattr__(w, k, v)
+    if cls_name == "DDTreeWorker":
+        w._init_ddtree(SimpleNamespace(speculative_ddtree_budget=N - 1, speculative_num_draft_tokens=N))
+    info_v2 = loader.load(f"{SPEC}.dflash_info_v2")
+    common = loader.load(f"{SPEC}.draft_worker_common")
+    batch.spec_info = common.make_draft_input_v2(
+        bonus_tokens=torch.tensor([r.tokens()[-1] for r in reqs], dtype=torch.int64), new_seq_lens=batch.seq_lens)
+    env = SimpleNamespace(record=record, events=events, allocator=allocator, batch=batch, reqs=reqs,
+                          req_to_token=req_to_token, draft_kv=draft_kv, target=target, drafter=drafter, mamba=mamba,
+                          loader=loader, mod=mod, info_v2=info_v2, spec=spec, v2=v2)
+    return w, env
+
+
+def _schedule(env, overlap: bool) -> None:
+    """What v0.5.23's scheduler does before a spec-v2 decode step: the overlap
+    scheduler's KV reservation (the tree's DFlashDraftInputV2.prepare_for_decode:
+    committed + 2 x speculative_num_draft_tokens, page-aligned), and the host
+    mirror of the lengths (none with the overlap scheduler's GPU-only path)."""
+    from tests.ddtree_integration import standins as st
+
+    batch = env.batch
+    batch.forward_mode = st.ForwardMode.DECODE
+    batch.spec_info.prepare_for_decode(batch)
+    batch.spec_info.nxt_kv_lens_cpu = st.host(batch.spec_info.nxt_kv_lens_cpu)
+    batch.seq_lens_cpu = st.host(batch.seq_lens_cpu) if not overlap else None
+    if overlap:
+        batch.seq_lens_sum = None
+
+
+def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_rank=(0, 1, 0, 2), seed=0,
+                        sampling=False, overlap=True, hybrid=True, fused_verify=False) -> dict:
+    """probes.ddtree_decode_steps on v0.5.23: the same record per step, plus the
+    KV-location plans the step made (the draft block's and the verify's)."""
+    from tests.ddtree_integration import standins as st
+    from tests.ddtree_integration.syncs import SyncCounter
+
+    N = budget + 1
+    w, env = _worker_setup(root, "DDTreeWorker", prompts, block, list(truth_rank), seed, N, hybrid=hybrid)
+    if fused_verify:
+        import sys
+
+        assert w.fused_verify is False, "a CPU worker keeps the torch path at start-up"
+        sys.modules[f"{SPEC}.ddtree_tree"]._TRITON = _interpreted_verify_kernels(root)
+        w.fused_verify = True
+    if sampling:
+        env.batch.sampling_info = st.Sampled(len(prompts))
+    translator = w.target_worker.model_runner.kv_index_translator
+    out = []
+    for _ in range(steps):
+        batch = env.batch
+        _schedule(env, overlap)
+        seq_before = batch.seq_lens.tolist()
+        reserved = batch.spec_info.nxt_kv_lens_cpu.tolist()
+        outputs_before = [list(r.output_ids) for r in env.reqs]
+        r2t_before = env.req_to_token.clone()
+        n_slots, n_moves, n_commits = len(env.draft_kv.slots), len(env.allocator.moves), len(env.mamba.commits)
+        n_plans = len(translator.plans)
+        published = []
+        env.events.clear()
+
+        def on_publish(new_seq_lens):
+            env.events.append("publish")
+            published.append(new_seq_lens.tolist())
+
+        with SyncCounter(root) as counter:
+            res = w.forward_batch_generation(batch, on_publish=on_publish)
+        events = list(env.events)
+        applied = _apply(env, res)
+        call = env.target.calls[-1]
+        vi = call["spec_info"]
+        k = env.record[-1]
+        plans = translator.plans[n_plans:]
+        out.append({
+            "verify_input": {
+                "mro": [c.__name__ for c in type(vi).__mro__],
+                "draft_token": _t(vi.draft_token), "positions": _t(vi.positions),
+                "retrieve_index": _t(vi.retrieve_index), "retrieve_next_token": _t(vi.retrieve_next_token),
+                "retrieve_next_sibling": _t(vi.retrieve_next_sibling),
+                "custom_mask": _t(vi.custom_mask),
+                "spec_steps": vi.spec_steps, "topk": vi.topk, "draft_token_num": vi.draft_token_num,
+                "max_tree_depth": vi.max_tree_depth, "capture_hidden_mode": str(vi.capture_hidden_mode),
+            },
+            "forward_batch_type": call["forward_batch_type"],
+            "attn_init": env.mamba.inits[-1] if env.mamba.inits else None,
+            "kernel": {"accept_index": _t(k["accept_index"]), "accept_token_num": _t(k["accept_token_num"]),
+                       "predicts": _t(k["predicts"]), "sampling": k.get("sampling", False),
+                       "draft_probs_all_zero": k.get("draft_probs_all_zero"),
+                       "thresholds": [k.get("threshold_single"), k.get("threshold_acc")]},
+            "draft_block": env.drafter.blocks[-1],
+            "verify_slots": call["out_cache_loc"].tolist(),
+            "verify_plan": call.get("kv_loc_plan"),
+            "plans": [{"write_virtual": p.write_virtual.tolist(), "read_extent": p.read_extent,
+                       "seq_lens": p.seq_lens.tolist()} for p in plans],
+            "seq_before": seq_before,
+            "reserved": reserved,
+            "seq_after": env.batch.seq_lens.tolist(),
+            "published": published,
+            "events": events,
+            "applied": applied,
+            "outputs_before": outputs_before,
+            "outputs_after": [list(r.output_ids) for r in env.reqs],
+            "req_to_token_before": r2t_before[:, :128].tolist(),
+            "req_to_token": env.req_to_token[:, :128].tolist(),
+            "target_kv": {str(s): list(v) for s, v in env.allocator.kv.items()},
+            "moves": env.allocator.moves[n_moves:],
+            "mamba_commit": env.mamba.commits[n_commits:],
+            "draft_kv": {str(s): v for s, v in list(env.draft_kv.slots.items())[n_slots:]},
+            "spec_info_after": type(env.batch.spec_info).__name__,
+            "bonus_after": env.batch.spec_info.bonus_tokens.tolist(),
+            "syncs": counter.syncs,
+        })
+    return {"steps": out, "prompts": prompts}
+
+
+def ddtree_decode_configs(root: str, prompts, configs) -> list:
+    """ddtree_decode_steps for several configurations in one interpreter."""
+    out = []
+    for cfg in configs:
+        try:
+            out.append({"ok": True, "value": ddtree_decode_steps(root, prompts, **cfg)})
+        except Exception as e:  # noqa: BLE001
+            import traceback
+
+            out.append({"ok": False, "type": type(e).__name__, "message": str(e),
+                        "traceback": traceback.format_exc()[-3000:]})
+    return out
