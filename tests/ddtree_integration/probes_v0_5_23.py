@@ -47,6 +47,7 @@ WORKER_MODULES = [
     f"{SPEC}.spec_utils",
     "sglang.srt.mem_cache.kv_loc_plan",
     "sglang.srt.mem_cache.allocation_sizing",
+    "sglang.kernels.ops.speculative.dflash",  # DFlash's greedy accept (its CPU branch), for DFLASH's own steps
 ]
 
 
@@ -133,6 +134,8 @@ def _worker_setup(root, cls_name, prompts, block, truth_rank, seed, N, hybrid=Tr
         "sanitize_nan_logits": lambda *a, **k: None,
         "is_dp_attention_enabled": lambda: False,
         "is_pin_memory_available": lambda device=None: False,
+        # kernels/ops/sampling.softmax: the temperature-scaled softmax (a Triton kernel on the GPU)
+        "sampling_softmax": lambda logits, temperatures: torch.softmax(logits / temperatures, dim=-1),
     })
     loader.set_fakes(fakes)
     sgl_kernel = types.ModuleType("sgl_kernel")
@@ -191,8 +194,12 @@ def _worker_setup(root, cls_name, prompts, block, truth_rank, seed, N, hybrid=Tr
         req_to_token_pool=SimpleNamespace(req_to_token=req_to_token, mamba_pool=mamba_pool),
         kv_index_translator=Translator(plan_mod, "target"),
         server_args=SimpleNamespace(attention_backend="triton"))
-    target_worker = SimpleNamespace(model_runner=model_runner, forward_batch_generation=target.forward_batch_generation,
-                                    device=DEVICE)
+    def target_forward(*a, **kw):  # v0.5.23's result also carries the MoE captures (none here)
+        out = target.forward_batch_generation(*a, **kw)
+        out.routed_experts_output = out.indexer_topk_output = None
+        return out
+
+    target_worker = SimpleNamespace(model_runner=model_runner, forward_batch_generation=target_forward, device=DEVICE)
     w = object.__new__(cls)
     cap = len(reqs)
     attrs = dict(
@@ -205,7 +212,9 @@ def _worker_setup(root, cls_name, prompts, block, truth_rank, seed, N, hybrid=Tr
         _target_tp_rank=0, _draft_sampler=None, _need_mamba_verify_commit=hybrid,
         _warned_sampling_fallback=False, _warned_lilicorr_eager=False, _logged_first_verify=True,
         _full_embed_gpu=None, _noise_embed_scale=1.0, selector=None, lilicorr=None, _is_domino=False,
-        _lilicorr_anchor=None, draft_parallel_layout=SimpleNamespace(tp_group=None, disable_cp=False),  # the target's group _target_logits_processor=None,
+        _lilicorr_anchor=None, _target_logits_processor=None, _selector_sample=None,
+        _tp_sync=SimpleNamespace(sync=lambda site, *tensors: None),  # one TP rank: nothing to broadcast
+        draft_parallel_layout=SimpleNamespace(tp_group=None, disable_cp=False),  # the target's own group
         _draft_block_spec_info=SimpleNamespace(draft_token_num=block),
         _draft_block_ids_buf=torch.empty((cap, block), dtype=torch.long),
         _draft_block_positions_buf=torch.empty((cap, block), dtype=torch.int64),
@@ -217,6 +226,10 @@ def _worker_setup(root, cls_name, prompts, block, truth_rank, seed, N, hybrid=Tr
         _use_triton_prepare_block=False, _use_triton_accept_bonus=False, _use_triton_compact_rebuild=False,
         _accept_bonus_buffer_cap=0, _accept_bonus_buffer_slot=0, _accept_len_buf=None, _commit_lens_bufs=[],
         _bonus_id_bufs=[], _out_tokens_bufs=[], _new_seq_lens_bufs=[],
+        _draft_greedy_gathered_max_buf=None, _draft_greedy_gathered_ids_buf=None, _draft_greedy_gather_cap=0,
+        _draft_greedy_local_max_buf=None, _draft_greedy_local_arg_buf=None, _draft_greedy_local_cap=0,
+        _draft_greedy_best_rank_buf=None, _draft_greedy_rank_index_buf=None,
+        _draft_greedy_selected_ids_buf=None, _draft_greedy_index_cap=0,
     )
     for k, v in attrs.items():
         object.__setattr__(w, k, v)
@@ -345,3 +358,57 @@ def ddtree_decode_configs(root: str, prompts, configs) -> list:
             out.append({"ok": False, "type": type(e).__name__, "message": str(e),
                         "traceback": traceback.format_exc()[-3000:]})
     return out
+
+
+def draft_block(root: str, prompts, block=5, seed=0, overlap=True) -> dict:
+    """DFlashWorkerV2._run_draft_block (the port's dflash-draft-block.patch) on one
+    decode step of DFlash's own worker: what it returns and what the drafter got."""
+    w, env = _worker_setup(root, "DFlashWorkerV2", prompts, block, [0, 1], seed, block)
+    _schedule(env, overlap)
+    batch = env.batch
+    translator = w.target_worker.model_runner.kv_index_translator
+    seq_before = batch.seq_lens.tolist()
+    d = w._run_draft_block(batch, batch.spec_info)
+    plan = d.kv_loc_plan
+    return {
+        "fields": list(type(d)._fields),
+        "bs": d.bs,
+        "block_ids": d.block_ids.tolist(),
+        "positions_2d": d.positions_2d.tolist(),
+        "verify_out_cache_loc_2d": d.verify_out_cache_loc_2d.tolist(),
+        "hidden_rows": list(d.draft_out.logits_output.hidden_states.shape),
+        "lm_head_is_targets": d.lm_head is w.target_worker.model_runner.model.lm_head,
+        "plan_is_the_steps": plan is (translator.plans[-1] if translator.plans else None),
+        "plan": {"write_virtual": plan.write_virtual.tolist(), "read_extent": plan.read_extent,
+                 "seq_lens": plan.seq_lens.tolist(),
+                 "draft_write_ids": w._draft_write_ids(plan).tolist()},
+        "drafter_got": env.drafter.blocks[-1],
+        "seq_before": seq_before,
+        "req_to_token": env.req_to_token[:, :64].tolist(),
+        "mask_token": w._mask_token_id,
+        "bonus": [r.tokens()[-1] for r in env.reqs],
+    }
+
+
+def dflash_chain_steps(root: str, prompts, block=5, steps=2, seed=0, overlap=False) -> dict:
+    """DFLASH's own spec-v2 decode steps (v0.5.23's DFlashWorkerV2.forward_batch_generation)
+    on the same stand-ins: the chain it verifies, what it commits, and the syncs of each step."""
+    from tests.ddtree_integration.syncs import SyncCounter
+
+    w, env = _worker_setup(root, "DFlashWorkerV2", prompts, block, [0, 1], seed, block)
+    out = []
+    for _ in range(steps):
+        _schedule(env, overlap)
+        seq_before = env.batch.seq_lens.tolist()
+        with SyncCounter(root) as counter:
+            res = w.forward_batch_generation(env.batch)
+        call = env.target.calls[-1]
+        applied = _apply(env, res)
+        out.append({"draft_token": call["spec_info"].draft_token.tolist(),
+                    "positions": call["spec_info"].positions.tolist(),
+                    "verify_slots": call["out_cache_loc"].tolist(), "seq_before": seq_before,
+                    "applied": applied, "outputs_after": [list(r.output_ids) for r in env.reqs],
+                    "draft_kv": dict(sorted((str(k), v) for k, v in env.draft_kv.slots.items())),
+                    "target_kv": {str(s): list(v) for s, v in env.allocator.kv.items()},
+                    "syncs": counter.syncs})
+    return {"steps": out, "has_run_draft_block": any("_run_draft_block" in vars(c) for c in type(w).__mro__)}

@@ -133,3 +133,160 @@ def test_upstream_unit_test_passes(port):
     r = probe(port, "upstream_unit_test", module=PROBES, path=str(root / UPSTREAM_TEST))
     assert r.get("ok"), r
     assert r["value"]["run"] == 2 and r["value"]["failed"] == [], r["value"]
+
+
+# -- DDTREE on v0.5.23's DFlashWorkerV2 (dflash-draft-block.patch, ddtree-algorithm.patch) --
+#
+# The worker's real decode steps on v0.5.23's own modules with the CPU stand-ins of
+# standins.py (probes_v0_5_23.py), checked as test_worker.py checks the pin's
+# (_check_steps), and compared element for element with the pin's worker (v0.5.17 +
+# the pinned stack and its overlay: ``pin``) on the same prompts, drafter and target.
+# Nothing of it has run on a GPU: v0.5.23 needs torch 2.14.1.
+
+from tests.ddtree_integration import standins as st  # noqa: E402
+from tests.ddtree_integration.test_worker import CONFIGS, PROMPTS, _check_steps  # noqa: E402
+
+V523 = "tests.ddtree_integration.probes_v0_5_23"
+# What the two workers must agree on, step for step: the verify input, the kernel's
+# acceptance, the commit (KV, Mamba state, drafter KV, lengths, tokens) and the
+# draft block.  ``reserved`` is each release's own reservation rule (compared apart).
+SAME = ("verify_input", "kernel", "draft_block", "verify_slots", "seq_before", "seq_after", "published",
+        "events", "applied", "outputs_before", "outputs_after", "req_to_token_before", "req_to_token",
+        "target_kv", "moves", "mamba_commit", "draft_kv", "spec_info_after", "bonus_after", "syncs")
+
+
+@pytest.fixture(scope="module")
+def pin(pinned_lock, tmp_path_factory) -> Path:
+    """The pinned stack with its overlay on v0.5.17 (the pin's DDTREE worker), built
+    here whatever ``--tree`` names (that is the v0.5.23 tree under test)."""
+    from sgl_overlay import builder, series
+
+    dest = tmp_path_factory.mktemp("pin") / "sglang"
+    builder.build(pinned_lock, series.load(port_tree.ROOT), dest)
+    return dest
+
+
+def _steps(tree, configs, module=None):
+    kw = {} if module is None else {"module": module}
+    r = probe(tree, "ddtree_decode_configs", prompts=PROMPTS, configs=configs, timeout=600, **kw)
+    assert r["ok"], f"DDTREE decode probe on {tree}: {r.get('type')}: {r.get('message')}"
+    out = []
+    for cfg, res in zip(configs, r["value"]):
+        assert res["ok"], f"DDTREE decode step on {tree} failed: {res.get('type')}: {res.get('message')}\n" \
+                          f"{res.get('traceback')}"
+        out.append(res["value"]["steps"])
+    return out
+
+
+def _compare(port, pin, configs):
+    ours, theirs = _steps(port, configs, V523), _steps(pin, configs)
+    differ = 0
+    for cfg, a, b in zip(configs, ours, theirs):
+        differ += _check_steps(a, cfg)
+        assert len(a) == len(b) == cfg["steps"]
+        for i, (x, y) in enumerate(zip(a, b)):
+            for key in SAME:
+                assert x[key] == y[key], f"{cfg}: step {i}: {key} differs from the pin's worker"
+            # v0.5.23 reserves committed + 2N page-aligned (page size 1: the same slots)
+            assert x["reserved"] == y["reserved"], f"{cfg}: step {i}: reservation"
+            # the step's two KV-location plans: the draft block's, then the verify's
+            N, block = cfg["budget"] + 1, cfg["block"]
+            r2t = x["req_to_token_before"]
+            assert [p["read_extent"] for p in x["plans"]] == [block, N], x["plans"]
+            for p, width in zip(x["plans"], (block, N)):
+                assert p["seq_lens"] == x["seq_before"]
+                assert p["write_virtual"] == [s for b_, P in enumerate(x["seq_before"])
+                                              for s in r2t[b_][P:P + width]]
+            assert x["plans"][1]["write_virtual"] == x["verify_slots"]
+    return differ
+
+
+def test_draft_block_is_dflashs_draft_forward(port):
+    """dflash-draft-block.patch: DFlashWorkerV2._run_draft_block is the decode step's
+    draft forward on v0.5.23: the drafter got [bonus, MASK x (block - 1)] at positions
+    prefix .. prefix + block - 1 in the slots req_to_token[prefix + k], and the block it
+    returns holds them, the target's LM head and the step's KVLocPlan of that window
+    (read extent = the block), whose ids in the drafter's pool are those slots.  v0.5.23
+    has no such method (AttributeError)."""
+    r = probe(port, "draft_block", module=V523, prompts=PROMPTS, block=5)
+    assert r["ok"], f"{r.get('type')}: {r.get('message')}"
+    v = r["value"]
+    assert v["fields"] == ["bs", "block_ids", "positions_2d", "verify_out_cache_loc_2d", "draft_out", "lm_head",
+                           "embed_module", "kv_loc_plan"]
+    bs, block = len(PROMPTS), 5
+    slots = [row[P:P + block] for row, P in zip(v["req_to_token"], v["seq_before"])]
+    assert v["bs"] == bs
+    assert v["block_ids"] == [[b] + [v["mask_token"]] * (block - 1) for b in v["bonus"]]
+    assert v["positions_2d"] == [list(range(P, P + block)) for P in v["seq_before"]]
+    assert v["verify_out_cache_loc_2d"] == slots
+    flat = [s for row in slots for s in row]
+    assert v["drafter_got"] == {"input_ids": [t for row in v["block_ids"] for t in row],
+                                "positions": [p for row in v["positions_2d"] for p in row],
+                                "out_cache_loc": flat}
+    assert v["hidden_rows"][0] == bs * block and v["lm_head_is_targets"] and v["plan_is_the_steps"]
+    assert v["plan"] == {"write_virtual": flat, "read_extent": block, "seq_lens": v["seq_before"],
+                         "draft_write_ids": flat}
+
+
+def test_dflash_steps_are_v0_5_23s(port, v0523):
+    """Control (do no harm): DFLASH's own decode steps on the port equal pristine
+    v0.5.23's (chain, positions, verify slots, commits, drafter KV), are plain greedy
+    decoding of the toy target and read no device value on the host."""
+    def run(tree):
+        r = probe(tree, "dflash_chain_steps", module=V523, prompts=PROMPTS, block=5, steps=2, seed=3)
+        assert r["ok"], f"{r.get('type')}: {r.get('message')}"
+        return r["value"]
+
+    ours, theirs = run(port), run(v0523)
+    assert ours["steps"] == theirs["steps"]
+    assert ours["has_run_draft_block"] and not theirs["has_run_draft_block"]
+    for s in ours["steps"]:
+        assert s["syncs"] == [], s["syncs"]
+    for b, prompt in enumerate(PROMPTS):
+        out = ours["steps"][-1]["outputs_after"][b]
+        assert len(out) > 2 and out == st.greedy_reference(prompt, len(out))
+
+
+def test_ddtree_is_registered(port):
+    """ddtree-algorithm.patch: ``from_string("DDTREE")`` is DDTreeSpecAlgo on v0.5.23, with
+    every method of v0.5.23's SpeculativeAlgorithm (get_platform_worker_cls among them),
+    the drafter's width 16 and the target's 64, and its worker with the overlap scheduler
+    is DDTreeWorker.  v0.5.23 does not know the name."""
+    r = probe(port, "algorithm")
+    assert r["ok"], f"{r.get('type')}: {r.get('message')}"
+    v = r["value"]
+    assert v["class"] == "DDTreeSpecAlgo" and v["name"] == "DDTREE"
+    assert v["is_dflash"] and v["is_dflash_family"] and v["is_ddtree"] and not v["is_eagle"]
+    assert v["supports_overlap"] is True and v["has_validator"] and v["missing_methods"] == []
+    assert v["verify_width"] == {"target": 64, "drafter": 16}
+    assert v["overlap_worker"] == "DDTreeWorker"
+
+
+def test_ddtree_decode_steps_are_the_pins(port, pin):
+    """ddtree-algorithm.patch: DDTREE's decode steps on v0.5.23 (three configurations:
+    block 4-6, budget 5-12, 3 requests, 2-3 steps, hybrid target, the overlap scheduler's
+    GPU-only path) pass every check of test_worker.py's decode tests (no host
+    synchronisation, EAGLE's tree input, the mask, positions, LCRS parents, the path,
+    the Mamba commit of the last accepted node, the KV move, the drafter's KV, plain
+    greedy output), and feed the verify and accept and commit exactly what the pin's
+    worker does on the same inputs; the verify and the draft block each run on the
+    step's KVLocPlan of their window.  v0.5.23 has no DDTREE worker."""
+    differ = _compare(port, pin, [dict(c, overlap=True) for c in CONFIGS])
+    assert differ > 0, "some step must accept a sibling path (last node != accept length)"
+
+
+def test_ddtree_decode_without_overlap_dense_and_sampling_are_the_pins(port, pin):
+    """The same comparison without the overlap scheduler (the scheduler's host mirror of
+    the lengths), on a dense target (no Mamba commit) and at temperature 1
+    (tree_speculative_sampling_target_only with all-zero draft probabilities)."""
+    _compare(port, pin, [dict(CONFIGS[0], overlap=False), dict(CONFIGS[1], hybrid=False),
+                         dict(CONFIGS[1], sampling=True)])
+
+
+def test_ddtree_decode_with_the_verify_kernel_is_the_pins(port, pin, monkeypatch):
+    """The verify input from the tree's one Triton kernel (ddtree_triton, in Triton's
+    interpreter on this CPU, as a CUDA worker whose start-up check passed builds it),
+    with and without the overlap scheduler: the same checks and the pin's values."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    _compare(port, pin, [dict(CONFIGS[0], fused_verify=True), dict(CONFIGS[2], fused_verify=True, overlap=False)])
