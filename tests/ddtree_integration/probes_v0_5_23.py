@@ -412,3 +412,220 @@ def dflash_chain_steps(root: str, prompts, block=5, steps=2, seed=0, overlap=Fal
                     "target_kv": {str(s): list(v) for s, v in env.allocator.kv.items()},
                     "syncs": counter.syncs})
     return {"steps": out, "has_run_draft_block": any("_run_draft_block" in vars(c) for c in type(w).__mro__)}
+
+
+def worker_init(root: str, block=16, budget=63, sampler=None) -> dict:
+    """DDTreeWorker.__init__ on v0.5.23 with DFlashWorkerV2.__init__ (which loads the drafter
+    on the GPU) stood in by a recorder of the resolved speculative values it reads
+    (``get_spec()``, the published spec bag): the drafter must be built as DFlash's (N = block,
+    topk 1) through the context's one mutation point (``RuntimeContext.override``), the tree's
+    values back afterwards; the worker's budget, width and flags are the resolved ones (the
+    raw server record keeps its inputs: budget unset).  ``sampler``: the drafter has that
+    draft sampler of its own (``selector``, ``lilicorr``, ``domino``).  Then the draft head the
+    worker folds into the draft CUDA graphs (``_maybe_build_draft_sampler``)."""
+    import torch
+
+    _, loader = _install(root, WORKER_MODULES)
+    bag = SimpleNamespace(speculative_num_draft_tokens=budget + 1, speculative_eagle_topk=2,
+                          speculative_ddtree_budget=budget, speculative_dflash_block_size=block,
+                          speculative_ddtree_chain_batch=None, speculative_ddtree_adaptive=False)
+    log = []
+
+    class Context:  # runtime_context.RuntimeContext: the published spec bag and its override
+        def is_config_namespace_published(self, name):
+            return name == "spec"
+
+        def config_bag(self, name):
+            assert name == "spec", name
+            return bag
+
+        def override(self, source, **fields):
+            log.append([source, dict(fields)])
+            for k, v in fields.items():
+                setattr(bag, k, v)
+
+    vocab = 32
+    lm_head = SimpleNamespace(weight=torch.zeros((vocab, 8)), shard_indices=SimpleNamespace(
+        num_org_elements=vocab, num_added_elements=0, org_vocab_start_index=0))
+    loader.set_fakes({"get_context": Context, "get_spec": lambda: bag,
+                      "get_parallel": lambda: SimpleNamespace(tp_group=SimpleNamespace(world_size=1), tp_rank=0),
+                      "get_exec": lambda: SimpleNamespace(graph=SimpleNamespace(cuda_graph_config=SimpleNamespace(
+                          decode=SimpleNamespace(bs=[1, 2, 4])))),
+                      "unwrap_lora_layer": lambda m: m})
+    mod = loader.load(f"{SPEC}.ddtree_worker")
+    v2 = loader.load(f"{SPEC}.dflash_worker_v2")
+    seen = {}
+
+    def dflash_init(self, server_args, gpu_id, nccl_port, target_worker):
+        seen.update(num_draft_tokens=bag.speculative_num_draft_tokens, topk=bag.speculative_eagle_topk)
+        self.block_size = int(bag.speculative_num_draft_tokens)
+        self.device = "cpu"
+        self._target_tp_rank = 0
+        self._target_worker = target_worker
+        self.selector = object() if sampler == "selector" else None
+        self.lilicorr = object() if sampler == "lilicorr" else None
+        self._is_domino = sampler == "domino"
+        self.draft_model_runner = SimpleNamespace(capture_tail_hooks=[])
+
+    v2.DFlashWorkerV2.__init__ = dflash_init
+    raw = SimpleNamespace(speculative_ddtree_budget=None, speculative_num_draft_tokens=None,
+                          speculative_dflash_block_size=None)  # the record's raw inputs
+    target = SimpleNamespace(model_runner=SimpleNamespace(model=SimpleNamespace(lm_head=lm_head)))
+    w = object.__new__(mod.DDTreeWorker)  # its base derives from a stand-in: a metaclass call would absorb it
+    object.__setattr__(w, "target_worker", target)
+    try:
+        mod.DDTreeWorker.__init__(w, server_args=raw, gpu_id=0, nccl_port=0, target_worker=target)
+    except ValueError as e:
+        return {"refused": str(e), "seen": seen, "log": log,
+                "after": {"num_draft_tokens": bag.speculative_num_draft_tokens, "topk": bag.speculative_eagle_topk}}
+    head = w._maybe_build_draft_sampler()
+    return {
+        "seen": seen,
+        "after": {"num_draft_tokens": bag.speculative_num_draft_tokens, "topk": bag.speculative_eagle_topk},
+        "log": log,
+        "budget": w.budget, "num_verify_tokens": w.num_verify_tokens, "num_draft_positions": w.num_draft_positions,
+        "chain_batch": w.chain_batch, "adaptive": w.adaptive is not None, "fused_verify": w.fused_verify,
+        "head": None if head is None else {"type": type(head).__name__, "max_bs": head.max_bs,
+                                           "width": int(head.buffers["tokens"].shape[1]),
+                                           "block_size": head.block_size},
+    }
+
+
+def graph_capture(root: str, budget=7, block=4, capture_bs=(1, 4)) -> dict:
+    """``DecodeCudaGraphRunner.get_spec_info`` of v0.5.23 (the real method, on a runner made
+    without its GPU ``__init__``): the verify input the target's decode CUDA graphs are
+    captured with, for a triton and a flashinfer target backend (named by class, which
+    DFlash's mask policy reads), for the drafter, for the target's chain-steps runner
+    (``verifies_chain``) and for a target runner of the wrong width (arguments that skipped
+    DDTREE's rules)."""
+    import torch
+
+    from tests.ddtree_integration import standins as st
+
+    _, loader = _install(root, WORKER_MODULES + ["sglang.srt.model_executor.runner.decode_cuda_graph_runner"])
+    N = budget + 1
+    bag = SimpleNamespace(speculative_num_draft_tokens=N, speculative_num_steps=1, speculative_eagle_topk=2,
+                          speculative_ddtree_budget=budget, speculative_dflash_block_size=block)
+
+    class Context:
+        def is_config_namespace_published(self, name):
+            return name == "spec"
+
+        def config_bag(self, name):
+            return bag
+
+    loader.set_fakes({"ForwardMode": st.ForwardMode, "CaptureHiddenMode": st.CaptureHiddenMode,
+                      "get_spec": lambda: bag, "get_context": Context})
+    dcgr = loader.load("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
+    spec_mod = loader.load(f"{SPEC}.spec_info")
+    algo = spec_mod.SpeculativeAlgorithm.from_string("DDTREE")
+    eagle_info = loader.load(f"{SPEC}.eagle_info")
+    Runner = dcgr.DecodeCudaGraphRunner
+    max_bs = max(capture_bs)
+
+    def runner(backend_name, is_draft, width, chain=False):
+        r = object.__new__(Runner)
+        r.__dict__.update(
+            model_runner=SimpleNamespace(spec_algorithm=algo, is_draft_worker=is_draft, server_args=SimpleNamespace(),
+                                         attn_backend=type(backend_name, (), {})()),
+            speculative_num_steps=1, speculative_num_draft_tokens=width, captured_req_width=width,
+            ragged_verify_mode=None,
+            buffers=SimpleNamespace(custom_mask=torch.ones((max_bs + max_bs * width) * width, dtype=torch.bool)))
+        if chain:
+            r.verifies_chain = True
+        return r
+
+    def describe(r, info):
+        return {
+            "type": type(info).__name__,
+            "tree_input": isinstance(info, eagle_info.EagleVerifyInput),
+            "static_mask": info.custom_mask is not None and info.custom_mask is r.buffers.custom_mask,
+            "draft_token_num": info.draft_token_num,
+            "topk": getattr(info, "topk", None),
+            "spec_steps": getattr(info, "spec_steps", None),
+            "capture_hidden_mode": st.CaptureHiddenMode(info.capture_hidden_mode).name,
+        }
+
+    out = {}
+    for name in ("TritonAttnBackend", "FlashInferAttnBackend"):
+        r = runner(name, False, N)
+        out[name] = describe(r, Runner.get_spec_info(r, max_bs * N))
+    r = runner("TritonAttnBackend", True, block)
+    out["drafter"] = describe(r, Runner.get_spec_info(r, max_bs * block))
+    r = runner("TritonAttnBackend", False, block, chain=True)
+    out["chain"] = describe(r, Runner.get_spec_info(r, max_bs * block))
+    r = runner("TritonAttnBackend", False, block)
+    try:
+        out["wrong_width"] = describe(r, Runner.get_spec_info(r, max_bs * block))
+    except RuntimeError as e:
+        out["wrong_width"] = str(e)
+    return out
+
+
+def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
+    """v0.5.23's hybrid linear-attention backend (``MambaAttnBackendBase._forward_metadata``,
+    the tree path its conv / GDN kernels follow each node's parent by) in TARGET_VERIFY with
+    DDTREE's topk 2, for (a) the warm-up verify input v0.5.23 builds for a DFlash-drafted
+    algorithm (``spec_info.create_dummy_verify_input``) and (b) a DDTree verify input."""
+    import torch
+
+    from tests.ddtree_integration import standins as st
+
+    _, loader = _install(root, ["sglang.srt.layers.attention.hybrid_linear_attn_backend",
+                                "sglang.srt.layers.attention.mamba.mamba2_metadata"] + WORKER_MODULES)
+    N = budget + 1
+    bag = SimpleNamespace(speculative_eagle_topk=topk, speculative_num_draft_tokens=N, speculative_num_steps=1,
+                          speculative_ddtree_budget=budget, speculative_dflash_block_size=block)
+    loader.set_fakes({"ForwardMode": st.ForwardMode, "get_spec": lambda: bag, "get_spec_config": lambda: bag,
+                      "get_memory": lambda: SimpleNamespace(enable_unified_memory=False)})
+    hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
+    spec_info = loader.load(f"{SPEC}.spec_info")
+    backend = object.__new__(hyb.MambaAttnBackendBase)
+    pool = SimpleNamespace(get_mamba_indices=lambda r: r.int() + 1, translate_mamba_indices=lambda x: x,
+                           mamba_pool=None, mamba_translate_is_fusable=False)
+    hyb.MambaAttnBackendBase.__init__(backend, SimpleNamespace(
+        server_args=SimpleNamespace(enable_mis=False), device="cpu", is_draft_worker=False,
+        req_to_token_pool=pool, token_to_kv_pool=None))
+    backend._translate_mamba_indices = lambda x: x
+
+    def metadata(info):
+        mode = st.ForwardMode.TARGET_VERIFY
+        fb = SimpleNamespace(batch_size=bs, forward_mode=mode, logical_forward_mode=mode,
+                             input_ids=torch.zeros(bs * N, dtype=torch.int64), spec_info=info,
+                             req_pool_indices=torch.arange(bs), mamba_track_indices=None, mamba_track_mask=None,
+                             mamba_prefill_track_mask_cpu=None, mamba_track_seqlens_cpu=None,
+                             extend_seq_lens_cpu=None, extend_prefix_lens_cpu=None,
+                             extend_start_loc=None, extend_seq_lens=None,
+                             _original_batch_size=None, seq_lens_cpu=None, tbo_parent_token_range=None)
+        md = backend._forward_metadata(fb)
+        return {
+            "query_start_loc": md.query_start_loc.tolist(),
+            "retrieve_next_token": None if md.retrieve_next_token is None else md.retrieve_next_token.tolist(),
+            "retrieve_next_sibling": None if md.retrieve_next_sibling is None else md.retrieve_next_sibling.tolist(),
+            "retrieve_parent_token": None if md.retrieve_parent_token is None
+            else {"dtype": str(md.retrieve_parent_token.dtype), "shape": list(md.retrieve_parent_token.shape)},
+        }
+
+    out = {"topk": backend.topk}
+    algo = spec_info.SpeculativeAlgorithm.from_string("DFLASH")
+    warmup = spec_info.create_dummy_verify_input(algo, None, N, False)
+    out["warmup_type"] = type(warmup).__name__
+    try:
+        out["warmup"] = {"ok": True, "value": metadata(warmup)}
+    except Exception as e:  # noqa: BLE001
+        out["warmup"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
+    try:
+        worker = loader.load(f"{SPEC}.ddtree_worker")
+        tree_mod = loader.load(f"{SPEC}.ddtree_tree")
+        g = torch.Generator().manual_seed(0)
+        ids, lps = tree_mod.topk_logprobs(torch.randn((bs, block - 1, st.VOCAB), generator=g), budget)
+        tree = tree_mod.build_ddtree(ids, lps, budget)
+        seq = torch.tensor([5, 9][:bs], dtype=torch.int64)
+        vi = worker.make_verify_input(tree, torch.tensor([1, 2][:bs]), seq, int(seq.sum()), block - 1)
+        md = metadata(vi)
+        md["same_arrays"] = (md["retrieve_next_token"] == vi.retrieve_next_token.tolist()
+                             and md["retrieve_next_sibling"] == vi.retrieve_next_sibling.tolist())
+        out["ddtree"] = {"ok": True, "value": md}
+    except Exception as e:  # noqa: BLE001
+        out["ddtree"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
+    return out

@@ -290,3 +290,112 @@ def test_ddtree_decode_with_the_verify_kernel_is_the_pins(port, pin, monkeypatch
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     _compare(port, pin, [dict(CONFIGS[0], fused_verify=True), dict(CONFIGS[2], fused_verify=True, overlap=False)])
+
+
+def _ddtree_start(tree, **server):
+    """The harness's start-up of dflash-smoke (Qwen3.6-27B shape, the z-lab drafter of block
+    16, one H200-class card) with DDTREE: v0.5.23's own ServerArgs resolution and KV sizing."""
+    import dataclasses
+
+    from sgl_overlay.harness import load_scenario, run_scenario
+
+    sc = load_scenario("dflash-smoke")
+    args = dict(sc.server, speculative_algorithm="DDTREE", max_running_requests=1, max_mamba_cache_size=4,
+                mem_fraction_static=0.9, **server)
+    args.pop("speculative_dflash_block_size")  # the block comes from the drafter's config, as DFLASH's does
+    rep = run_scenario(tree, dataclasses.replace(sc, server=args)).to_json()
+    resolved = {r["flag"]: r["resolved"] for r in rep["figures"].get("resolution", [])}
+    return rep, resolved
+
+
+def test_ddtree_server_starts_on_v0_5_23(port):
+    """ddtree-algorithm.patch: `--speculative-algorithm DDTREE --speculative-ddtree-budget 31`
+    goes through v0.5.23's server-argument resolution (the registry's validator and
+    handle_server_args hooks, run through record_foreign_defaults) to the KV sizing: the
+    drafter's block 16, speculative_num_draft_tokens = budget + 1 = 32 (the verify width the
+    sizing reads), topk 2, one step, the grammar backend off, the overlap scheduler on; and
+    page size 2 is refused naming --page-size.  v0.5.23 does not know the algorithm."""
+    from sgl_overlay.harness import Outcome
+
+    rep, resolved = _ddtree_start(port, speculative_ddtree_budget=31)
+    assert rep["outcome"] == Outcome.OK, rep["reason"]
+    assert rep["figures"]["speculative_num_draft_tokens"] == 32
+    assert rep["figures"]["disable_overlap_schedule"] is False
+    assert resolved["speculative_dflash_block_size"] == 16
+    assert resolved["speculative_num_draft_tokens"] == 32
+    assert resolved["speculative_eagle_topk"] == 2 and resolved["speculative_num_steps"] == 1
+    assert resolved["grammar_backend"] == "none"
+    rep, _ = _ddtree_start(port, speculative_ddtree_budget=31, page_size=2)
+    assert rep["outcome"] == Outcome.REFUSED, rep["reason"]
+    assert "--speculative-algorithm DDTREE: --page-size 2 is not supported" in rep["reason"], rep["reason"]
+
+
+def test_worker_init_builds_dflashs_drafter(port):
+    """ddtree-algorithm.patch: DDTreeWorker.__init__ on v0.5.23 builds DFlash's drafter with
+    DFlash's values in the published spec bag (N = block 16, topk 1: what v0.5.23's worker,
+    draft runner and graphs read through get_spec()), set and restored through
+    RuntimeContext.override (the tree's N = 64, topk 2 after); the worker's budget and widths
+    are the resolved ones (the raw record's budget is unset); the draft head folded into the
+    draft graphs is a DDTreeDraftHead of the largest captured batch, N wide.  A drafter with
+    a draft sampler of its own (a candidate selector, LiLiCorr, Domino) is refused, naming
+    DFLASH.  v0.5.23 has no DDTREE worker."""
+    r = probe(port, "worker_init", module=V523)
+    assert r["ok"], f"{r.get('type')}: {r.get('message')}"
+    v = r["value"]
+    assert v["seen"] == {"num_draft_tokens": 16, "topk": 1}
+    assert v["after"] == {"num_draft_tokens": 64, "topk": 2}
+    assert [src for src, _ in v["log"]] == ["ddtree.drafter", "ddtree.tree"]
+    assert (v["budget"], v["num_verify_tokens"], v["num_draft_positions"]) == (63, 64, 15)
+    assert v["chain_batch"] is None and v["adaptive"] is False and v["fused_verify"] is False
+    assert v["head"] == {"type": "DDTreeDraftHead", "max_bs": 4, "width": 64, "block_size": 16}
+    for sampler, name in (("selector", "candidate selector"), ("lilicorr", "LiLiCorr head"),
+                          ("domino", "Domino rollout")):
+        r = probe(port, "worker_init", module=V523, sampler=sampler)
+        assert r["ok"], f"{r.get('type')}: {r.get('message')}"
+        v = r["value"]
+        assert v["refused"].startswith(f"DDTREE: the draft model has a {name}"), v
+        assert "--speculative-algorithm DFLASH" in v["refused"]
+        assert v["after"] == {"num_draft_tokens": 64, "topk": 2}, "the tree's values restored after a refusal"
+
+
+def test_hybrid_warmup_takes_the_tree_path(port):
+    """dflash-verify-tree-fields.patch: with DDTREE's topk 2, v0.5.23's hybrid linear-attention
+    backend reads the tree arrays from every TARGET_VERIFY input; the warm-up verify input
+    v0.5.23 builds for a DFlash-drafted algorithm (create_dummy_verify_input: a
+    DFlashVerifyInput) now takes its dummy-run branch (no parent tensor), and a DDTree verify
+    input's LCRS arrays reach the kernels with the [bs, N] int64 parent tensor.  v0.5.23 (+ the
+    earlier patches): AttributeError on the warm-up input, a hybrid target's start-up failure."""
+    r = probe(port, "hybrid_verify_metadata", module=V523, bs=2, budget=7, block=4)
+    assert r["ok"], f"{r.get('type')}: {r.get('message')}"
+    v = r["value"]
+    assert v["topk"] == 2 and v["warmup_type"] == "DFlashVerifyInput"
+    w = v["warmup"]
+    assert w["ok"], f"warm-up verify input breaks the tree path: {w.get('type')}: {w.get('message')}"
+    assert w["value"]["query_start_loc"] == [0, 8, 16]
+    assert w["value"]["retrieve_parent_token"] is None, "a warm-up has no tree: no parent tensor"
+    d = v["ddtree"]
+    assert d["ok"], f"DDTree verify input: {d.get('type')}: {d.get('message')}"
+    assert d["value"]["query_start_loc"] == [0, 8, 16] and d["value"]["same_arrays"]
+    assert d["value"]["retrieve_parent_token"] == {"dtype": "torch.int64", "shape": [2, 8]}
+
+
+def test_target_graphs_capture_the_tree_input(port):
+    """ddtree-cuda-graph.patch: v0.5.23's DecodeCudaGraphRunner.get_spec_info captures DDTREE's
+    target verify with EAGLE's tree input (DDTreeVerifyInput: the runner's static custom mask,
+    N = budget + 1, topk 2, L = block - 1 spec steps, FULL hidden capture) for a triton and a
+    flashinfer target; the drafter's graphs and the chain steps' runner (verifies_chain) keep
+    DFlash's chain input at the block's width; a target runner of another width is refused.
+    v0.5.23 (+ the earlier patches) captures the target with DFlash's chain input (topk 1; no
+    mask for flashinfer) and refuses nothing.  (Replay is not stood in on v0.5.23: the pin's
+    test_graphs.py replays on v0.5.17's backends only.)"""
+    r = probe(port, "graph_capture", module=V523, budget=7, block=4)
+    assert r["ok"], f"{r.get('type')}: {r.get('message')}"
+    v = r["value"]
+    tree = {"type": "DDTreeVerifyInput", "tree_input": True, "static_mask": True, "draft_token_num": 8, "topk": 2,
+            "spec_steps": 3, "capture_hidden_mode": "FULL"}
+    assert v["TritonAttnBackend"] == tree and v["FlashInferAttnBackend"] == tree
+    assert v["drafter"] == {"type": "DFlashVerifyInput", "tree_input": False, "static_mask": False,
+                            "draft_token_num": 4, "topk": 1, "spec_steps": None, "capture_hidden_mode": "NULL"}
+    assert v["chain"] == dict(v["drafter"], capture_hidden_mode="FULL")
+    assert isinstance(v["wrong_width"], str) and "captured with 4 tokens per request" in v["wrong_width"] \
+        and "budget + 1 = 8" in v["wrong_width"], v["wrong_width"]
