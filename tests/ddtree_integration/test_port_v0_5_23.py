@@ -1,6 +1,9 @@
 """The ddtree topic's port to SGLang v0.5.23 (patches/ports/v0.5.23/ddtree;
-docs/ddtree-sglang.md, "v0.5.23 port"): ``--dtype float32`` for DFlash's
-drafter and the Qwen3.5 hybrid's Gated DeltaNet chunk path.
+docs/ddtree-sglang.md, "v0.5.23 port"): DDTREE's worker on v0.5.23's
+DFlashWorkerV2 with its registration, warm-up fields and CUDA-graph capture
+(CPU evidence only: probes_v0_5_23.py, compared with the pin's worker), and
+``--dtype float32`` for DFlash's drafter and the Qwen3.5 hybrid's Gated
+DeltaNet chunk path.
 
 Default tree: v0.5.23 with the whole port applied strictly
 (tests/port_tree.py).  ``--tree DIR``: any tree holding ``sglang/`` or
