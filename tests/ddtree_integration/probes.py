@@ -245,7 +245,46 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
     eagle_utils.verify_tree_greedy_func = fakes["verify_tree_greedy_func"]
 
     cls = getattr(mod, cls_name)
-    reqs = [st.Req(p) for p in prompts]
+    toy = toy_env(prompts, block, truth_rank, seed, events)
+    reqs, req_to_token, allocator, batch = toy.reqs, toy.req_to_token, toy.allocator, toy.batch
+    drafter, draft_kv, target, mamba = toy.drafter, toy.draft_kv, toy.target, toy.mamba
+    mamba_pool = SimpleNamespace(replayssm_spec_fold=False, replayssm_is_kda=False, replayssm_cache_base=None)
+    model_runner = SimpleNamespace(
+        model=toy.model, attn_backend=mamba, device=DEVICE, decode_cuda_graph_runner=None,
+        model_config=SimpleNamespace(vocab_size=st.VOCAB, context_len=512),
+        req_to_token_pool=SimpleNamespace(req_to_token=req_to_token, mamba_pool=mamba_pool),
+        server_args=SimpleNamespace(attention_backend="triton"))
+    target_worker = SimpleNamespace(model_runner=model_runner, forward_batch_generation=target.forward_batch_generation,
+                                    device=DEVICE)
+    w = object.__new__(cls)
+    attrs = dict(
+        worker_attrs(toy, block, hybrid),
+        _target_worker=target_worker, target_worker=target_worker, model_runner=model_runner,
+        draft_model=draft_kv.model, ps=SimpleNamespace(tp_rank=0),
+    )
+    for k, v in attrs.items():
+        object.__setattr__(w, k, v)
+    if cls_name == "DDTreeWorker":  # the worker's own DDTREE state, as its __init__ sets it
+        w._init_ddtree(SimpleNamespace(speculative_ddtree_budget=N - 1, speculative_num_draft_tokens=N))
+    info_v2 = loader.load(f"{SPEC}.dflash_info_v2")
+    common = loader.load(f"{SPEC}.draft_worker_common")
+    batch.spec_info = common.make_draft_input_v2(
+        bonus_tokens=torch.tensor([r.tokens()[-1] for r in reqs], dtype=torch.int64), new_seq_lens=batch.seq_lens)
+    env = SimpleNamespace(record=record, events=events, allocator=allocator, batch=batch, reqs=reqs,
+                          req_to_token=req_to_token, draft_kv=draft_kv, target=target, drafter=drafter, mamba=mamba,
+                          loader=loader, mod=mod, info_v2=info_v2, spec=spec)
+    return w, env
+
+
+def toy_env(prompts, block, truth_rank, seed, events, req=None):
+    """The requests, the batch (its prompts' KV, every token but the bonus, in the target
+    cache), the toy drafter and target, the drafter's KV and the Mamba backend of a decode
+    step's stand-ins (standins.py); ``req`` makes a request of a prompt (standins.Req)."""
+    import torch
+
+    from tests.ddtree_integration import standins as st
+
+    reqs = [(req or st.Req)(p) for p in prompts]
     req_to_token = torch.full((len(reqs), 512), -1, dtype=torch.int64)
     allocator = st.Allocator()
     batch = st.Batch(reqs, req_to_token, allocator)
@@ -259,8 +298,6 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
     drafter = st.OracleDrafter(batch_ref, block, truth_rank, seed)
     draft_kv = st.DraftKV(events)
     drafter.token_to_kv_pool = draft_kv.pool
-    target = st.ToyTarget(batch_ref, allocator)
-    mamba = st.MambaBackend()
     embed = torch.nn.Embedding(st.VOCAB, 4)
     lm_head = SimpleNamespace(
         weight=torch.eye(st.VOCAB),
@@ -268,27 +305,27 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
                                       num_added_elements=0, org_vocab_start_index=0,
                                       added_vocab_start_index=st.VOCAB),
     )
-    model = SimpleNamespace(get_input_embeddings=lambda: embed, lm_head=lm_head)
-    mamba_pool = SimpleNamespace(replayssm_spec_fold=False, replayssm_is_kda=False, replayssm_cache_base=None)
-    model_runner = SimpleNamespace(
-        model=model, attn_backend=mamba, device=DEVICE, decode_cuda_graph_runner=None,
-        model_config=SimpleNamespace(vocab_size=st.VOCAB, context_len=512),
-        req_to_token_pool=SimpleNamespace(req_to_token=req_to_token, mamba_pool=mamba_pool),
-        server_args=SimpleNamespace(attention_backend="triton"))
-    target_worker = SimpleNamespace(model_runner=model_runner, forward_batch_generation=target.forward_batch_generation,
-                                    device=DEVICE)
-    w = object.__new__(cls)
-    cap = len(reqs)
-    attrs = dict(
-        server_args=SimpleNamespace(), _target_worker=target_worker, target_worker=target_worker,
-        model_runner=model_runner,
-        draft_model_runner=drafter, draft_model=draft_kv.model, page_size=1, block_size=block,
+    return SimpleNamespace(reqs=reqs, req_to_token=req_to_token, allocator=allocator, batch=batch, drafter=drafter,
+                           draft_kv=draft_kv, target=st.ToyTarget(batch_ref, allocator), mamba=st.MambaBackend(),
+                           model=SimpleNamespace(get_input_embeddings=lambda: embed, lm_head=lm_head))
+
+
+def worker_attrs(toy, block, hybrid) -> dict:
+    """What a spec-v2 DFlash worker's ``__init__`` sets that its decode step reads (the
+    draft block's buffers at the batch's capacity; the host one a host tensor), for an
+    instance made without it."""
+    import torch
+
+    from tests.ddtree_integration import standins as st
+
+    cap = len(toy.reqs)
+    return dict(
+        server_args=SimpleNamespace(), draft_model_runner=toy.drafter, page_size=1, block_size=block,
         speculative_num_draft_tokens=block, device=DEVICE, draft_window_size=None, use_compact_draft_cache=False,
         _mask_token_id=st.VOCAB - 1, _block_pos_offsets=torch.arange(block, dtype=torch.int64),
-        ps=SimpleNamespace(tp_rank=0), _draft_sampler=None, _need_mamba_verify_commit=hybrid,
+        _draft_sampler=None, _need_mamba_verify_commit=hybrid,
         _warned_sampling_fallback=False, _logged_first_verify=True,
         _draft_block_spec_info=SimpleNamespace(draft_token_num=block),
-        # the draft block's buffers, at the batch's capacity; the host one is a host tensor
         _draft_block_ids_buf=torch.empty((cap, block), dtype=torch.long),
         _draft_block_positions_buf=torch.empty((cap, block), dtype=torch.int64),
         _draft_block_tokens_buf=torch.empty((cap, block), dtype=torch.long),
@@ -304,18 +341,6 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
         _draft_greedy_best_rank_buf=None, _draft_greedy_rank_index_buf=None,
         _draft_greedy_selected_ids_buf=None, _draft_greedy_index_cap=0,
     )
-    for k, v in attrs.items():
-        object.__setattr__(w, k, v)
-    if cls_name == "DDTreeWorker":  # the worker's own DDTREE state, as its __init__ sets it
-        w._init_ddtree(SimpleNamespace(speculative_ddtree_budget=N - 1, speculative_num_draft_tokens=N))
-    info_v2 = loader.load(f"{SPEC}.dflash_info_v2")
-    common = loader.load(f"{SPEC}.draft_worker_common")
-    batch.spec_info = common.make_draft_input_v2(
-        bonus_tokens=torch.tensor([r.tokens()[-1] for r in reqs], dtype=torch.int64), new_seq_lens=batch.seq_lens)
-    env = SimpleNamespace(record=record, events=events, allocator=allocator, batch=batch, reqs=reqs,
-                          req_to_token=req_to_token, draft_kv=draft_kv, target=target, drafter=drafter, mamba=mamba,
-                          loader=loader, mod=mod, info_v2=info_v2, spec=spec)
-    return w, env
 
 
 def _t(x):
@@ -419,7 +444,6 @@ def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_ra
     interpreter, as a CUDA worker whose start-up check passed uses it."""
 
     from tests.ddtree_integration import standins as st
-    from tests.ddtree_integration.syncs import SyncCounter
 
     N = budget + 1
     w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed, N,
@@ -435,78 +459,92 @@ def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_ra
         env.batch.sampling_info = st.Sampled(len(prompts))
     out = []
     for _ in range(steps):
-        batch = env.batch
         _schedule(env, overlap)
-        seq_before = batch.seq_lens.tolist()
-        reserved = batch.spec_info.reserved_seq_lens_cpu.tolist()
-        outputs_before = [list(r.output_ids) for r in env.reqs]
-        r2t_before = env.req_to_token.clone()
-        n_slots, n_moves, n_commits = len(env.draft_kv.slots), len(env.allocator.moves), len(env.mamba.commits)
-        published = []
-        env.events.clear()
-
-        def on_publish(new_seq_lens):
-            env.events.append("publish")
-            published.append(new_seq_lens.tolist())
-
-        with SyncCounter(root) as counter:
-            res = w.forward_batch_generation(batch, on_publish=on_publish)
-        events = list(env.events)
-        applied = _apply(env, res)
-        call = env.target.calls[-1]
-        vi = call["spec_info"]
-        k = env.record[-1]
-        out.append({
-            "verify_input": {
-                "mro": [c.__name__ for c in type(vi).__mro__],
-                "draft_token": _t(vi.draft_token), "positions": _t(vi.positions),
-                "retrieve_index": _t(vi.retrieve_index), "retrieve_next_token": _t(vi.retrieve_next_token),
-                "retrieve_next_sibling": _t(vi.retrieve_next_sibling),
-                "custom_mask": _t(vi.custom_mask),
-                "spec_steps": vi.spec_steps, "topk": vi.topk, "draft_token_num": vi.draft_token_num,
-                "max_tree_depth": vi.max_tree_depth, "capture_hidden_mode": str(vi.capture_hidden_mode),
-            },
-            "forward_batch_type": call["forward_batch_type"],
-            "attn_init": env.mamba.inits[-1] if env.mamba.inits else None,
-            "kernel": {"accept_index": _t(k["accept_index"]), "accept_token_num": _t(k["accept_token_num"]),
-                       "predicts": _t(k["predicts"]), "sampling": k.get("sampling", False),
-                       "draft_probs_all_zero": k.get("draft_probs_all_zero"),
-                       "thresholds": [k.get("threshold_single"), k.get("threshold_acc")]},
-            "draft_block": env.drafter.blocks[-1],
-            "verify_slots": call["out_cache_loc"].tolist(),
-            "seq_before": seq_before,
-            "reserved": reserved,
-            "seq_after": env.batch.seq_lens.tolist(),
-            "published": published,
-            "events": events,
-            "applied": applied,
-            "outputs_before": outputs_before,
-            "outputs_after": [list(r.output_ids) for r in env.reqs],
-            "req_to_token_before": r2t_before[:, :128].tolist(),
-            "req_to_token": env.req_to_token[:, :128].tolist(),
-            "target_kv": {str(s): list(v) for s, v in env.allocator.kv.items()},
-            "moves": env.allocator.moves[n_moves:],
-            "mamba_commit": env.mamba.commits[n_commits:],
-            "draft_kv": {str(s): v for s, v in list(env.draft_kv.slots.items())[n_slots:]},
-            "spec_info_after": type(env.batch.spec_info).__name__,
-            "bonus_after": env.batch.spec_info.bonus_tokens.tolist(),
-            "syncs": counter.syncs,
-        })
+        out.append(decode_step(w, env, root, reserved=env.batch.spec_info.reserved_seq_lens_cpu.tolist()))
     return {"steps": out, "prompts": prompts}
 
 
-def ddtree_decode_configs(root: str, prompts, configs) -> list:
-    """ddtree_decode_steps for several configurations in one interpreter."""
+def decode_step(w, env, root, reserved) -> dict:
+    """One decode step of the worker ``w`` (the scheduler's work before it done), under the
+    sync counter: what it fed the kernels and what it committed (``reserved``: the
+    overlap scheduler's reservation the step ran with)."""
+    from tests.ddtree_integration.syncs import SyncCounter
+
+    batch = env.batch
+    seq_before = batch.seq_lens.tolist()
+    outputs_before = [list(r.output_ids) for r in env.reqs]
+    r2t_before = env.req_to_token.clone()
+    n_slots, n_moves, n_commits = len(env.draft_kv.slots), len(env.allocator.moves), len(env.mamba.commits)
+    published = []
+    env.events.clear()
+
+    def on_publish(new_seq_lens):
+        env.events.append("publish")
+        published.append(new_seq_lens.tolist())
+
+    with SyncCounter(root) as counter:
+        res = w.forward_batch_generation(batch, on_publish=on_publish)
+    events = list(env.events)
+    applied = _apply(env, res)
+    call = env.target.calls[-1]
+    vi = call["spec_info"]
+    k = env.record[-1]
+    return {
+        "verify_input": {
+            "mro": [c.__name__ for c in type(vi).__mro__],
+            "draft_token": _t(vi.draft_token), "positions": _t(vi.positions),
+            "retrieve_index": _t(vi.retrieve_index), "retrieve_next_token": _t(vi.retrieve_next_token),
+            "retrieve_next_sibling": _t(vi.retrieve_next_sibling),
+            "custom_mask": _t(vi.custom_mask),
+            "spec_steps": vi.spec_steps, "topk": vi.topk, "draft_token_num": vi.draft_token_num,
+            "max_tree_depth": vi.max_tree_depth, "capture_hidden_mode": str(vi.capture_hidden_mode),
+        },
+        "forward_batch_type": call["forward_batch_type"],
+        "attn_init": env.mamba.inits[-1] if env.mamba.inits else None,
+        "kernel": {"accept_index": _t(k["accept_index"]), "accept_token_num": _t(k["accept_token_num"]),
+                   "predicts": _t(k["predicts"]), "sampling": k.get("sampling", False),
+                   "draft_probs_all_zero": k.get("draft_probs_all_zero"),
+                   "thresholds": [k.get("threshold_single"), k.get("threshold_acc")]},
+        "draft_block": env.drafter.blocks[-1],
+        "verify_slots": call["out_cache_loc"].tolist(),
+        "seq_before": seq_before,
+        "reserved": reserved,
+        "seq_after": env.batch.seq_lens.tolist(),
+        "published": published,
+        "events": events,
+        "applied": applied,
+        "outputs_before": outputs_before,
+        "outputs_after": [list(r.output_ids) for r in env.reqs],
+        "req_to_token_before": r2t_before[:, :128].tolist(),
+        "req_to_token": env.req_to_token[:, :128].tolist(),
+        "target_kv": {str(s): list(v) for s, v in env.allocator.kv.items()},
+        "moves": env.allocator.moves[n_moves:],
+        "mamba_commit": env.mamba.commits[n_commits:],
+        "draft_kv": {str(s): v for s, v in list(env.draft_kv.slots.items())[n_slots:]},
+        "spec_info_after": type(env.batch.spec_info).__name__,
+        "bonus_after": env.batch.spec_info.bonus_tokens.tolist(),
+        "syncs": counter.syncs,
+    }
+
+
+def each_config(run, root: str, prompts, configs) -> list:
+    """``run(root, prompts, **cfg)`` for several configurations in one interpreter, each
+    one's failure a result."""
     out = []
     for cfg in configs:
         try:
-            out.append({"ok": True, "value": ddtree_decode_steps(root, prompts, **cfg)})
+            out.append({"ok": True, "value": run(root, prompts, **cfg)})
         except Exception as e:  # noqa: BLE001
             import traceback
 
             out.append({"ok": False, "type": type(e).__name__, "message": str(e),
                         "traceback": traceback.format_exc()[-3000:]})
     return out
+
+
+def ddtree_decode_configs(root: str, prompts, configs) -> list:
+    """ddtree_decode_steps for several configurations in one interpreter."""
+    return each_config(ddtree_decode_steps, root, prompts, configs)
 
 
 def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_rank=(0, 1), seed=0, overlap=False,

@@ -28,7 +28,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.ddtree_integration.probes import SPEC, _apply, _install, _interpreted_verify_kernels, _t
+from tests.ddtree_integration import probes
+from tests.ddtree_integration.probes import SPEC, _apply, _install, _interpreted_verify_kernels
 
 WORKER_MODULES = [
     f"{SPEC}.spec_info",
@@ -106,7 +107,7 @@ def _worker_setup(root, cls_name, prompts, block, truth_rank, seed, N, hybrid=Tr
     from tests.ddtree_integration import standins as st
 
     global DEVICE
-    DEVICE = torch.device("cpu")
+    DEVICE = probes.DEVICE = probes._device()  # toy_env's and worker_attrs' device too
     module_file = Path(root).joinpath(*f"{SPEC}.ddtree_worker".split(".")).with_suffix(".py")
     if cls_name == "DDTreeWorker" and not module_file.is_file():
         raise ModuleNotFoundError(f"{SPEC}.ddtree_worker: no {module_file} in this tree")
@@ -160,40 +161,20 @@ def _worker_setup(root, cls_name, prompts, block, truth_rank, seed, N, hybrid=Tr
     eagle_utils.get_spec = lambda: spec
 
     cls = getattr(mod, cls_name) if mod is not None else getattr(v2, cls_name)
-    reqs = [_req(p) for p in prompts]
-    req_to_token = torch.full((len(reqs), 512), -1, dtype=torch.int64)
-    allocator = st.Allocator()
-    batch = st.Batch(reqs, req_to_token, allocator)
-    batch.device = DEVICE
+    toy = probes.toy_env(prompts, block, truth_rank, seed, events, req=_req)
+    reqs, req_to_token, allocator, batch = toy.reqs, toy.req_to_token, toy.allocator, toy.batch
+    drafter, draft_kv, target, mamba = toy.drafter, toy.draft_kv, toy.target, toy.mamba
     batch.maybe_evict_swa = lambda: None
     batch.can_run_decode_cuda_graph = True
-    for b, r in enumerate(reqs):  # the prefill's KV: every prompt token but the bonus
-        n = r.kv_committed_len
-        req_to_token[b, :n] = allocator.alloc(n)
-        for p_, (slot, tok) in enumerate(zip(req_to_token[b, :n].tolist(), r.tokens()[:n])):
-            allocator.kv[int(slot)] = (int(tok), p_)
-    batch_ref = [batch]
-    drafter = st.OracleDrafter(batch_ref, block, truth_rank, seed)
-    draft_kv = st.DraftKV(events)
-    drafter.token_to_kv_pool = draft_kv.pool
     drafter.kv_index_translator = Translator(plan_mod, "draft")
-    target = st.ToyTarget(batch_ref, allocator)
-    mamba = st.MambaBackend()
-    embed = torch.nn.Embedding(st.VOCAB, 4)
-    lm_head = SimpleNamespace(
-        weight=torch.eye(st.VOCAB),
-        shard_indices=SimpleNamespace(num_org_elements=st.VOCAB, num_org_elements_padded=st.VOCAB,
-                                      num_added_elements=0, org_vocab_start_index=0,
-                                      added_vocab_start_index=st.VOCAB),
-    )
-    model = SimpleNamespace(get_input_embeddings=lambda: embed, lm_head=lm_head)
     mamba_pool = SimpleNamespace(replayssm_spec_fold=False, replayssm_is_kda=False, replayssm_cache_base=None)
     model_runner = SimpleNamespace(
-        model=model, attn_backend=mamba, device=DEVICE, decode_cuda_graph_runner=None,
+        model=toy.model, attn_backend=mamba, device=DEVICE, decode_cuda_graph_runner=None,
         model_config=SimpleNamespace(vocab_size=st.VOCAB, context_len=512),
         req_to_token_pool=SimpleNamespace(req_to_token=req_to_token, mamba_pool=mamba_pool),
         kv_index_translator=Translator(plan_mod, "target"),
         server_args=SimpleNamespace(attention_backend="triton"))
+
     def target_forward(*a, **kw):  # v0.5.23's result also carries the MoE captures (none here)
         out = target.forward_batch_generation(*a, **kw)
         out.routed_experts_output = out.indexer_topk_output = None
@@ -201,35 +182,15 @@ def _worker_setup(root, cls_name, prompts, block, truth_rank, seed, N, hybrid=Tr
 
     target_worker = SimpleNamespace(model_runner=model_runner, forward_batch_generation=target_forward, device=DEVICE)
     w = object.__new__(cls)
-    cap = len(reqs)
     attrs = dict(
-        server_args=SimpleNamespace(), _target_worker=target_worker, target_worker=target_worker,
-        model_runner=model_runner,
-        draft_model_runner=drafter, draft_model=SimpleNamespace(**vars(draft_kv.model), embed_tokens=None),
-        page_size=1, block_size=block, speculative_num_draft_tokens=block, device=DEVICE,
-        draft_window_size=None, use_compact_draft_cache=False,
-        _mask_token_id=st.VOCAB - 1, _block_pos_offsets=torch.arange(block, dtype=torch.int64),
-        _target_tp_rank=0, _draft_sampler=None, _need_mamba_verify_commit=hybrid,
-        _warned_sampling_fallback=False, _warned_lilicorr_eager=False, _logged_first_verify=True,
+        probes.worker_attrs(toy, block, hybrid),
+        _target_worker=target_worker, target_worker=target_worker, model_runner=model_runner,
+        draft_model=SimpleNamespace(**vars(draft_kv.model), embed_tokens=None),
+        _target_tp_rank=0, _warned_lilicorr_eager=False,
         _full_embed_gpu=None, _noise_embed_scale=1.0, selector=None, lilicorr=None, _is_domino=False,
         _lilicorr_anchor=None, _target_logits_processor=None, _selector_sample=None,
         _tp_sync=SimpleNamespace(sync=lambda site, *tensors: None),  # one TP rank: nothing to broadcast
         draft_parallel_layout=SimpleNamespace(tp_group=None, disable_cp=False),  # the target's own group
-        _draft_block_spec_info=SimpleNamespace(draft_token_num=block),
-        _draft_block_ids_buf=torch.empty((cap, block), dtype=torch.long),
-        _draft_block_positions_buf=torch.empty((cap, block), dtype=torch.int64),
-        _draft_block_tokens_buf=torch.empty((cap, block), dtype=torch.long),
-        _draft_verify_out_cache_loc_buf=torch.empty((cap, block), dtype=torch.int64),
-        _draft_block_end_buf=torch.empty((cap,), dtype=torch.int32),
-        _draft_seq_lens_cpu_buf=st.host(torch.empty((cap,), dtype=torch.int32)),
-        _use_fused_kv_materialize=False, _fused_kv_helper=None,
-        _use_triton_prepare_block=False, _use_triton_accept_bonus=False, _use_triton_compact_rebuild=False,
-        _accept_bonus_buffer_cap=0, _accept_bonus_buffer_slot=0, _accept_len_buf=None, _commit_lens_bufs=[],
-        _bonus_id_bufs=[], _out_tokens_bufs=[], _new_seq_lens_bufs=[],
-        _draft_greedy_gathered_max_buf=None, _draft_greedy_gathered_ids_buf=None, _draft_greedy_gather_cap=0,
-        _draft_greedy_local_max_buf=None, _draft_greedy_local_arg_buf=None, _draft_greedy_local_cap=0,
-        _draft_greedy_best_rank_buf=None, _draft_greedy_rank_index_buf=None,
-        _draft_greedy_selected_ids_buf=None, _draft_greedy_index_cap=0,
     )
     for k, v in attrs.items():
         object.__setattr__(w, k, v)
@@ -266,7 +227,6 @@ def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_ra
     """probes.ddtree_decode_steps on v0.5.23: the same record per step, plus the
     KV-location plans the step made (the draft block's and the verify's)."""
     from tests.ddtree_integration import standins as st
-    from tests.ddtree_integration.syncs import SyncCounter
 
     N = budget + 1
     w, env = _worker_setup(root, "DDTreeWorker", prompts, block, list(truth_rank), seed, N, hybrid=hybrid)
@@ -281,83 +241,18 @@ def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_ra
     translator = w.target_worker.model_runner.kv_index_translator
     out = []
     for _ in range(steps):
-        batch = env.batch
         _schedule(env, overlap)
-        seq_before = batch.seq_lens.tolist()
-        reserved = batch.spec_info.nxt_kv_lens_cpu.tolist()
-        outputs_before = [list(r.output_ids) for r in env.reqs]
-        r2t_before = env.req_to_token.clone()
-        n_slots, n_moves, n_commits = len(env.draft_kv.slots), len(env.allocator.moves), len(env.mamba.commits)
         n_plans = len(translator.plans)
-        published = []
-        env.events.clear()
-
-        def on_publish(new_seq_lens):
-            env.events.append("publish")
-            published.append(new_seq_lens.tolist())
-
-        with SyncCounter(root) as counter:
-            res = w.forward_batch_generation(batch, on_publish=on_publish)
-        events = list(env.events)
-        applied = _apply(env, res)
-        call = env.target.calls[-1]
-        vi = call["spec_info"]
-        k = env.record[-1]
-        plans = translator.plans[n_plans:]
-        out.append({
-            "verify_input": {
-                "mro": [c.__name__ for c in type(vi).__mro__],
-                "draft_token": _t(vi.draft_token), "positions": _t(vi.positions),
-                "retrieve_index": _t(vi.retrieve_index), "retrieve_next_token": _t(vi.retrieve_next_token),
-                "retrieve_next_sibling": _t(vi.retrieve_next_sibling),
-                "custom_mask": _t(vi.custom_mask),
-                "spec_steps": vi.spec_steps, "topk": vi.topk, "draft_token_num": vi.draft_token_num,
-                "max_tree_depth": vi.max_tree_depth, "capture_hidden_mode": str(vi.capture_hidden_mode),
-            },
-            "forward_batch_type": call["forward_batch_type"],
-            "attn_init": env.mamba.inits[-1] if env.mamba.inits else None,
-            "kernel": {"accept_index": _t(k["accept_index"]), "accept_token_num": _t(k["accept_token_num"]),
-                       "predicts": _t(k["predicts"]), "sampling": k.get("sampling", False),
-                       "draft_probs_all_zero": k.get("draft_probs_all_zero"),
-                       "thresholds": [k.get("threshold_single"), k.get("threshold_acc")]},
-            "draft_block": env.drafter.blocks[-1],
-            "verify_slots": call["out_cache_loc"].tolist(),
-            "verify_plan": call.get("kv_loc_plan"),
-            "plans": [{"write_virtual": p.write_virtual.tolist(), "read_extent": p.read_extent,
-                       "seq_lens": p.seq_lens.tolist()} for p in plans],
-            "seq_before": seq_before,
-            "reserved": reserved,
-            "seq_after": env.batch.seq_lens.tolist(),
-            "published": published,
-            "events": events,
-            "applied": applied,
-            "outputs_before": outputs_before,
-            "outputs_after": [list(r.output_ids) for r in env.reqs],
-            "req_to_token_before": r2t_before[:, :128].tolist(),
-            "req_to_token": env.req_to_token[:, :128].tolist(),
-            "target_kv": {str(s): list(v) for s, v in env.allocator.kv.items()},
-            "moves": env.allocator.moves[n_moves:],
-            "mamba_commit": env.mamba.commits[n_commits:],
-            "draft_kv": {str(s): v for s, v in list(env.draft_kv.slots.items())[n_slots:]},
-            "spec_info_after": type(env.batch.spec_info).__name__,
-            "bonus_after": env.batch.spec_info.bonus_tokens.tolist(),
-            "syncs": counter.syncs,
-        })
+        step = probes.decode_step(w, env, root, reserved=env.batch.spec_info.nxt_kv_lens_cpu.tolist())
+        step["plans"] = [{"write_virtual": p.write_virtual.tolist(), "read_extent": p.read_extent,
+                          "seq_lens": p.seq_lens.tolist()} for p in translator.plans[n_plans:]]
+        out.append(step)
     return {"steps": out, "prompts": prompts}
 
 
 def ddtree_decode_configs(root: str, prompts, configs) -> list:
     """ddtree_decode_steps for several configurations in one interpreter."""
-    out = []
-    for cfg in configs:
-        try:
-            out.append({"ok": True, "value": ddtree_decode_steps(root, prompts, **cfg)})
-        except Exception as e:  # noqa: BLE001
-            import traceback
-
-            out.append({"ok": False, "type": type(e).__name__, "message": str(e),
-                        "traceback": traceback.format_exc()[-3000:]})
-    return out
+    return probes.each_config(ddtree_decode_steps, root, prompts, configs)
 
 
 def draft_block(root: str, prompts, block=5, seed=0, overlap=True) -> dict:
