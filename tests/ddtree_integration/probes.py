@@ -198,7 +198,6 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
     GPU ``__init__``) over the stand-ins, with a batch of ``prompts`` whose KV
     (every token but the last, the bonus) is in the target cache."""
     import sys
-    import types
 
     import torch
 
@@ -223,18 +222,7 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
     fakes = st.kernel_fakes(record)
     fakes["get_spec"] = lambda: spec
     fakes["mambaish_config"] = (lambda cfg: SimpleNamespace()) if hybrid else (lambda cfg: None)
-    loader.set_fakes(fakes)
-    sgl_kernel = types.ModuleType("sgl_kernel")
-    for name in ("tree_speculative_sampling_target_only", "top_k_renorm_prob", "top_p_renorm_prob"):
-        setattr(sgl_kernel, name, fakes[name])
-    sys.modules["sgl_kernel"] = sgl_kernel
-    mod = loader.load(cls_module)
-    for m, loaded in list(sys.modules.items()):
-        if not m.startswith("sglang.") or loader.is_stub(loaded):
-            continue
-        for name, fake in fakes.items():
-            if name in loaded.__dict__ and loader.is_stub(loaded.__dict__[name]):
-                setattr(loaded, name, fake)
+    mod = load_with_fakes(loader, fakes, cls_module)
     spec_utils = loader.load(f"{SPEC}.spec_utils")
     eagle_utils = loader.load(f"{SPEC}.eagle_utils")
     v2 = loader.load(f"{SPEC}.dflash_worker_v2")
@@ -246,8 +234,7 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
 
     cls = getattr(mod, cls_name)
     toy = toy_env(prompts, block, truth_rank, seed, events)
-    reqs, req_to_token, allocator, batch = toy.reqs, toy.req_to_token, toy.allocator, toy.batch
-    drafter, draft_kv, target, mamba = toy.drafter, toy.draft_kv, toy.target, toy.mamba
+    req_to_token, draft_kv, target, mamba = toy.req_to_token, toy.draft_kv, toy.target, toy.mamba
     mamba_pool = SimpleNamespace(replayssm_spec_fold=False, replayssm_is_kda=False, replayssm_cache_base=None)
     model_runner = SimpleNamespace(
         model=toy.model, attn_backend=mamba, device=DEVICE, decode_cuda_graph_runner=None,
@@ -262,18 +249,49 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
         _target_worker=target_worker, target_worker=target_worker, model_runner=model_runner,
         draft_model=draft_kv.model, ps=SimpleNamespace(tp_rank=0),
     )
+    return finish_worker(w, attrs, cls_name, N, toy, loader,
+                         record=record, events=events, mod=mod, spec=spec)
+
+
+def finish_worker(w, attrs, cls_name, N, toy, loader, **env):
+    """The worker ``w`` given ``attrs`` (and, a DDTreeWorker, its own DDTREE state as its
+    ``__init__`` sets it), the batch its first draft input (the prompts' last tokens as the
+    bonus); returns (w, env): the toy environment's parts and ``env``."""
+    import torch
+
     for k, v in attrs.items():
         object.__setattr__(w, k, v)
-    if cls_name == "DDTreeWorker":  # the worker's own DDTREE state, as its __init__ sets it
+    if cls_name == "DDTreeWorker":
         w._init_ddtree(SimpleNamespace(speculative_ddtree_budget=N - 1, speculative_num_draft_tokens=N))
-    info_v2 = loader.load(f"{SPEC}.dflash_info_v2")
     common = loader.load(f"{SPEC}.draft_worker_common")
+    batch = toy.batch
     batch.spec_info = common.make_draft_input_v2(
-        bonus_tokens=torch.tensor([r.tokens()[-1] for r in reqs], dtype=torch.int64), new_seq_lens=batch.seq_lens)
-    env = SimpleNamespace(record=record, events=events, allocator=allocator, batch=batch, reqs=reqs,
-                          req_to_token=req_to_token, draft_kv=draft_kv, target=target, drafter=drafter, mamba=mamba,
-                          loader=loader, mod=mod, info_v2=info_v2, spec=spec)
-    return w, env
+        bonus_tokens=torch.tensor([r.tokens()[-1] for r in toy.reqs], dtype=torch.int64), new_seq_lens=batch.seq_lens)
+    return w, SimpleNamespace(allocator=toy.allocator, batch=batch, reqs=toy.reqs, req_to_token=toy.req_to_token,
+                              draft_kv=toy.draft_kv, target=toy.target, drafter=toy.drafter, mamba=toy.mamba,
+                              loader=loader, **env)
+
+
+def load_with_fakes(loader, fakes, *modules):
+    """``fakes`` (standins.kernel_fakes and the probe's own) for the stand-ins and for
+    ``sgl_kernel``'s sampling kernels, then ``modules`` loaded; every name of ``fakes`` a loaded
+    real module took from a stand-in is replaced by its fake.  Returns the first module."""
+    import sys
+    import types
+
+    loader.set_fakes(fakes)
+    sgl_kernel = types.ModuleType("sgl_kernel")
+    for name in ("tree_speculative_sampling_target_only", "top_k_renorm_prob", "top_p_renorm_prob"):
+        setattr(sgl_kernel, name, fakes[name])
+    sys.modules["sgl_kernel"] = sgl_kernel
+    loaded_modules = [loader.load(m) for m in modules]
+    for m, loaded in list(sys.modules.items()):
+        if not m.startswith("sglang.") or loader.is_stub(loaded):
+            continue
+        for name, fake in fakes.items():
+            if name in loaded.__dict__ and loader.is_stub(loaded.__dict__[name]):
+                setattr(loaded, name, fake)
+    return loaded_modules[0]
 
 
 def toy_env(prompts, block, truth_rank, seed, events, req=None):
@@ -347,9 +365,10 @@ def _t(x):
     return {"dtype": str(x.dtype), "shape": list(x.shape), "values": x.tolist()}
 
 
-def _schedule(env, overlap: bool) -> None:
+def _schedule(env, overlap: bool, reservation: str = "reserved_seq_lens_cpu") -> None:
     """What the scheduler does before a spec-v2 decode step: the overlap
-    scheduler's KV reservation (the tree's own DFlashDraftInputV2.prepare_for_decode),
+    scheduler's KV reservation (the tree's own DFlashDraftInputV2.prepare_for_decode;
+    its host bound is the field ``reservation``: v0.5.23 names it ``nxt_kv_lens_cpu``),
     and the host mirror of the sequence lengths (exact, or none for backends on the
     GPU-only path, where the worker takes the reservation's bound)."""
     from tests.ddtree_integration import standins as st
@@ -357,7 +376,7 @@ def _schedule(env, overlap: bool) -> None:
     batch = env.batch
     batch.forward_mode = st.ForwardMode.DECODE
     batch.spec_info.prepare_for_decode(batch)
-    batch.spec_info.reserved_seq_lens_cpu = st.host(batch.spec_info.reserved_seq_lens_cpu)
+    setattr(batch.spec_info, reservation, st.host(getattr(batch.spec_info, reservation)))
     batch.seq_lens_cpu = st.host(batch.seq_lens_cpu) if not overlap else None
     if overlap:
         batch.seq_lens_sum = None
@@ -442,26 +461,33 @@ def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_ra
     tree's draft head in the graph (``_replay_draft_graphs``).  ``fused_verify``: the
     verify input from the tree's one kernel (ddtree_triton), run by Triton's
     interpreter, as a CUDA worker whose start-up check passed uses it."""
-
-    from tests.ddtree_integration import standins as st
-
     N = budget + 1
     w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed, N,
                            hybrid=hybrid)
     if draft_graph_padding is not None:
         _replay_draft_graphs(w, env, env.mod, block, budget, int(draft_graph_padding))
-    if fused_verify:
-        assert w.fused_verify is False, "a CPU worker keeps the torch path at start-up"
-        import sys
-        sys.modules[f"{SPEC}.ddtree_tree"]._TRITON = _interpreted_verify_kernels(root)
-        w.fused_verify = True
-    if sampling:
-        env.batch.sampling_info = st.Sampled(len(prompts))
+    decode_options(w, env, root, prompts, fused_verify, sampling)
     out = []
     for _ in range(steps):
         _schedule(env, overlap)
         out.append(decode_step(w, env, root, reserved=env.batch.spec_info.reserved_seq_lens_cpu.tolist()))
     return {"steps": out, "prompts": prompts}
+
+
+def decode_options(w, env, root, prompts, fused_verify, sampling) -> None:
+    """``fused_verify``: the worker builds its verify input with the tree's one kernel
+    (ddtree_triton in Triton's interpreter), as a CUDA worker whose start-up check passed
+    does; ``sampling``: the batch samples at temperature 1."""
+    import sys
+
+    from tests.ddtree_integration import standins as st
+
+    if fused_verify:
+        assert w.fused_verify is False, "a CPU worker keeps the torch path at start-up"
+        sys.modules[f"{SPEC}.ddtree_tree"]._TRITON = _interpreted_verify_kernels(root)
+        w.fused_verify = True
+    if sampling:
+        env.batch.sampling_info = st.Sampled(len(prompts))
 
 
 def decode_step(w, env, root, reserved) -> dict:
@@ -638,15 +664,21 @@ def dflash_chain_steps(root: str, prompts, block=5, steps=2, seed=0, compact_win
     the same stand-ins: the chain it verifies, what it commits, and the syncs of
     each step (with ``compact_window``: the draft's sliding-window view rebuilt on
     the eager path, which reads lengths on the host)."""
-    from tests.ddtree_integration.syncs import SyncCounter
-
     w, env = _worker_setup(root, f"{SPEC}.dflash_worker_v2", "DFlashWorkerV2", prompts, block, [0, 1], seed, block)
     if compact_window is not None:
         w.draft_window_size, w.use_compact_draft_cache = int(compact_window), True
         w.draft_model_runner.req_to_token_pool = SimpleNamespace(req_to_token=env.req_to_token.clone())
+    return chain_steps(w, env, root, steps, lambda: _schedule(env, overlap=False))
+
+
+def chain_steps(w, env, root, steps, schedule, kv=False) -> dict:
+    """``steps`` decode steps of a DFLASH worker (``schedule()`` before each): the chain each
+    verifies, what it commits (``kv``: the target's and the drafter's KV too), the syncs."""
+    from tests.ddtree_integration.syncs import SyncCounter
+
     out = []
     for _ in range(steps):
-        _schedule(env, overlap=False)
+        schedule()
         seq_before = env.batch.seq_lens.tolist()
         with SyncCounter(root) as counter:
             res = w.forward_batch_generation(env.batch)
@@ -657,6 +689,9 @@ def dflash_chain_steps(root: str, prompts, block=5, steps=2, seed=0, compact_win
                     "verify_slots": call["out_cache_loc"].tolist(), "seq_before": seq_before,
                     "applied": applied, "outputs_after": [list(r.output_ids) for r in env.reqs],
                     "syncs": counter.syncs})
+        if kv:
+            out[-1].update(draft_kv=dict(sorted((str(k), v) for k, v in env.draft_kv.slots.items())),
+                           target_kv={str(s): list(v) for s, v in env.allocator.kv.items()})
     return {"steps": out, "has_run_draft_block": any("_run_draft_block" in vars(c) for c in type(w).__mro__)}
 
 
@@ -824,6 +859,41 @@ def _linear_backend(hyb, server_args, device="cpu"):
     return backend
 
 
+def linear_metadata(md) -> dict:
+    """The tree fields of the hybrid backend's ``ForwardMetadata``."""
+    return {
+        "query_start_loc": md.query_start_loc.tolist(),
+        "retrieve_next_token": None if md.retrieve_next_token is None else md.retrieve_next_token.tolist(),
+        "retrieve_next_sibling": None if md.retrieve_next_sibling is None else md.retrieve_next_sibling.tolist(),
+        "retrieve_parent_token": None if md.retrieve_parent_token is None
+        else {"dtype": str(md.retrieve_parent_token.dtype), "shape": list(md.retrieve_parent_token.shape)},
+    }
+
+
+def ddtree_verify_metadata(loader, metadata, bs, block, budget) -> dict:
+    """``metadata`` (the backend's TARGET_VERIFY metadata of a verify input) of a DDTree verify
+    input built by the tree's worker (a random draft's tree), with whether the backend passes
+    its LCRS arrays through as they are; a failure is the result."""
+    import torch
+
+    from tests.ddtree_integration import standins as st
+
+    try:
+        worker = loader.load(f"{SPEC}.ddtree_worker")
+        tree_mod = loader.load(f"{SPEC}.ddtree_tree")
+        g = torch.Generator().manual_seed(0)
+        ids, lps = tree_mod.topk_logprobs(torch.randn((bs, block - 1, st.VOCAB), generator=g), budget)
+        tree = tree_mod.build_ddtree(ids, lps, budget)
+        seq = torch.tensor([5, 9][:bs], dtype=torch.int64)
+        vi = worker.make_verify_input(tree, torch.tensor([1, 2][:bs]), seq, int(seq.sum()), block - 1)
+        md = metadata(vi)
+        md["same_arrays"] = (md["retrieve_next_token"] == vi.retrieve_next_token.tolist()
+                             and md["retrieve_next_sibling"] == vi.retrieve_next_sibling.tolist())
+        return {"ok": True, "value": md}
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "type": type(e).__name__, "message": str(e)}
+
+
 def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
     """The hybrid linear-attention backend's TARGET_VERIFY metadata (the tree
     path that makes its conv / GDN / Mamba kernels follow each node's parent),
@@ -849,14 +919,7 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
                              input_ids=torch.zeros(bs * N, dtype=torch.int64), spec_info=info,
                              req_pool_indices=torch.arange(bs), mamba_track_indices=None, mamba_track_mask=None,
                              _original_batch_size=None, seq_lens_cpu=None)
-        md = backend._forward_metadata(fb)
-        return {
-            "query_start_loc": md.query_start_loc.tolist(),
-            "retrieve_next_token": None if md.retrieve_next_token is None else md.retrieve_next_token.tolist(),
-            "retrieve_next_sibling": None if md.retrieve_next_sibling is None else md.retrieve_next_sibling.tolist(),
-            "retrieve_parent_token": None if md.retrieve_parent_token is None
-            else {"dtype": str(md.retrieve_parent_token.dtype), "shape": list(md.retrieve_parent_token.shape)},
-        }
+        return linear_metadata(backend._forward_metadata(fb))
 
     out = {"topk": backend.topk}
     # (a) the dummy-run verify input of a DFlash-family algorithm (base_runner's warm-up)
@@ -868,21 +931,7 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
     except Exception as e:  # noqa: BLE001
         out["warmup"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
     # (b) a DDTree verify input
-    try:
-        worker = loader.load(f"{SPEC}.ddtree_worker")
-        tree_mod = loader.load(f"{SPEC}.ddtree_tree")
-        g = torch.Generator().manual_seed(0)
-        logits = torch.randn((bs, block - 1, st.VOCAB), generator=g)
-        ids, lps = tree_mod.topk_logprobs(logits, budget)
-        tree = tree_mod.build_ddtree(ids, lps, budget)
-        seq = torch.tensor([5, 9][:bs], dtype=torch.int64)
-        vi = worker.make_verify_input(tree, torch.tensor([1, 2][:bs]), seq, int(seq.sum()), block - 1)
-        md = metadata(vi)
-        md["same_arrays"] = (md["retrieve_next_token"] == vi.retrieve_next_token.tolist()
-                             and md["retrieve_next_sibling"] == vi.retrieve_next_sibling.tolist())
-        out["ddtree"] = {"ok": True, "value": md}
-    except Exception as e:  # noqa: BLE001
-        out["ddtree"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
+    out["ddtree"] = ddtree_verify_metadata(loader, metadata, bs, block, budget)
     return out
 
 
@@ -935,6 +984,56 @@ def _chain_path(worker, Runner, runner, describe, target_args, spec_bag, context
                 overrides=[src for src, _ in context_log])
 
 
+class SpecContext:
+    """``runtime_context.get_context()``: the published spec bag ``bag`` and its override,
+    which ``log`` records (source, fields)."""
+
+    def __init__(self, bag, log=None):
+        self.bag, self.log = bag, [] if log is None else log
+
+    def is_config_namespace_published(self, name):
+        return name == "spec"
+
+    def config_bag(self, name):
+        assert name == "spec", name
+        return self.bag
+
+    def override(self, source, **fields):
+        self.log.append([source, dict(fields)])
+        for k, v in fields.items():
+            setattr(self.bag, k, v)
+
+
+def capture_runner(Runner, algo, backend_name, is_draft, width, num_draft_tokens, max_bs, server_args):
+    """A ``DecodeCudaGraphRunner`` made without its GPU ``__init__``: what ``get_spec_info``
+    reads (the model runner's algorithm, role and backend class, the widths, the static mask)."""
+    import torch
+
+    r = object.__new__(Runner)
+    r.__dict__.update(
+        model_runner=SimpleNamespace(spec_algorithm=algo, is_draft_worker=is_draft, server_args=server_args,
+                                     attn_backend=type(backend_name, (), {})()),
+        speculative_num_steps=1, speculative_num_draft_tokens=num_draft_tokens, captured_req_width=width,
+        ragged_verify_mode=None,
+        buffers=SimpleNamespace(custom_mask=torch.ones((max_bs + max_bs * width) * width, dtype=torch.bool)))
+    return r
+
+
+def describe_capture(r, info, eagle_info) -> dict:
+    """The verify input a graph runner ``r`` captures with."""
+    from tests.ddtree_integration import standins as st
+
+    return {
+        "type": type(info).__name__,
+        "tree_input": isinstance(info, eagle_info.EagleVerifyInput),
+        "static_mask": info.custom_mask is not None and info.custom_mask is r.buffers.custom_mask,
+        "draft_token_num": info.draft_token_num,
+        "topk": getattr(info, "topk", None),
+        "spec_steps": getattr(info, "spec_steps", None),
+        "capture_hidden_mode": st.CaptureHiddenMode(info.capture_hidden_mode).name,
+    }
+
+
 def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1, 4), vocab=64) -> dict:
     """DDTREE's target verify through the tree's real CUDA-graph code, on CPU:
 
@@ -959,18 +1058,9 @@ def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1
     spec_bag = SimpleNamespace(speculative_num_draft_tokens=budget + 1, speculative_num_steps=1, speculative_eagle_topk=2)
     context_log = []
 
-    class Context:  # the runtime context's spec bag and its override (runtime_context.get_context)
-        def config_bag(self, name):
-            assert name == "spec", name
-            return spec_bag
-
-        def override(self, source, **fields):
-            context_log.append([source, dict(fields)])
-            for k, v in fields.items():
-                setattr(spec_bag, k, v)
-
+    context = SpecContext(spec_bag, context_log)
     loader.set_fakes({"ForwardMode": st.ForwardMode, "CaptureHiddenMode": st.CaptureHiddenMode,
-                      "get_spec": lambda: spec_bag, "get_context": Context})
+                      "get_spec": lambda: spec_bag, "get_context": lambda: context})
     dcgr = loader.load("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
     hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
     tri = loader.load("sglang.srt.layers.attention.triton_backend")
@@ -989,25 +1079,11 @@ def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1
                                     "speculative_eagle_topk": 1})
 
     def runner(backend_name, is_draft, width):
-        args = draft_args if is_draft else target_args
-        r = object.__new__(Runner)
-        r.__dict__.update(
-            model_runner=SimpleNamespace(spec_algorithm=algo, is_draft_worker=is_draft, server_args=args,
-                                         attn_backend=type(backend_name, (), {})()),
-            speculative_num_steps=1, speculative_num_draft_tokens=N, captured_req_width=width,
-            ragged_verify_mode=None,
-            buffers=SimpleNamespace(custom_mask=torch.ones((max_bs + max_bs * width) * width, dtype=torch.bool)))
-        return r
+        return capture_runner(Runner, algo, backend_name, is_draft, width, N, max_bs,
+                              draft_args if is_draft else target_args)
 
     def describe(r, info):
-        return {
-            "type": type(info).__name__,
-            "tree_input": isinstance(info, eagle_info.EagleVerifyInput),
-            "static_mask": info.custom_mask is not None and info.custom_mask is r.buffers.custom_mask,
-            "draft_token_num": info.draft_token_num,
-            "topk": getattr(info, "topk", None),
-            "capture_hidden_mode": st.CaptureHiddenMode(info.capture_hidden_mode).name,
-        }
+        return describe_capture(r, info, eagle_info)
 
     out = {"capture": {}}
     for name in ("TritonAttnBackend", "FlashInferAttnBackend"):

@@ -29,23 +29,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from tests.ddtree_integration import probes
-from tests.ddtree_integration.probes import SPEC, _apply, _install, _interpreted_verify_kernels
+from tests.ddtree_integration.probes import SPEC, _install
 
-WORKER_MODULES = [
-    f"{SPEC}.spec_info",
-    f"{SPEC}.spec_registry",
-    f"{SPEC}.ddtree_adaptive",
-    f"{SPEC}.ddtree_algo",
-    f"{SPEC}.ddtree_tree",
-    f"{SPEC}.ddtree_worker",
-    f"{SPEC}.dflash_worker_v2",
-    f"{SPEC}.dflash_info",
-    f"{SPEC}.dflash_info_v2",
-    f"{SPEC}.dflash_utils",
-    f"{SPEC}.draft_worker_common",
-    f"{SPEC}.eagle_info",
-    f"{SPEC}.eagle_utils",
-    f"{SPEC}.spec_utils",
+WORKER_MODULES = probes.WORKER_MODULES + [
     "sglang.srt.mem_cache.kv_loc_plan",
     "sglang.srt.mem_cache.allocation_sizing",
     "sglang.kernels.ops.speculative.dflash",  # DFlash's greedy accept (its CPU branch), for DFLASH's own steps
@@ -100,7 +86,6 @@ def _req(prompt):
 
 def _worker_setup(root, cls_name, prompts, block, truth_rank, seed, N, hybrid=True):
     import sys
-    import types
 
     import torch
 
@@ -138,19 +123,9 @@ def _worker_setup(root, cls_name, prompts, block, truth_rank, seed, N, hybrid=Tr
         # kernels/ops/sampling.softmax: the temperature-scaled softmax (a Triton kernel on the GPU)
         "sampling_softmax": lambda logits, temperatures: torch.softmax(logits / temperatures, dim=-1),
     })
-    loader.set_fakes(fakes)
-    sgl_kernel = types.ModuleType("sgl_kernel")
-    for name in ("tree_speculative_sampling_target_only", "top_k_renorm_prob", "top_p_renorm_prob"):
-        setattr(sgl_kernel, name, fakes[name])
-    sys.modules["sgl_kernel"] = sgl_kernel
+    v2 = probes.load_with_fakes(loader, fakes, f"{SPEC}.dflash_worker_v2",
+                                *([f"{SPEC}.ddtree_worker"] if cls_name == "DDTreeWorker" else []))
     mod = loader.load(f"{SPEC}.ddtree_worker") if cls_name == "DDTreeWorker" else None
-    v2 = loader.load(f"{SPEC}.dflash_worker_v2")
-    for m, loaded in list(sys.modules.items()):
-        if not m.startswith("sglang.") or loader.is_stub(loaded):
-            continue
-        for name, fake in fakes.items():
-            if name in loaded.__dict__ and loader.is_stub(loaded.__dict__[name]):
-                setattr(loaded, name, fake)
     spec_utils = loader.load(f"{SPEC}.spec_utils")
     eagle_utils = loader.load(f"{SPEC}.eagle_utils")
     plan_mod = loader.load("sglang.srt.mem_cache.kv_loc_plan")
@@ -162,8 +137,8 @@ def _worker_setup(root, cls_name, prompts, block, truth_rank, seed, N, hybrid=Tr
 
     cls = getattr(mod, cls_name) if mod is not None else getattr(v2, cls_name)
     toy = probes.toy_env(prompts, block, truth_rank, seed, events, req=_req)
-    reqs, req_to_token, allocator, batch = toy.reqs, toy.req_to_token, toy.allocator, toy.batch
-    drafter, draft_kv, target, mamba = toy.drafter, toy.draft_kv, toy.target, toy.mamba
+    req_to_token, batch, drafter = toy.req_to_token, toy.batch, toy.drafter
+    draft_kv, target, mamba = toy.draft_kv, toy.target, toy.mamba
     batch.maybe_evict_swa = lambda: None
     batch.can_run_decode_cuda_graph = True
     drafter.kv_index_translator = Translator(plan_mod, "draft")
@@ -192,52 +167,24 @@ def _worker_setup(root, cls_name, prompts, block, truth_rank, seed, N, hybrid=Tr
         _tp_sync=SimpleNamespace(sync=lambda site, *tensors: None),  # one TP rank: nothing to broadcast
         draft_parallel_layout=SimpleNamespace(tp_group=None, disable_cp=False),  # the target's own group
     )
-    for k, v in attrs.items():
-        object.__setattr__(w, k, v)
-    if cls_name == "DDTreeWorker":
-        w._init_ddtree(SimpleNamespace(speculative_ddtree_budget=N - 1, speculative_num_draft_tokens=N))
-    info_v2 = loader.load(f"{SPEC}.dflash_info_v2")
-    common = loader.load(f"{SPEC}.draft_worker_common")
-    batch.spec_info = common.make_draft_input_v2(
-        bonus_tokens=torch.tensor([r.tokens()[-1] for r in reqs], dtype=torch.int64), new_seq_lens=batch.seq_lens)
-    env = SimpleNamespace(record=record, events=events, allocator=allocator, batch=batch, reqs=reqs,
-                          req_to_token=req_to_token, draft_kv=draft_kv, target=target, drafter=drafter, mamba=mamba,
-                          loader=loader, mod=mod, info_v2=info_v2, spec=spec, v2=v2)
-    return w, env
+    return probes.finish_worker(w, attrs, cls_name, N, toy, loader,
+                                record=record, events=events, mod=mod, spec=spec, v2=v2)
 
 
 def _schedule(env, overlap: bool) -> None:
-    """What v0.5.23's scheduler does before a spec-v2 decode step: the overlap
-    scheduler's KV reservation (the tree's DFlashDraftInputV2.prepare_for_decode:
-    committed + 2 x speculative_num_draft_tokens, page-aligned), and the host
-    mirror of the lengths (none with the overlap scheduler's GPU-only path)."""
-    from tests.ddtree_integration import standins as st
-
-    batch = env.batch
-    batch.forward_mode = st.ForwardMode.DECODE
-    batch.spec_info.prepare_for_decode(batch)
-    batch.spec_info.nxt_kv_lens_cpu = st.host(batch.spec_info.nxt_kv_lens_cpu)
-    batch.seq_lens_cpu = st.host(batch.seq_lens_cpu) if not overlap else None
-    if overlap:
-        batch.seq_lens_sum = None
+    """probes._schedule on v0.5.23: the reservation (committed + 2 x
+    speculative_num_draft_tokens, page-aligned) is ``nxt_kv_lens``; v0.5.23's
+    prepare_for_decode also seeds the host mirror of the committed lengths."""
+    probes._schedule(env, overlap, reservation="nxt_kv_lens_cpu")
 
 
 def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_rank=(0, 1, 0, 2), seed=0,
                         sampling=False, overlap=True, hybrid=True, fused_verify=False) -> dict:
     """probes.ddtree_decode_steps on v0.5.23: the same record per step, plus the
     KV-location plans the step made (the draft block's and the verify's)."""
-    from tests.ddtree_integration import standins as st
-
     N = budget + 1
     w, env = _worker_setup(root, "DDTreeWorker", prompts, block, list(truth_rank), seed, N, hybrid=hybrid)
-    if fused_verify:
-        import sys
-
-        assert w.fused_verify is False, "a CPU worker keeps the torch path at start-up"
-        sys.modules[f"{SPEC}.ddtree_tree"]._TRITON = _interpreted_verify_kernels(root)
-        w.fused_verify = True
-    if sampling:
-        env.batch.sampling_info = st.Sampled(len(prompts))
+    probes.decode_options(w, env, root, prompts, fused_verify, sampling)
     translator = w.target_worker.model_runner.kv_index_translator
     out = []
     for _ in range(steps):
@@ -288,25 +235,8 @@ def draft_block(root: str, prompts, block=5, seed=0, overlap=True) -> dict:
 def dflash_chain_steps(root: str, prompts, block=5, steps=2, seed=0, overlap=False) -> dict:
     """DFLASH's own spec-v2 decode steps (v0.5.23's DFlashWorkerV2.forward_batch_generation)
     on the same stand-ins: the chain it verifies, what it commits, and the syncs of each step."""
-    from tests.ddtree_integration.syncs import SyncCounter
-
     w, env = _worker_setup(root, "DFlashWorkerV2", prompts, block, [0, 1], seed, block)
-    out = []
-    for _ in range(steps):
-        _schedule(env, overlap)
-        seq_before = env.batch.seq_lens.tolist()
-        with SyncCounter(root) as counter:
-            res = w.forward_batch_generation(env.batch)
-        call = env.target.calls[-1]
-        applied = _apply(env, res)
-        out.append({"draft_token": call["spec_info"].draft_token.tolist(),
-                    "positions": call["spec_info"].positions.tolist(),
-                    "verify_slots": call["out_cache_loc"].tolist(), "seq_before": seq_before,
-                    "applied": applied, "outputs_after": [list(r.output_ids) for r in env.reqs],
-                    "draft_kv": dict(sorted((str(k), v) for k, v in env.draft_kv.slots.items())),
-                    "target_kv": {str(s): list(v) for s, v in env.allocator.kv.items()},
-                    "syncs": counter.syncs})
-    return {"steps": out, "has_run_draft_block": any("_run_draft_block" in vars(c) for c in type(w).__mro__)}
+    return probes.chain_steps(w, env, root, steps, lambda: _schedule(env, overlap), kv=True)
 
 
 def worker_init(root: str, block=16, budget=63, sampler=None) -> dict:
@@ -326,23 +256,12 @@ def worker_init(root: str, block=16, budget=63, sampler=None) -> dict:
                           speculative_ddtree_chain_batch=None, speculative_ddtree_adaptive=False)
     log = []
 
-    class Context:  # runtime_context.RuntimeContext: the published spec bag and its override
-        def is_config_namespace_published(self, name):
-            return name == "spec"
-
-        def config_bag(self, name):
-            assert name == "spec", name
-            return bag
-
-        def override(self, source, **fields):
-            log.append([source, dict(fields)])
-            for k, v in fields.items():
-                setattr(bag, k, v)
+    context = probes.SpecContext(bag, log)
 
     vocab = 32
     lm_head = SimpleNamespace(weight=torch.zeros((vocab, 8)), shard_indices=SimpleNamespace(
         num_org_elements=vocab, num_added_elements=0, org_vocab_start_index=0))
-    loader.set_fakes({"get_context": Context, "get_spec": lambda: bag,
+    loader.set_fakes({"get_context": lambda: context, "get_spec": lambda: bag,
                       "get_parallel": lambda: SimpleNamespace(tp_group=SimpleNamespace(world_size=1), tp_rank=0),
                       "get_exec": lambda: SimpleNamespace(graph=SimpleNamespace(cuda_graph_config=SimpleNamespace(
                           decode=SimpleNamespace(bs=[1, 2, 4])))),
@@ -393,7 +312,6 @@ def graph_capture(root: str, budget=7, block=4, capture_bs=(1, 4)) -> dict:
     DFlash's mask policy reads), for the drafter, for the target's chain-steps runner
     (``verifies_chain``) and for a target runner of the wrong width (arguments that skipped
     DDTREE's rules)."""
-    import torch
 
     from tests.ddtree_integration import standins as st
 
@@ -402,15 +320,8 @@ def graph_capture(root: str, budget=7, block=4, capture_bs=(1, 4)) -> dict:
     bag = SimpleNamespace(speculative_num_draft_tokens=N, speculative_num_steps=1, speculative_eagle_topk=2,
                           speculative_ddtree_budget=budget, speculative_dflash_block_size=block)
 
-    class Context:
-        def is_config_namespace_published(self, name):
-            return name == "spec"
-
-        def config_bag(self, name):
-            return bag
-
     loader.set_fakes({"ForwardMode": st.ForwardMode, "CaptureHiddenMode": st.CaptureHiddenMode,
-                      "get_spec": lambda: bag, "get_context": Context})
+                      "get_spec": lambda: bag, "get_context": lambda: probes.SpecContext(bag)})
     dcgr = loader.load("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
     spec_mod = loader.load(f"{SPEC}.spec_info")
     algo = spec_mod.SpeculativeAlgorithm.from_string("DDTREE")
@@ -419,27 +330,13 @@ def graph_capture(root: str, budget=7, block=4, capture_bs=(1, 4)) -> dict:
     max_bs = max(capture_bs)
 
     def runner(backend_name, is_draft, width, chain=False):
-        r = object.__new__(Runner)
-        r.__dict__.update(
-            model_runner=SimpleNamespace(spec_algorithm=algo, is_draft_worker=is_draft, server_args=SimpleNamespace(),
-                                         attn_backend=type(backend_name, (), {})()),
-            speculative_num_steps=1, speculative_num_draft_tokens=width, captured_req_width=width,
-            ragged_verify_mode=None,
-            buffers=SimpleNamespace(custom_mask=torch.ones((max_bs + max_bs * width) * width, dtype=torch.bool)))
+        r = probes.capture_runner(Runner, algo, backend_name, is_draft, width, width, max_bs, SimpleNamespace())
         if chain:
             r.verifies_chain = True
         return r
 
     def describe(r, info):
-        return {
-            "type": type(info).__name__,
-            "tree_input": isinstance(info, eagle_info.EagleVerifyInput),
-            "static_mask": info.custom_mask is not None and info.custom_mask is r.buffers.custom_mask,
-            "draft_token_num": info.draft_token_num,
-            "topk": getattr(info, "topk", None),
-            "spec_steps": getattr(info, "spec_steps", None),
-            "capture_hidden_mode": st.CaptureHiddenMode(info.capture_hidden_mode).name,
-        }
+        return probes.describe_capture(r, info, eagle_info)
 
     out = {}
     for name in ("TritonAttnBackend", "FlashInferAttnBackend"):
@@ -492,14 +389,7 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
                              extend_seq_lens_cpu=None, extend_prefix_lens_cpu=None,
                              extend_start_loc=None, extend_seq_lens=None,
                              _original_batch_size=None, seq_lens_cpu=None, tbo_parent_token_range=None)
-        md = backend._forward_metadata(fb)
-        return {
-            "query_start_loc": md.query_start_loc.tolist(),
-            "retrieve_next_token": None if md.retrieve_next_token is None else md.retrieve_next_token.tolist(),
-            "retrieve_next_sibling": None if md.retrieve_next_sibling is None else md.retrieve_next_sibling.tolist(),
-            "retrieve_parent_token": None if md.retrieve_parent_token is None
-            else {"dtype": str(md.retrieve_parent_token.dtype), "shape": list(md.retrieve_parent_token.shape)},
-        }
+        return probes.linear_metadata(backend._forward_metadata(fb))
 
     out = {"topk": backend.topk}
     algo = spec_info.SpeculativeAlgorithm.from_string("DFLASH")
@@ -509,18 +399,5 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
         out["warmup"] = {"ok": True, "value": metadata(warmup)}
     except Exception as e:  # noqa: BLE001
         out["warmup"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
-    try:
-        worker = loader.load(f"{SPEC}.ddtree_worker")
-        tree_mod = loader.load(f"{SPEC}.ddtree_tree")
-        g = torch.Generator().manual_seed(0)
-        ids, lps = tree_mod.topk_logprobs(torch.randn((bs, block - 1, st.VOCAB), generator=g), budget)
-        tree = tree_mod.build_ddtree(ids, lps, budget)
-        seq = torch.tensor([5, 9][:bs], dtype=torch.int64)
-        vi = worker.make_verify_input(tree, torch.tensor([1, 2][:bs]), seq, int(seq.sum()), block - 1)
-        md = metadata(vi)
-        md["same_arrays"] = (md["retrieve_next_token"] == vi.retrieve_next_token.tolist()
-                             and md["retrieve_next_sibling"] == vi.retrieve_next_sibling.tolist())
-        out["ddtree"] = {"ok": True, "value": md}
-    except Exception as e:  # noqa: BLE001
-        out["ddtree"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
+    out["ddtree"] = probes.ddtree_verify_metadata(loader, metadata, bs, block, budget)
     return out

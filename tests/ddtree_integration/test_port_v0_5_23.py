@@ -302,7 +302,7 @@ def _ddtree_start(tree, **server):
 
     from sgl_overlay.harness import load_scenario, run_scenario
 
-    sc = load_scenario("dflash-smoke")
+    sc = load_scenario("dflash-smoke").respelled()  # v0.5.23 refuses the renamed flags' old spellings
     args = dict(sc.server, speculative_algorithm="DDTREE", max_running_requests=1, max_mamba_cache_size=4,
                 mem_fraction_static=0.9, **server)
     args.pop("speculative_dflash_block_size")  # the block comes from the drafter's config, as DFLASH's does
