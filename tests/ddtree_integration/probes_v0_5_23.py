@@ -179,11 +179,15 @@ def _schedule(env, overlap: bool) -> None:
 
 
 def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_rank=(0, 1, 0, 2), seed=0,
-                        sampling=False, overlap=True, hybrid=True, fused_verify=False) -> dict:
+                        sampling=False, overlap=True, hybrid=True, fused_verify=False, draft_graph_padding=None) -> dict:
     """probes.ddtree_decode_steps on v0.5.23: the same record per step, plus the
-    KV-location plans the step made (the draft block's and the verify's)."""
+    KV-location plans the step made (the draft block's and the verify's).  ``draft_graph_padding``:
+    the drafter runs as CUDA-graph replays with the tree's draft head in the graph
+    (probes._replay_draft_graphs)."""
     N = budget + 1
     w, env = _worker_setup(root, "DDTreeWorker", prompts, block, list(truth_rank), seed, N, hybrid=hybrid)
+    if draft_graph_padding is not None:
+        probes._replay_draft_graphs(w, env, env.mod, block, budget, int(draft_graph_padding))
     probes.decode_options(w, env, root, prompts, fused_verify, sampling)
     translator = w.target_worker.model_runner.kv_index_translator
     out = []

@@ -286,6 +286,15 @@ def test_ddtree_decode_without_overlap_dense_and_sampling_are_the_pins(port, pin
                          dict(CONFIGS[1], sampling=True)])
 
 
+def test_ddtree_decode_with_the_draft_head_in_the_graph_is_the_pins(port, pin):
+    """The drafter's forward as CUDA-graph replays with DDTREE's draft head folded in (two
+    padded rows of noise, no hidden states handed back, as probes._replay_draft_graphs
+    replays them): every step takes its tree from the head's buffers, and feeds the verify and
+    commits what the pin's worker does, with and without the overlap scheduler."""
+    _compare(port, pin, [dict(CONFIGS[0], draft_graph_padding=2), dict(CONFIGS[1], draft_graph_padding=2,
+                                                                       overlap=False)])
+
+
 def test_ddtree_decode_with_the_verify_kernel_is_the_pins(port, pin, monkeypatch):
     """The verify input from the tree's one Triton kernel (ddtree_triton, in Triton's
     interpreter on this CPU, as a CUDA worker whose start-up check passed builds it),
