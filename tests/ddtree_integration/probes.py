@@ -727,7 +727,8 @@ def tp_topk(root: str, tp=3, bs=2, L=3, vocab=50, hidden=8, budget=9, seed=0) ->
             num_org_elements=hi - lo, num_org_elements_padded=shard, num_added_elements=0,
             org_vocab_start_index=lo, added_vocab_start_index=vocab))
         mod = loader.load(f"{SPEC}.ddtree_worker")
-        mod.get_tp_group = lambda: world
+        mod.get_tp_group = lambda: world  # v0.5.17's worker; v0.5.23's asks get_parallel() for it
+        mod.get_parallel = lambda: SimpleNamespace(tp_group=world)
         worker = object.__new__(mod.DDTreeWorker)
         object.__setattr__(worker, "budget", budget)
         object.__setattr__(worker, "model_runner", SimpleNamespace(model_config=SimpleNamespace(vocab_size=vocab)))

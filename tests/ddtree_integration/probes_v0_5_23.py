@@ -309,26 +309,20 @@ def worker_init(root: str, block=16, budget=63, sampler=None) -> dict:
     }
 
 
-def graph_capture(root: str, budget=7, block=4, capture_bs=(1, 4)) -> dict:
-    """``DecodeCudaGraphRunner.get_spec_info`` of v0.5.23 (the real method, on a runner made
-    without its GPU ``__init__``): the verify input the target's decode CUDA graphs are
-    captured with, for a triton and a flashinfer target backend (named by class, which
-    DFlash's mask policy reads), for the drafter, for the target's chain-steps runner
-    (``verifies_chain``) and for a target runner of the wrong width (arguments that skipped
-    DDTREE's rules)."""
-
+def _graph_setup(root, budget, block, capture_bs):
+    """v0.5.23's DecodeCudaGraphRunner (the real class) and runners of it made without their
+    GPU ``__init__`` for DDTREE (the published spec bag: N = budget + 1, topk 2)."""
     from tests.ddtree_integration import standins as st
 
     _, loader = _install(root, WORKER_MODULES + ["sglang.srt.model_executor.runner.decode_cuda_graph_runner"])
     N = budget + 1
     bag = SimpleNamespace(speculative_num_draft_tokens=N, speculative_num_steps=1, speculative_eagle_topk=2,
                           speculative_ddtree_budget=budget, speculative_dflash_block_size=block)
-
+    context = probes.SpecContext(bag)
     loader.set_fakes({"ForwardMode": st.ForwardMode, "CaptureHiddenMode": st.CaptureHiddenMode,
-                      "get_spec": lambda: bag, "get_context": lambda: probes.SpecContext(bag)})
+                      "get_spec": lambda: bag, "get_context": lambda: context})
     dcgr = loader.load("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
-    spec_mod = loader.load(f"{SPEC}.spec_info")
-    algo = spec_mod.SpeculativeAlgorithm.from_string("DDTREE")
+    algo = loader.load(f"{SPEC}.spec_info").SpeculativeAlgorithm.from_string("DDTREE")
     eagle_info = loader.load(f"{SPEC}.eagle_info")
     Runner = dcgr.DecodeCudaGraphRunner
     max_bs = max(capture_bs)
@@ -342,6 +336,19 @@ def graph_capture(root: str, budget=7, block=4, capture_bs=(1, 4)) -> dict:
     def describe(r, info):
         return probes.describe_capture(r, info, eagle_info)
 
+    return SimpleNamespace(loader=loader, Runner=Runner, runner=runner, describe=describe, bag=bag, context=context,
+                           N=N, max_bs=max_bs)
+
+
+def graph_capture(root: str, budget=7, block=4, capture_bs=(1, 4)) -> dict:
+    """``DecodeCudaGraphRunner.get_spec_info`` of v0.5.23 (the real method, on a runner made
+    without its GPU ``__init__``): the verify input the target's decode CUDA graphs are
+    captured with, for a triton and a flashinfer target backend (named by class, which
+    DFlash's mask policy reads), for the drafter, for the target's chain-steps runner
+    (``verifies_chain``) and for a target runner of the wrong width (arguments that skipped
+    DDTREE's rules)."""
+    g = _graph_setup(root, budget, block, capture_bs)
+    Runner, runner, describe, N, max_bs = g.Runner, g.runner, g.describe, g.N, g.max_bs
     out = {}
     for name in ("TritonAttnBackend", "FlashInferAttnBackend"):
         r = runner(name, False, N)
@@ -356,6 +363,18 @@ def graph_capture(root: str, budget=7, block=4, capture_bs=(1, 4)) -> dict:
     except RuntimeError as e:
         out["wrong_width"] = str(e)
     return out
+
+
+def chain_verify_path(root: str, budget=7, block=4, capture_bs=(1, 4)) -> dict:
+    """``ddtree_worker.build_chain_verify`` on v0.5.23 (``--speculative-ddtree-chain-batch`` /
+    ``--speculative-ddtree-adaptive``), through probes._chain_path: the spec values its new
+    attention backend and its graph runner are built under (DFLASH's: the block and topk 1, set
+    in the published spec bag through the context's override), the tree's back after, and the
+    input that runner captures with (the real get_spec_info)."""
+    g = _graph_setup(root, budget, block, capture_bs)
+    worker = g.loader.load(f"{SPEC}.ddtree_worker")
+    raw = SimpleNamespace(speculative_num_draft_tokens=None, speculative_eagle_topk=None)  # the record's raw inputs
+    return probes._chain_path(worker, g.Runner, g.runner, g.describe, raw, g.bag, g.context.log, block, g.max_bs)
 
 
 def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:

@@ -411,3 +411,37 @@ def test_target_graphs_capture_the_tree_input(port):
     assert v["chain"] == dict(v["drafter"], capture_hidden_mode="FULL")
     assert isinstance(v["wrong_width"], str) and "captured with 4 tokens per request" in v["wrong_width"] \
         and "budget + 1 = 8" in v["wrong_width"], v["wrong_width"]
+
+
+def test_tp_topk_merge_on_v0_5_23(port):
+    """ddtree-algorithm.patch: with tensor parallelism (v0.5.23's get_parallel().tp_group) every
+    rank builds the same tree: TP 2 and 3, the last shard short, all ranks get the single-rank
+    top-K over the whole vocabulary (ids exact, log-probs within 1e-4).  v0.5.23 has no DDTREE
+    worker."""
+    r = probe(port, "tp_topk_many", tps=[2, 3])
+    assert r["ok"], f"{r.get('type')}: {r.get('message')}"
+    for v in r["value"]:
+        assert v["ranks_identical"] and v["ids_equal"], v
+        assert v["max_lp_diff"] < 1e-4, v
+        assert v["shapes"] == [[2, 3, 9], "torch.int64", "torch.float32"]
+
+
+def test_chain_verify_path_is_dflashs(port):
+    """ddtree-algorithm.patch: the chain steps' verify path on v0.5.23
+    (``build_chain_verify``, for --speculative-ddtree-chain-batch and --speculative-ddtree-adaptive)
+    builds a new target attention backend (a new workspace) and a DecodeCudaGraphRunner marked
+    verifies_chain while the published spec bag holds DFLASH's values (the block 4, topk 1),
+    set and restored through RuntimeContext.override (the tree's 8 and 2 after; the raw record
+    untouched); that runner captures DFlash's chain input at the block's width.  v0.5.23 has no
+    DDTREE worker."""
+    r = probe(port, "chain_verify_path", module=V523, budget=7, block=4)
+    assert r["ok"], f"{r.get('type')}: {r.get('message')}"
+    v = r["value"]
+    assert v["backend"] == {"spec_bag": [4, 1], "server_args": [None, None], "init_new_workspace": True}
+    run = v["runner"]
+    assert (run["spec_bag"], run["width"], run["verifies_chain"], run["own_backend"]) == ([4, 1], 4, True, True)
+    assert run["capture"] == {"type": "DFlashVerifyInput", "tree_input": False, "static_mask": False,
+                              "draft_token_num": 4, "topk": 1, "spec_steps": None, "capture_hidden_mode": "FULL"}
+    assert v["after"] == {"spec_bag": [8, 2], "server_args": [None, None]}
+    assert v["init_new_workspace_after"] is False and v["runner_is_built"]
+    assert v["overrides"] == ["ddtree.chain_verify", "ddtree.tree"]
