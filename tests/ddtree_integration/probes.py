@@ -587,11 +587,19 @@ def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_ra
     entries are ignored, its length is the steps): the worker's own AdaptiveSteps
     on a clock that each step advances by its kind's seconds, its accept lengths
     read back into host buffers (a real server's pinned memory)."""
+    N = budget + 1
+    w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed, N)
+    return chain_schedule_steps(w, env, root, schedule, block, budget, lambda: _schedule(env, overlap),
+                                draft_graph_padding, capture_bs, adaptive)
+
+
+def chain_schedule_steps(w, env, root, schedule, block, budget, scheduler, draft_graph_padding=None, capture_bs=None,
+                         adaptive=None) -> dict:
+    """ddtree_chain_steps' steps on a worker ``w`` set up by a release's probe (``scheduler()``:
+    that release's scheduling before a step)."""
     from tests.ddtree_integration import standins as st
     from tests.ddtree_integration.syncs import SyncCounter
 
-    N = budget + 1
-    w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed, N)
     if draft_graph_padding is not None:
         _replay_draft_graphs(w, env, env.mod, block, budget, int(draft_graph_padding), capture_bs)
     algo = env.loader.load(f"{SPEC}.ddtree_algo")
@@ -627,7 +635,7 @@ def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_ra
         if head is not None:
             head.chain_batch = chain_batch       # a server's one flag, here per step
             tree_before = {k: v.clone() for k, v in head.buffers.items()}
-        _schedule(env, overlap)
+        scheduler()
         seq_before = env.batch.seq_lens.tolist()
         commits = {k: len(b.commits) for k, b in backends.items()}
         with SyncCounter(root) as counter:

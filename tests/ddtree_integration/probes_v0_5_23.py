@@ -424,3 +424,14 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
         out["warmup"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
     out["ddtree"] = probes.ddtree_verify_metadata(loader, metadata, bs, block, budget)
     return out
+
+
+def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_rank=(0, 1), seed=0, overlap=False,
+                       draft_graph_padding=None, capture_bs=None, adaptive=None) -> dict:
+    """probes.ddtree_chain_steps on v0.5.23: DDTREE steps with --speculative-ddtree-chain-batch
+    set per step (chain steps are DFlashWorkerV2's own, on the chain path's backend), or
+    --speculative-ddtree-adaptive (``adaptive``)."""
+    N = budget + 1
+    w, env = _worker_setup(root, "DDTreeWorker", prompts, block, list(truth_rank), seed, N)
+    return probes.chain_schedule_steps(w, env, root, schedule, block, budget, lambda: _schedule(env, overlap),
+                                       draft_graph_padding, capture_bs, adaptive)

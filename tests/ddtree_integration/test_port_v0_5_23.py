@@ -445,3 +445,36 @@ def test_chain_verify_path_is_dflashs(port):
     assert v["after"] == {"spec_bag": [8, 2], "server_args": [None, None]}
     assert v["init_new_workspace_after"] is False and v["runner_is_built"]
     assert v["overrides"] == ["ddtree.chain_verify", "ddtree.tree"]
+
+
+def _chain_records(tree, schedule, module=None, **kw):
+    extra = {} if module is None else {"module": module}
+    r = probe(tree, "ddtree_chain_steps", prompts=PROMPTS, schedule=schedule, block=5, budget=6, seed=3,
+              timeout=600, **extra, **kw)
+    assert r["ok"], f"DDTREE chain-batch probe on {tree}: {r.get('type')}: {r.get('message')}"
+    return r["value"]["steps"]
+
+
+@pytest.mark.parametrize("kw", [{}, {"draft_graph_padding": 2}, {"overlap": True},
+                                {"adaptive": dict(seconds={"tree": 3.0, "chain": 1.0}, run_steps=2, min_samples=1,
+                                                  explore_every=100)}],
+                         ids=["eager", "draft-graph", "overlap", "adaptive"])
+def test_chain_and_tree_steps_are_the_pins(port, pin, kw):
+    """ddtree-algorithm.patch: with --speculative-ddtree-chain-batch set per step (chain batch
+    unset, 1, 4, 3, unset, 2 for 3 requests), or with --speculative-ddtree-adaptive (a clock
+    charging the tree 3 s and the chain 1 s a step), DDTREE's steps on v0.5.23 switch between
+    the tree's and the chain's verify paths as the pin's worker does: the same path, verify
+    input, chain, positions, slots, commits, acceptance, measured samples and tokens at every
+    step; chain steps are DFlashWorkerV2's own (on v0.5.23, v0.5.23's), no host read, plain
+    greedy output.  v0.5.23 has no DDTREE worker."""
+    schedule = [None] * 10 if "adaptive" in kw else [None, 1, 4, 3, None, 2]
+    ours, theirs = _chain_records(port, schedule, V523, **kw), _chain_records(pin, schedule, **kw)
+    assert len(ours) == len(theirs) == len(schedule)
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        assert a == b, f"step {i} differs from the pin's worker: " \
+                       f"{ {k: (a[k], b[k]) for k in a if a[k] != b.get(k)} }"
+        assert a["syncs"] == [], a["syncs"]
+    assert {s["verify_on"] for s in ours} == {"tree", "chain"}
+    for b, prompt in enumerate(PROMPTS):
+        out = ours[-1]["outputs_after"][b]
+        assert len(out) > len(schedule) and out == st.greedy_reference(prompt, len(out)), b
