@@ -198,7 +198,6 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
     GPU ``__init__``) over the stand-ins, with a batch of ``prompts`` whose KV
     (every token but the last, the bonus) is in the target cache."""
     import sys
-    import types
 
     import torch
 
@@ -223,18 +222,7 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
     fakes = st.kernel_fakes(record)
     fakes["get_spec"] = lambda: spec
     fakes["mambaish_config"] = (lambda cfg: SimpleNamespace()) if hybrid else (lambda cfg: None)
-    loader.set_fakes(fakes)
-    sgl_kernel = types.ModuleType("sgl_kernel")
-    for name in ("tree_speculative_sampling_target_only", "top_k_renorm_prob", "top_p_renorm_prob"):
-        setattr(sgl_kernel, name, fakes[name])
-    sys.modules["sgl_kernel"] = sgl_kernel
-    mod = loader.load(cls_module)
-    for m, loaded in list(sys.modules.items()):
-        if not m.startswith("sglang.") or loader.is_stub(loaded):
-            continue
-        for name, fake in fakes.items():
-            if name in loaded.__dict__ and loader.is_stub(loaded.__dict__[name]):
-                setattr(loaded, name, fake)
+    mod = load_with_fakes(loader, fakes, cls_module)
     spec_utils = loader.load(f"{SPEC}.spec_utils")
     eagle_utils = loader.load(f"{SPEC}.eagle_utils")
     v2 = loader.load(f"{SPEC}.dflash_worker_v2")
@@ -245,7 +233,76 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
     eagle_utils.verify_tree_greedy_func = fakes["verify_tree_greedy_func"]
 
     cls = getattr(mod, cls_name)
-    reqs = [st.Req(p) for p in prompts]
+    toy = toy_env(prompts, block, truth_rank, seed, events)
+    req_to_token, draft_kv, target, mamba = toy.req_to_token, toy.draft_kv, toy.target, toy.mamba
+    mamba_pool = SimpleNamespace(replayssm_spec_fold=False, replayssm_is_kda=False, replayssm_cache_base=None)
+    model_runner = SimpleNamespace(
+        model=toy.model, attn_backend=mamba, device=DEVICE, decode_cuda_graph_runner=None,
+        model_config=SimpleNamespace(vocab_size=st.VOCAB, context_len=512),
+        req_to_token_pool=SimpleNamespace(req_to_token=req_to_token, mamba_pool=mamba_pool),
+        server_args=SimpleNamespace(attention_backend="triton"))
+    target_worker = SimpleNamespace(model_runner=model_runner, forward_batch_generation=target.forward_batch_generation,
+                                    device=DEVICE)
+    w = object.__new__(cls)
+    attrs = dict(
+        worker_attrs(toy, block, hybrid),
+        _target_worker=target_worker, target_worker=target_worker, model_runner=model_runner,
+        draft_model=draft_kv.model, ps=SimpleNamespace(tp_rank=0),
+    )
+    return finish_worker(w, attrs, cls_name, N, toy, loader,
+                         record=record, events=events, mod=mod, spec=spec)
+
+
+def finish_worker(w, attrs, cls_name, N, toy, loader, **env):
+    """The worker ``w`` given ``attrs`` (and, a DDTreeWorker, its own DDTREE state as its
+    ``__init__`` sets it), the batch its first draft input (the prompts' last tokens as the
+    bonus); returns (w, env): the toy environment's parts and ``env``."""
+    import torch
+
+    for k, v in attrs.items():
+        object.__setattr__(w, k, v)
+    if cls_name == "DDTreeWorker":
+        w._init_ddtree(SimpleNamespace(speculative_ddtree_budget=N - 1, speculative_num_draft_tokens=N))
+    common = loader.load(f"{SPEC}.draft_worker_common")
+    batch = toy.batch
+    batch.spec_info = common.make_draft_input_v2(
+        bonus_tokens=torch.tensor([r.tokens()[-1] for r in toy.reqs], dtype=torch.int64), new_seq_lens=batch.seq_lens)
+    return w, SimpleNamespace(allocator=toy.allocator, batch=batch, reqs=toy.reqs, req_to_token=toy.req_to_token,
+                              draft_kv=toy.draft_kv, target=toy.target, drafter=toy.drafter, mamba=toy.mamba,
+                              loader=loader, **env)
+
+
+def load_with_fakes(loader, fakes, *modules):
+    """``fakes`` (standins.kernel_fakes and the probe's own) for the stand-ins and for
+    ``sgl_kernel``'s sampling kernels, then ``modules`` loaded; every name of ``fakes`` a loaded
+    real module took from a stand-in is replaced by its fake.  Returns the first module."""
+    import sys
+    import types
+
+    loader.set_fakes(fakes)
+    sgl_kernel = types.ModuleType("sgl_kernel")
+    for name in ("tree_speculative_sampling_target_only", "top_k_renorm_prob", "top_p_renorm_prob"):
+        setattr(sgl_kernel, name, fakes[name])
+    sys.modules["sgl_kernel"] = sgl_kernel
+    loaded_modules = [loader.load(m) for m in modules]
+    for m, loaded in list(sys.modules.items()):
+        if not m.startswith("sglang.") or loader.is_stub(loaded):
+            continue
+        for name, fake in fakes.items():
+            if name in loaded.__dict__ and loader.is_stub(loaded.__dict__[name]):
+                setattr(loaded, name, fake)
+    return loaded_modules[0]
+
+
+def toy_env(prompts, block, truth_rank, seed, events, req=None):
+    """The requests, the batch (its prompts' KV, every token but the bonus, in the target
+    cache), the toy drafter and target, the drafter's KV and the Mamba backend of a decode
+    step's stand-ins (standins.py); ``req`` makes a request of a prompt (standins.Req)."""
+    import torch
+
+    from tests.ddtree_integration import standins as st
+
+    reqs = [(req or st.Req)(p) for p in prompts]
     req_to_token = torch.full((len(reqs), 512), -1, dtype=torch.int64)
     allocator = st.Allocator()
     batch = st.Batch(reqs, req_to_token, allocator)
@@ -259,8 +316,6 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
     drafter = st.OracleDrafter(batch_ref, block, truth_rank, seed)
     draft_kv = st.DraftKV(events)
     drafter.token_to_kv_pool = draft_kv.pool
-    target = st.ToyTarget(batch_ref, allocator)
-    mamba = st.MambaBackend()
     embed = torch.nn.Embedding(st.VOCAB, 4)
     lm_head = SimpleNamespace(
         weight=torch.eye(st.VOCAB),
@@ -268,27 +323,27 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
                                       num_added_elements=0, org_vocab_start_index=0,
                                       added_vocab_start_index=st.VOCAB),
     )
-    model = SimpleNamespace(get_input_embeddings=lambda: embed, lm_head=lm_head)
-    mamba_pool = SimpleNamespace(replayssm_spec_fold=False, replayssm_is_kda=False, replayssm_cache_base=None)
-    model_runner = SimpleNamespace(
-        model=model, attn_backend=mamba, device=DEVICE, decode_cuda_graph_runner=None,
-        model_config=SimpleNamespace(vocab_size=st.VOCAB, context_len=512),
-        req_to_token_pool=SimpleNamespace(req_to_token=req_to_token, mamba_pool=mamba_pool),
-        server_args=SimpleNamespace(attention_backend="triton"))
-    target_worker = SimpleNamespace(model_runner=model_runner, forward_batch_generation=target.forward_batch_generation,
-                                    device=DEVICE)
-    w = object.__new__(cls)
-    cap = len(reqs)
-    attrs = dict(
-        server_args=SimpleNamespace(), _target_worker=target_worker, target_worker=target_worker,
-        model_runner=model_runner,
-        draft_model_runner=drafter, draft_model=draft_kv.model, page_size=1, block_size=block,
+    return SimpleNamespace(reqs=reqs, req_to_token=req_to_token, allocator=allocator, batch=batch, drafter=drafter,
+                           draft_kv=draft_kv, target=st.ToyTarget(batch_ref, allocator), mamba=st.MambaBackend(),
+                           model=SimpleNamespace(get_input_embeddings=lambda: embed, lm_head=lm_head))
+
+
+def worker_attrs(toy, block, hybrid) -> dict:
+    """What a spec-v2 DFlash worker's ``__init__`` sets that its decode step reads (the
+    draft block's buffers at the batch's capacity; the host one a host tensor), for an
+    instance made without it."""
+    import torch
+
+    from tests.ddtree_integration import standins as st
+
+    cap = len(toy.reqs)
+    return dict(
+        server_args=SimpleNamespace(), draft_model_runner=toy.drafter, page_size=1, block_size=block,
         speculative_num_draft_tokens=block, device=DEVICE, draft_window_size=None, use_compact_draft_cache=False,
         _mask_token_id=st.VOCAB - 1, _block_pos_offsets=torch.arange(block, dtype=torch.int64),
-        ps=SimpleNamespace(tp_rank=0), _draft_sampler=None, _need_mamba_verify_commit=hybrid,
+        _draft_sampler=None, _need_mamba_verify_commit=hybrid,
         _warned_sampling_fallback=False, _logged_first_verify=True,
         _draft_block_spec_info=SimpleNamespace(draft_token_num=block),
-        # the draft block's buffers, at the batch's capacity; the host one is a host tensor
         _draft_block_ids_buf=torch.empty((cap, block), dtype=torch.long),
         _draft_block_positions_buf=torch.empty((cap, block), dtype=torch.int64),
         _draft_block_tokens_buf=torch.empty((cap, block), dtype=torch.long),
@@ -304,27 +359,16 @@ def _worker_setup(root, cls_module, cls_name, prompts, block, truth_rank, seed, 
         _draft_greedy_best_rank_buf=None, _draft_greedy_rank_index_buf=None,
         _draft_greedy_selected_ids_buf=None, _draft_greedy_index_cap=0,
     )
-    for k, v in attrs.items():
-        object.__setattr__(w, k, v)
-    if cls_name == "DDTreeWorker":  # the worker's own DDTREE state, as its __init__ sets it
-        w._init_ddtree(SimpleNamespace(speculative_ddtree_budget=N - 1, speculative_num_draft_tokens=N))
-    info_v2 = loader.load(f"{SPEC}.dflash_info_v2")
-    common = loader.load(f"{SPEC}.draft_worker_common")
-    batch.spec_info = common.make_draft_input_v2(
-        bonus_tokens=torch.tensor([r.tokens()[-1] for r in reqs], dtype=torch.int64), new_seq_lens=batch.seq_lens)
-    env = SimpleNamespace(record=record, events=events, allocator=allocator, batch=batch, reqs=reqs,
-                          req_to_token=req_to_token, draft_kv=draft_kv, target=target, drafter=drafter, mamba=mamba,
-                          loader=loader, mod=mod, info_v2=info_v2, spec=spec)
-    return w, env
 
 
 def _t(x):
     return {"dtype": str(x.dtype), "shape": list(x.shape), "values": x.tolist()}
 
 
-def _schedule(env, overlap: bool) -> None:
+def _schedule(env, overlap: bool, reservation: str = "reserved_seq_lens_cpu") -> None:
     """What the scheduler does before a spec-v2 decode step: the overlap
-    scheduler's KV reservation (the tree's own DFlashDraftInputV2.prepare_for_decode),
+    scheduler's KV reservation (the tree's own DFlashDraftInputV2.prepare_for_decode;
+    its host bound is the field ``reservation``: v0.5.23 names it ``nxt_kv_lens_cpu``),
     and the host mirror of the sequence lengths (exact, or none for backends on the
     GPU-only path, where the worker takes the reservation's bound)."""
     from tests.ddtree_integration import standins as st
@@ -332,7 +376,7 @@ def _schedule(env, overlap: bool) -> None:
     batch = env.batch
     batch.forward_mode = st.ForwardMode.DECODE
     batch.spec_info.prepare_for_decode(batch)
-    batch.spec_info.reserved_seq_lens_cpu = st.host(batch.spec_info.reserved_seq_lens_cpu)
+    setattr(batch.spec_info, reservation, st.host(getattr(batch.spec_info, reservation)))
     batch.seq_lens_cpu = st.host(batch.seq_lens_cpu) if not overlap else None
     if overlap:
         batch.seq_lens_sum = None
@@ -417,96 +461,116 @@ def ddtree_decode_steps(root: str, prompts, block=5, budget=6, steps=3, truth_ra
     tree's draft head in the graph (``_replay_draft_graphs``).  ``fused_verify``: the
     verify input from the tree's one kernel (ddtree_triton), run by Triton's
     interpreter, as a CUDA worker whose start-up check passed uses it."""
-
-    from tests.ddtree_integration import standins as st
-    from tests.ddtree_integration.syncs import SyncCounter
-
     N = budget + 1
     w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed, N,
                            hybrid=hybrid)
     if draft_graph_padding is not None:
         _replay_draft_graphs(w, env, env.mod, block, budget, int(draft_graph_padding))
+    decode_options(w, env, root, prompts, fused_verify, sampling)
+    out = []
+    for _ in range(steps):
+        _schedule(env, overlap)
+        out.append(decode_step(w, env, root, reserved=env.batch.spec_info.reserved_seq_lens_cpu.tolist()))
+    return {"steps": out, "prompts": prompts}
+
+
+def decode_options(w, env, root, prompts, fused_verify, sampling) -> None:
+    """``fused_verify``: the worker builds its verify input with the tree's one kernel
+    (ddtree_triton in Triton's interpreter), as a CUDA worker whose start-up check passed
+    does; ``sampling``: the batch samples at temperature 1."""
+    import sys
+
+    from tests.ddtree_integration import standins as st
+
     if fused_verify:
         assert w.fused_verify is False, "a CPU worker keeps the torch path at start-up"
-        import sys
         sys.modules[f"{SPEC}.ddtree_tree"]._TRITON = _interpreted_verify_kernels(root)
         w.fused_verify = True
     if sampling:
         env.batch.sampling_info = st.Sampled(len(prompts))
-    out = []
-    for _ in range(steps):
-        batch = env.batch
-        _schedule(env, overlap)
-        seq_before = batch.seq_lens.tolist()
-        reserved = batch.spec_info.reserved_seq_lens_cpu.tolist()
-        outputs_before = [list(r.output_ids) for r in env.reqs]
-        r2t_before = env.req_to_token.clone()
-        n_slots, n_moves, n_commits = len(env.draft_kv.slots), len(env.allocator.moves), len(env.mamba.commits)
-        published = []
-        env.events.clear()
-
-        def on_publish(new_seq_lens):
-            env.events.append("publish")
-            published.append(new_seq_lens.tolist())
-
-        with SyncCounter(root) as counter:
-            res = w.forward_batch_generation(batch, on_publish=on_publish)
-        events = list(env.events)
-        applied = _apply(env, res)
-        call = env.target.calls[-1]
-        vi = call["spec_info"]
-        k = env.record[-1]
-        out.append({
-            "verify_input": {
-                "mro": [c.__name__ for c in type(vi).__mro__],
-                "draft_token": _t(vi.draft_token), "positions": _t(vi.positions),
-                "retrieve_index": _t(vi.retrieve_index), "retrieve_next_token": _t(vi.retrieve_next_token),
-                "retrieve_next_sibling": _t(vi.retrieve_next_sibling),
-                "custom_mask": _t(vi.custom_mask),
-                "spec_steps": vi.spec_steps, "topk": vi.topk, "draft_token_num": vi.draft_token_num,
-                "max_tree_depth": vi.max_tree_depth, "capture_hidden_mode": str(vi.capture_hidden_mode),
-            },
-            "forward_batch_type": call["forward_batch_type"],
-            "attn_init": env.mamba.inits[-1] if env.mamba.inits else None,
-            "kernel": {"accept_index": _t(k["accept_index"]), "accept_token_num": _t(k["accept_token_num"]),
-                       "predicts": _t(k["predicts"]), "sampling": k.get("sampling", False),
-                       "draft_probs_all_zero": k.get("draft_probs_all_zero"),
-                       "thresholds": [k.get("threshold_single"), k.get("threshold_acc")]},
-            "draft_block": env.drafter.blocks[-1],
-            "verify_slots": call["out_cache_loc"].tolist(),
-            "seq_before": seq_before,
-            "reserved": reserved,
-            "seq_after": env.batch.seq_lens.tolist(),
-            "published": published,
-            "events": events,
-            "applied": applied,
-            "outputs_before": outputs_before,
-            "outputs_after": [list(r.output_ids) for r in env.reqs],
-            "req_to_token_before": r2t_before[:, :128].tolist(),
-            "req_to_token": env.req_to_token[:, :128].tolist(),
-            "target_kv": {str(s): list(v) for s, v in env.allocator.kv.items()},
-            "moves": env.allocator.moves[n_moves:],
-            "mamba_commit": env.mamba.commits[n_commits:],
-            "draft_kv": {str(s): v for s, v in list(env.draft_kv.slots.items())[n_slots:]},
-            "spec_info_after": type(env.batch.spec_info).__name__,
-            "bonus_after": env.batch.spec_info.bonus_tokens.tolist(),
-            "syncs": counter.syncs,
-        })
-    return {"steps": out, "prompts": prompts}
 
 
-def ddtree_decode_configs(root: str, prompts, configs) -> list:
-    """ddtree_decode_steps for several configurations in one interpreter."""
+def decode_step(w, env, root, reserved) -> dict:
+    """One decode step of the worker ``w`` (the scheduler's work before it done), under the
+    sync counter: what it fed the kernels and what it committed (``reserved``: the
+    overlap scheduler's reservation the step ran with)."""
+    from tests.ddtree_integration.syncs import SyncCounter
+
+    batch = env.batch
+    seq_before = batch.seq_lens.tolist()
+    outputs_before = [list(r.output_ids) for r in env.reqs]
+    r2t_before = env.req_to_token.clone()
+    n_slots, n_moves, n_commits = len(env.draft_kv.slots), len(env.allocator.moves), len(env.mamba.commits)
+    published = []
+    env.events.clear()
+
+    def on_publish(new_seq_lens):
+        env.events.append("publish")
+        published.append(new_seq_lens.tolist())
+
+    with SyncCounter(root) as counter:
+        res = w.forward_batch_generation(batch, on_publish=on_publish)
+    events = list(env.events)
+    applied = _apply(env, res)
+    call = env.target.calls[-1]
+    vi = call["spec_info"]
+    k = env.record[-1]
+    return {
+        "verify_input": {
+            "mro": [c.__name__ for c in type(vi).__mro__],
+            "draft_token": _t(vi.draft_token), "positions": _t(vi.positions),
+            "retrieve_index": _t(vi.retrieve_index), "retrieve_next_token": _t(vi.retrieve_next_token),
+            "retrieve_next_sibling": _t(vi.retrieve_next_sibling),
+            "custom_mask": _t(vi.custom_mask),
+            "spec_steps": vi.spec_steps, "topk": vi.topk, "draft_token_num": vi.draft_token_num,
+            "max_tree_depth": vi.max_tree_depth, "capture_hidden_mode": str(vi.capture_hidden_mode),
+        },
+        "forward_batch_type": call["forward_batch_type"],
+        "attn_init": env.mamba.inits[-1] if env.mamba.inits else None,
+        "kernel": {"accept_index": _t(k["accept_index"]), "accept_token_num": _t(k["accept_token_num"]),
+                   "predicts": _t(k["predicts"]), "sampling": k.get("sampling", False),
+                   "draft_probs_all_zero": k.get("draft_probs_all_zero"),
+                   "thresholds": [k.get("threshold_single"), k.get("threshold_acc")]},
+        "draft_block": env.drafter.blocks[-1],
+        "verify_slots": call["out_cache_loc"].tolist(),
+        "seq_before": seq_before,
+        "reserved": reserved,
+        "seq_after": env.batch.seq_lens.tolist(),
+        "published": published,
+        "events": events,
+        "applied": applied,
+        "outputs_before": outputs_before,
+        "outputs_after": [list(r.output_ids) for r in env.reqs],
+        "req_to_token_before": r2t_before[:, :128].tolist(),
+        "req_to_token": env.req_to_token[:, :128].tolist(),
+        "target_kv": {str(s): list(v) for s, v in env.allocator.kv.items()},
+        "moves": env.allocator.moves[n_moves:],
+        "mamba_commit": env.mamba.commits[n_commits:],
+        "draft_kv": {str(s): v for s, v in list(env.draft_kv.slots.items())[n_slots:]},
+        "spec_info_after": type(env.batch.spec_info).__name__,
+        "bonus_after": env.batch.spec_info.bonus_tokens.tolist(),
+        "syncs": counter.syncs,
+    }
+
+
+def each_config(run, root: str, prompts, configs) -> list:
+    """``run(root, prompts, **cfg)`` for several configurations in one interpreter, each
+    one's failure a result."""
     out = []
     for cfg in configs:
         try:
-            out.append({"ok": True, "value": ddtree_decode_steps(root, prompts, **cfg)})
+            out.append({"ok": True, "value": run(root, prompts, **cfg)})
         except Exception as e:  # noqa: BLE001
             import traceback
 
             out.append({"ok": False, "type": type(e).__name__, "message": str(e),
                         "traceback": traceback.format_exc()[-3000:]})
     return out
+
+
+def ddtree_decode_configs(root: str, prompts, configs) -> list:
+    """ddtree_decode_steps for several configurations in one interpreter."""
+    return each_config(ddtree_decode_steps, root, prompts, configs)
 
 
 def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_rank=(0, 1), seed=0, overlap=False,
@@ -523,11 +587,19 @@ def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_ra
     entries are ignored, its length is the steps): the worker's own AdaptiveSteps
     on a clock that each step advances by its kind's seconds, its accept lengths
     read back into host buffers (a real server's pinned memory)."""
+    N = budget + 1
+    w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed, N)
+    return chain_schedule_steps(w, env, root, schedule, block, budget, lambda: _schedule(env, overlap),
+                                draft_graph_padding, capture_bs, adaptive)
+
+
+def chain_schedule_steps(w, env, root, schedule, block, budget, scheduler, draft_graph_padding=None, capture_bs=None,
+                         adaptive=None) -> dict:
+    """ddtree_chain_steps' steps on a worker ``w`` set up by a release's probe (``scheduler()``:
+    that release's scheduling before a step)."""
     from tests.ddtree_integration import standins as st
     from tests.ddtree_integration.syncs import SyncCounter
 
-    N = budget + 1
-    w, env = _worker_setup(root, f"{SPEC}.ddtree_worker", "DDTreeWorker", prompts, block, list(truth_rank), seed, N)
     if draft_graph_padding is not None:
         _replay_draft_graphs(w, env, env.mod, block, budget, int(draft_graph_padding), capture_bs)
     algo = env.loader.load(f"{SPEC}.ddtree_algo")
@@ -563,7 +635,7 @@ def ddtree_chain_steps(root: str, prompts, schedule, block=5, budget=6, truth_ra
         if head is not None:
             head.chain_batch = chain_batch       # a server's one flag, here per step
             tree_before = {k: v.clone() for k, v in head.buffers.items()}
-        _schedule(env, overlap)
+        scheduler()
         seq_before = env.batch.seq_lens.tolist()
         commits = {k: len(b.commits) for k, b in backends.items()}
         with SyncCounter(root) as counter:
@@ -600,15 +672,21 @@ def dflash_chain_steps(root: str, prompts, block=5, steps=2, seed=0, compact_win
     the same stand-ins: the chain it verifies, what it commits, and the syncs of
     each step (with ``compact_window``: the draft's sliding-window view rebuilt on
     the eager path, which reads lengths on the host)."""
-    from tests.ddtree_integration.syncs import SyncCounter
-
     w, env = _worker_setup(root, f"{SPEC}.dflash_worker_v2", "DFlashWorkerV2", prompts, block, [0, 1], seed, block)
     if compact_window is not None:
         w.draft_window_size, w.use_compact_draft_cache = int(compact_window), True
         w.draft_model_runner.req_to_token_pool = SimpleNamespace(req_to_token=env.req_to_token.clone())
+    return chain_steps(w, env, root, steps, lambda: _schedule(env, overlap=False))
+
+
+def chain_steps(w, env, root, steps, schedule, kv=False) -> dict:
+    """``steps`` decode steps of a DFLASH worker (``schedule()`` before each): the chain each
+    verifies, what it commits (``kv``: the target's and the drafter's KV too), the syncs."""
+    from tests.ddtree_integration.syncs import SyncCounter
+
     out = []
     for _ in range(steps):
-        _schedule(env, overlap=False)
+        schedule()
         seq_before = env.batch.seq_lens.tolist()
         with SyncCounter(root) as counter:
             res = w.forward_batch_generation(env.batch)
@@ -619,6 +697,9 @@ def dflash_chain_steps(root: str, prompts, block=5, steps=2, seed=0, compact_win
                     "verify_slots": call["out_cache_loc"].tolist(), "seq_before": seq_before,
                     "applied": applied, "outputs_after": [list(r.output_ids) for r in env.reqs],
                     "syncs": counter.syncs})
+        if kv:
+            out[-1].update(draft_kv=dict(sorted((str(k), v) for k, v in env.draft_kv.slots.items())),
+                           target_kv={str(s): list(v) for s, v in env.allocator.kv.items()})
     return {"steps": out, "has_run_draft_block": any("_run_draft_block" in vars(c) for c in type(w).__mro__)}
 
 
@@ -654,7 +735,8 @@ def tp_topk(root: str, tp=3, bs=2, L=3, vocab=50, hidden=8, budget=9, seed=0) ->
             num_org_elements=hi - lo, num_org_elements_padded=shard, num_added_elements=0,
             org_vocab_start_index=lo, added_vocab_start_index=vocab))
         mod = loader.load(f"{SPEC}.ddtree_worker")
-        mod.get_tp_group = lambda: world
+        mod.get_tp_group = lambda: world  # v0.5.17's worker; v0.5.23's asks get_parallel() for it
+        mod.get_parallel = lambda: SimpleNamespace(tp_group=world)
         worker = object.__new__(mod.DDTreeWorker)
         object.__setattr__(worker, "budget", budget)
         object.__setattr__(worker, "model_runner", SimpleNamespace(model_config=SimpleNamespace(vocab_size=vocab)))
@@ -786,6 +868,41 @@ def _linear_backend(hyb, server_args, device="cpu"):
     return backend
 
 
+def linear_metadata(md) -> dict:
+    """The tree fields of the hybrid backend's ``ForwardMetadata``."""
+    return {
+        "query_start_loc": md.query_start_loc.tolist(),
+        "retrieve_next_token": None if md.retrieve_next_token is None else md.retrieve_next_token.tolist(),
+        "retrieve_next_sibling": None if md.retrieve_next_sibling is None else md.retrieve_next_sibling.tolist(),
+        "retrieve_parent_token": None if md.retrieve_parent_token is None
+        else {"dtype": str(md.retrieve_parent_token.dtype), "shape": list(md.retrieve_parent_token.shape)},
+    }
+
+
+def ddtree_verify_metadata(loader, metadata, bs, block, budget) -> dict:
+    """``metadata`` (the backend's TARGET_VERIFY metadata of a verify input) of a DDTree verify
+    input built by the tree's worker (a random draft's tree), with whether the backend passes
+    its LCRS arrays through as they are; a failure is the result."""
+    import torch
+
+    from tests.ddtree_integration import standins as st
+
+    try:
+        worker = loader.load(f"{SPEC}.ddtree_worker")
+        tree_mod = loader.load(f"{SPEC}.ddtree_tree")
+        g = torch.Generator().manual_seed(0)
+        ids, lps = tree_mod.topk_logprobs(torch.randn((bs, block - 1, st.VOCAB), generator=g), budget)
+        tree = tree_mod.build_ddtree(ids, lps, budget)
+        seq = torch.tensor([5, 9][:bs], dtype=torch.int64)
+        vi = worker.make_verify_input(tree, torch.tensor([1, 2][:bs]), seq, int(seq.sum()), block - 1)
+        md = metadata(vi)
+        md["same_arrays"] = (md["retrieve_next_token"] == vi.retrieve_next_token.tolist()
+                             and md["retrieve_next_sibling"] == vi.retrieve_next_sibling.tolist())
+        return {"ok": True, "value": md}
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "type": type(e).__name__, "message": str(e)}
+
+
 def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
     """The hybrid linear-attention backend's TARGET_VERIFY metadata (the tree
     path that makes its conv / GDN / Mamba kernels follow each node's parent),
@@ -811,14 +928,7 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
                              input_ids=torch.zeros(bs * N, dtype=torch.int64), spec_info=info,
                              req_pool_indices=torch.arange(bs), mamba_track_indices=None, mamba_track_mask=None,
                              _original_batch_size=None, seq_lens_cpu=None)
-        md = backend._forward_metadata(fb)
-        return {
-            "query_start_loc": md.query_start_loc.tolist(),
-            "retrieve_next_token": None if md.retrieve_next_token is None else md.retrieve_next_token.tolist(),
-            "retrieve_next_sibling": None if md.retrieve_next_sibling is None else md.retrieve_next_sibling.tolist(),
-            "retrieve_parent_token": None if md.retrieve_parent_token is None
-            else {"dtype": str(md.retrieve_parent_token.dtype), "shape": list(md.retrieve_parent_token.shape)},
-        }
+        return linear_metadata(backend._forward_metadata(fb))
 
     out = {"topk": backend.topk}
     # (a) the dummy-run verify input of a DFlash-family algorithm (base_runner's warm-up)
@@ -830,21 +940,7 @@ def hybrid_verify_metadata(root: str, bs=2, budget=7, block=4, topk=2) -> dict:
     except Exception as e:  # noqa: BLE001
         out["warmup"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
     # (b) a DDTree verify input
-    try:
-        worker = loader.load(f"{SPEC}.ddtree_worker")
-        tree_mod = loader.load(f"{SPEC}.ddtree_tree")
-        g = torch.Generator().manual_seed(0)
-        logits = torch.randn((bs, block - 1, st.VOCAB), generator=g)
-        ids, lps = tree_mod.topk_logprobs(logits, budget)
-        tree = tree_mod.build_ddtree(ids, lps, budget)
-        seq = torch.tensor([5, 9][:bs], dtype=torch.int64)
-        vi = worker.make_verify_input(tree, torch.tensor([1, 2][:bs]), seq, int(seq.sum()), block - 1)
-        md = metadata(vi)
-        md["same_arrays"] = (md["retrieve_next_token"] == vi.retrieve_next_token.tolist()
-                             and md["retrieve_next_sibling"] == vi.retrieve_next_sibling.tolist())
-        out["ddtree"] = {"ok": True, "value": md}
-    except Exception as e:  # noqa: BLE001
-        out["ddtree"] = {"ok": False, "type": type(e).__name__, "message": str(e)}
+    out["ddtree"] = ddtree_verify_metadata(loader, metadata, bs, block, budget)
     return out
 
 
@@ -897,6 +993,56 @@ def _chain_path(worker, Runner, runner, describe, target_args, spec_bag, context
                 overrides=[src for src, _ in context_log])
 
 
+class SpecContext:
+    """``runtime_context.get_context()``: the published spec bag ``bag`` and its override,
+    which ``log`` records (source, fields)."""
+
+    def __init__(self, bag, log=None):
+        self.bag, self.log = bag, [] if log is None else log
+
+    def is_config_namespace_published(self, name):
+        return name == "spec"
+
+    def config_bag(self, name):
+        assert name == "spec", name
+        return self.bag
+
+    def override(self, source, **fields):
+        self.log.append([source, dict(fields)])
+        for k, v in fields.items():
+            setattr(self.bag, k, v)
+
+
+def capture_runner(Runner, algo, backend_name, is_draft, width, num_draft_tokens, max_bs, server_args):
+    """A ``DecodeCudaGraphRunner`` made without its GPU ``__init__``: what ``get_spec_info``
+    reads (the model runner's algorithm, role and backend class, the widths, the static mask)."""
+    import torch
+
+    r = object.__new__(Runner)
+    r.__dict__.update(
+        model_runner=SimpleNamespace(spec_algorithm=algo, is_draft_worker=is_draft, server_args=server_args,
+                                     attn_backend=type(backend_name, (), {})()),
+        speculative_num_steps=1, speculative_num_draft_tokens=num_draft_tokens, captured_req_width=width,
+        ragged_verify_mode=None,
+        buffers=SimpleNamespace(custom_mask=torch.ones((max_bs + max_bs * width) * width, dtype=torch.bool)))
+    return r
+
+
+def describe_capture(r, info, eagle_info) -> dict:
+    """The verify input a graph runner ``r`` captures with."""
+    from tests.ddtree_integration import standins as st
+
+    return {
+        "type": type(info).__name__,
+        "tree_input": isinstance(info, eagle_info.EagleVerifyInput),
+        "static_mask": info.custom_mask is not None and info.custom_mask is r.buffers.custom_mask,
+        "draft_token_num": info.draft_token_num,
+        "topk": getattr(info, "topk", None),
+        "spec_steps": getattr(info, "spec_steps", None),
+        "capture_hidden_mode": st.CaptureHiddenMode(info.capture_hidden_mode).name,
+    }
+
+
 def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1, 4), vocab=64) -> dict:
     """DDTREE's target verify through the tree's real CUDA-graph code, on CPU:
 
@@ -921,18 +1067,9 @@ def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1
     spec_bag = SimpleNamespace(speculative_num_draft_tokens=budget + 1, speculative_num_steps=1, speculative_eagle_topk=2)
     context_log = []
 
-    class Context:  # the runtime context's spec bag and its override (runtime_context.get_context)
-        def config_bag(self, name):
-            assert name == "spec", name
-            return spec_bag
-
-        def override(self, source, **fields):
-            context_log.append([source, dict(fields)])
-            for k, v in fields.items():
-                setattr(spec_bag, k, v)
-
+    context = SpecContext(spec_bag, context_log)
     loader.set_fakes({"ForwardMode": st.ForwardMode, "CaptureHiddenMode": st.CaptureHiddenMode,
-                      "get_spec": lambda: spec_bag, "get_context": Context})
+                      "get_spec": lambda: spec_bag, "get_context": lambda: context})
     dcgr = loader.load("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
     hyb = loader.load("sglang.srt.layers.attention.hybrid_linear_attn_backend")
     tri = loader.load("sglang.srt.layers.attention.triton_backend")
@@ -951,25 +1088,11 @@ def graph_verify(root: str, budget=7, block=4, seq_lens=(9, 1, 5), capture_bs=(1
                                     "speculative_eagle_topk": 1})
 
     def runner(backend_name, is_draft, width):
-        args = draft_args if is_draft else target_args
-        r = object.__new__(Runner)
-        r.__dict__.update(
-            model_runner=SimpleNamespace(spec_algorithm=algo, is_draft_worker=is_draft, server_args=args,
-                                         attn_backend=type(backend_name, (), {})()),
-            speculative_num_steps=1, speculative_num_draft_tokens=N, captured_req_width=width,
-            ragged_verify_mode=None,
-            buffers=SimpleNamespace(custom_mask=torch.ones((max_bs + max_bs * width) * width, dtype=torch.bool)))
-        return r
+        return capture_runner(Runner, algo, backend_name, is_draft, width, N, max_bs,
+                              draft_args if is_draft else target_args)
 
     def describe(r, info):
-        return {
-            "type": type(info).__name__,
-            "tree_input": isinstance(info, eagle_info.EagleVerifyInput),
-            "static_mask": info.custom_mask is not None and info.custom_mask is r.buffers.custom_mask,
-            "draft_token_num": info.draft_token_num,
-            "topk": getattr(info, "topk", None),
-            "capture_hidden_mode": st.CaptureHiddenMode(info.capture_hidden_mode).name,
-        }
+        return describe_capture(r, info, eagle_info)
 
     out = {"capture": {}}
     for name in ("TritonAttnBackend", "FlashInferAttnBackend"):

@@ -424,7 +424,15 @@ def kernel_fakes(record):
         for dst, src in enumerate(flat):
             accept_out_cache_loc[dst] = out_cache_loc[src]
 
+    def fill_front_out_cache_loc_func(num_front, out_cache_loc, front_out_cache_loc):
+        """kernels/ops/speculative/cache_locs (v0.5.23): the first num_front[i] slots of request
+        i's window in out_cache_loc, packed."""
+        window = out_cache_loc.view(num_front.numel(), -1)
+        flat = [int(s) for i, n in enumerate(num_front.tolist()) for s in window[i, :n].tolist()]
+        front_out_cache_loc[: len(flat)] = torch.tensor(flat, dtype=front_out_cache_loc.dtype)
+
     return {
+        "fill_front_out_cache_loc_func": fill_front_out_cache_loc_func,
         "tree_speculative_sampling_target_only": tree_speculative_sampling_target_only,
         "top_k_renorm_prob": lambda probs, top_ks: probs,  # top_k = VOCAB: no cut
         "top_p_renorm_prob": lambda probs, top_ps: probs,
