@@ -147,12 +147,16 @@ def smallest_mfs_dense(sc) -> float:
     raise AssertionError("no mem_fraction_static below 1 fits")
 
 
-def activation_reserve_bytes(tp_size: int, chunked_prefill_size: int, draft_model: bool) -> int:
+def activation_reserve_bytes(tp_size: int, chunked_prefill_size: int, draft_model: bool,
+                             decode_graph_bs: int | None = None) -> int:
     """SGLang's own activation + CUDA-graph estimate (docs/memory.md, "The
-    reserve"): 512 + 1.5 x max(chunk, 2048) + 2 x 160 (the decode graph batch
-    size, unset: the estimate's no-GPU value) + tp / 8 x 1024 + 4096 for a draft
-    model, MiB."""
-    mib = 512 + max(chunked_prefill_size, 2048) * 1.5 + 2 * 160 + tp_size / 8 * 1024 + (4096 if draft_model else 0)
+    reserve"): 512 + 1.5 x max(chunk, 2048) + 2 x the decode graph batch size
+    (``decode_graph_bs``: a scenario's cuda_graph_max_bs, which the pin's parser takes
+    as --cuda-graph-max-bs, its alias of the decode graph's; unset: 160, the estimate's
+    no-GPU value) + tp / 8 x 1024 + 4096 for a draft model, MiB."""
+    graph_bs = decode_graph_bs if decode_graph_bs is not None else 160
+    mib = (512 + max(chunked_prefill_size, 2048) * 1.5 + 2 * graph_bs + tp_size / 8 * 1024
+           + (4096 if draft_model else 0))
     return int(mib * MIB)
 
 

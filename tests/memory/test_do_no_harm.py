@@ -130,7 +130,7 @@ def _pools_fit(req, f) -> bool:
     pr = E.mamba_bytes_per_slot(sc)
     static = (s + 1) * pr + ((n + 1) * d * pr if d else 0) + (t + 1) * cell
     static += (n + 1) * (sc.model["context_len"] + 4 + d) * 4
-    reserve = E.activation_reserve_bytes(1, sc.server["chunked_prefill_size"], bool(d))
+    reserve = E.activation_reserve_bytes(1, sc.server["chunked_prefill_size"], bool(d), sc.server.get("cuda_graph_max_bs"))
     return static + reserve <= E.post_load_free_bytes(sc)
 
 

@@ -114,7 +114,7 @@ def test_ledger_equals_independent_computation(patched, name):
             assert f["free_after_static_pools_bytes"] == f["post_load_free_bytes"] - f["static_pool_bytes"]
             chunk = E.resolved_flag({"figures": figures}, "chunked_prefill_size", sc.server.get("chunked_prefill_size"))
             assert f["activation_reserve_bytes"] == E.activation_reserve_bytes(
-                sc.server.get("tp_size", 1), chunk, spec)
+                sc.server.get("tp_size", 1), chunk, spec, sc.server.get("cuda_graph_max_bs"))
             assert f["free_after_static_pools_bytes"] >= f["activation_reserve_bytes"]
             # one remedy: a larger --mem-fraction-static (its re-run is checked as a run here)
             got = [(r["flag"], r["value"]) for r in ledger["remedies"]]

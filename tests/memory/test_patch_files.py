@@ -44,7 +44,8 @@ def test_patch_file(name):
 
 def test_memory_patches_in_the_order_they_build_on():
     assert _series_block("memory") == ["budget-ledger.patch", "fit-request-count.patch", "over-budget-start.patch",
-                                       "memory-reserve-the-speculative-conv-windows.patch"]
+                                       "memory-reserve-the-speculative-conv-windows.patch",
+                                       "memory-where-no-single-flag-fits.patch"]
 
 
 def test_the_dropped_reservation_patch_names_its_upstream_commits():

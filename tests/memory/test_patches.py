@@ -87,9 +87,10 @@ def check_over_budget_start(tree):
 def check_memory_ledger(tree):
     """SGLO_MEMORY_LEDGER: the tree writes its ledger as JSON (the harness reads
     the file; without it the child falls back to the in-memory ledger) and logs
-    each figure at INFO; the refusal's remedy lines parse to the file's remedies."""
+    each figure at INFO; the refusal's remedy lines parse to the file's remedies.  The scenarios in their
+    renamed flags' spelling, which the pin takes too (v0.5.23, whose port runs this check, refuses the old)."""
     for name in ("negative-rest-tp8", "dflash-smoke-raised"):
-        out = run_child(source_root(tree), load_scenario(name).to_request())
+        out = run_child(source_root(tree), load_scenario(name).respelled().to_request())
         written = [r["message"] for r in out.get("log", []) if r["message"].startswith("memory ledger:")]
         assert any(" written to " in m for m in written), (name, "no ledger written")
         assert any(m.startswith("memory ledger: budget_bytes = ") for m in written), (name, written[:5])
@@ -140,9 +141,10 @@ PRISTINE_FAILURES = {
     check_over_budget_start: re.escape("Raise --mem-fraction-static above 0.580"),
     # the pin writes no ledger
     check_memory_ledger: re.escape("('negative-rest-tp8', 'no ledger written')"),
-    # the pin refuses 16 requests on the H100 with its hint "Raise --mem-fraction-static above 0.765",
-    # one flag, which the command's 0.7777 already satisfies
-    check_combined_remedies: re.escape("'value': 0.765, 'relation': 'above'"),
+    # the pin refuses 16 requests on the H100 with its hint "Raise --mem-fraction-static above 0.718"
+    # (as the real H100 start-up did, tests/data/gpu_results/2026-12-07/h100-e2e), one flag, which the
+    # command's 0.7777 already satisfies
+    check_combined_remedies: re.escape("'value': 0.718, 'relation': 'above'"),
 }
 
 
