@@ -42,3 +42,16 @@ def list_releases(progress=None):
     tmp.write_text(json.dumps({"listed": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "versions": found}))
     os.replace(tmp, saved)
     return found
+
+
+def require(version, known=None, progress=None):
+    """Refuse (exit 2, before any work) a ``version`` that pip does not list
+    as a published sglang release; ``known``: the list, if the caller has it."""
+    known = list_releases(progress) if known is None else known
+    want = versions.release(version)
+    if want is not None and any(versions.release(v) == want for v in known):
+        return
+    newest = sorted(known, key=versions.release)[-3:]
+    raise UsageError(f"sglang {version} is not a published release ({len(known)} listed by pip)",
+                     hint=f"the newest are {', '.join(newest)}; python -m pip index versions {PACKAGE} "
+                          "lists them all")

@@ -57,13 +57,14 @@ integrity failure (docs/stack.md).
 
 import argparse
 import contextlib
+import json
 import os
 import tempfile
 from pathlib import Path
 
 from .. import builder, cli, lock as lockmod, locking, project, release_list, series, stack, versions
 from ..errors import FAILED, OK, UsageError
-from ..stack import port
+from ..stack import port, roll
 
 
 def parse(argv):
@@ -102,7 +103,20 @@ def parse(argv):
     e.add_argument("--test-python", metavar="PY",
                    help="the interpreter that runs a ported series' upstream-style tests (test/...), one with "
                         "SGLang's dependencies (default: this one)")
-    sub.add_parser("lint", parents=[common])
+    li = sub.add_parser("lint", parents=[common])
+    li.add_argument("--roll", metavar="JSON", help="a roll report (roll --json, or OUT/roll.json): every "
+                                                   "applies: range is checked against its findings too")
+    ro = sub.add_parser("roll", parents=[common])
+    ro.add_argument("--release", action="append", metavar="VERSION",
+                    help="roll onto this release only (repeatable; default: every release newer than the pin)")
+    ro.add_argument("--repo", metavar="URL_OR_PATH",
+                    help="SGLang's git history: already-upstream patches are then also found by git patch-id, "
+                         "naming the upstream commit")
+    ro.add_argument("--out", default=str(Path("build") / "roll"), metavar="DIR",
+                    help="where roll.md and roll.json are written (default build/roll)")
+    ro.add_argument("--no-evidence", action="store_true", help="do not run the port series' Evidence: tests")
+    ro.add_argument("--test-python", metavar="PY",
+                    help="the interpreter of the port series' upstream-style tests (as export's)")
     pt = sub.add_parser("port", parents=[common])
     what = pt.add_mutually_exclusive_group(required=True)
     what.add_argument("--onto", metavar="VERSION", help="start a session onto this release")
@@ -134,6 +148,7 @@ def parse(argv):
 def onto_of(spec, repo):
     v = versions.release(spec)
     if v is not None and len(v.release) >= 2:  # N.N...: a bare number could be a commit
+        release_list.require(spec)             # a release pip does not list: exit 2 before any work
         return stack.Onto(version=spec, repo=repo)
     if repo:
         return stack.Onto(commit=spec, repo=repo)
@@ -199,8 +214,10 @@ def main(argv):
 def _main(args, progress, root):
     if args.verb == "port":
         return _port(args, progress, root)
+    if args.verb == "roll":
+        return _roll(args, progress, root)
     if args.verb == "lint":
-        problems = stack.lint(root)
+        problems = stack.lint(root, roll_json(args.roll) if args.roll else None)
         cli.emit({"status": "ok" if not problems else "findings", "problems": problems}, args.json,
                  "\n".join(f"{p['error']}\n  hint: {p['hint']}" for p in problems) or "lint: clean")
         return FAILED if problems else OK
@@ -232,11 +249,7 @@ def _main(args, progress, root):
                  ("would change:\n" if args.check else "refreshed:\n") + text)
         return FAILED if (args.check and changed) else OK
     if args.verb == "export":
-        if args.test_python and not (Path(args.test_python).is_file() and os.access(args.test_python, os.X_OK)):
-            raise UsageError(f"--test-python {args.test_python}: not an executable file",
-                             hint="give the python of an environment with SGLang's dependencies, "
-                                  "e.g. VENV/bin/python")
-        test_python = os.path.abspath(args.test_python) if args.test_python else None   # a venv's link kept
+        test_python = test_python_of(args)
         spec = args.onto
         if not spec:
             if args.repo:
@@ -248,6 +261,52 @@ def _main(args, progress, root):
         cli.emit(strip_texts(r), args.json, export_text(r))
         return OK if r["status"] in (stack.ExportStatus.EXPORTED, stack.ExportStatus.CHECKED) else FAILED
     return OK
+
+
+def test_python_of(args):
+    """``--test-python``: an executable file (exit 2 before any work otherwise), its path absolute."""
+    if args.test_python and not (Path(args.test_python).is_file() and os.access(args.test_python, os.X_OK)):
+        raise UsageError(f"--test-python {args.test_python}: not an executable file",
+                         hint="give the python of an environment with SGLang's dependencies, "
+                              "e.g. VENV/bin/python")
+    return os.path.abspath(args.test_python) if args.test_python else None   # a venv's link kept
+
+
+def roll_json(path):
+    """A roll report (``roll --json``, or OUT/roll.json), for lint --roll."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--roll {path}: not a readable roll report ({e})",
+                         hint="give the roll.json a tools/stack.py roll wrote (default build/roll/roll.json)")
+    if not isinstance(data, dict) or "releases" not in data or "rows" not in data:
+        raise UsageError(f"--roll {path}: not a roll report (no 'releases' and 'rows')",
+                         hint="give the roll.json a tools/stack.py roll wrote (default build/roll/roll.json)")
+    return data
+
+
+def _roll(args, progress, root):
+    test_python = test_python_of(args)
+    lock = lockmod.load(root / "upstream.lock")
+    if args.release:
+        known = release_list.list_releases(progress)
+        for v in args.release:
+            release_list.require(v, known)
+        releases = sorted(set(args.release), key=versions.release)
+    else:
+        releases = roll.newer_releases(release_list.list_releases(progress), lock.version)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    r = roll.roll(root, lock, releases, args.cache, progress, repo=args.repo, run_evidence=not args.no_evidence,
+                  rr_cache=root / port.RR_CACHE, test_python=test_python)
+    command = "python tools/stack.py roll" + "".join(f" --release {v}" for v in args.release or ()) + \
+        (" --no-evidence" if args.no_evidence else "")
+    text = roll.markdown(r, command)
+    port.atomic_write(out / "roll.json", json.dumps(r.to_json(), indent=2, sort_keys=True) + "\n")
+    port.atomic_write(out / "roll.md", text)
+    progress(f"wrote {out / 'roll.md'} and {out / 'roll.json'}")
+    cli.emit(r, args.json, text)
+    return r.exit_code
 
 
 def export_text(r):

@@ -40,7 +40,7 @@ from . import ports
 from .classify import LEAVES_SERIES, RESOLVED, Status
 from .export import apply_required
 from .lint import lint, lint_series
-from .rebase import OLD, OLD_BASE, Attempt, attempt, merged_upstream, new_lock, prepare_tree, unmerged
+from .rebase import OLD, OLD_BASE, REUSED, Attempt, attempt, merged_upstream, new_lock, prepare_tree, unmerged
 from .refresh import Change, change_of, compare, stage_patches
 from .texts import add_trailers, format_patch, slug
 
@@ -479,7 +479,7 @@ def dir_digest(path):
     return h.hexdigest()
 
 
-def _atomic_write(path, text):
+def atomic_write(path, text):
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -499,7 +499,7 @@ def save(places, session):
 
 
 def write_state(path, session):
-    _atomic_write(Path(path), json.dumps(session.to_json(), indent=2, sort_keys=True) + "\n")
+    atomic_write(Path(path), json.dumps(session.to_json(), indent=2, sort_keys=True) + "\n")
 
 
 def load(places):
@@ -523,7 +523,6 @@ def load(places):
 # git I/O
 
 MARKER = re.compile(r"^(?:<{7}|>{7})(?: |$)|^={7}$")
-REUSED = re.compile(r"^(?:Staged|Resolved) '(.+)' using previous resolution\.$", re.M)
 
 
 def _lines(text):
@@ -1122,7 +1121,7 @@ def _with_range_diff(places, s, staged, changes, keep=None):
     build/port/range-diff.txt; ``keep``: the old patches' indices whose
     pairs are kept, pairs with a new commit always are)."""
     text = range_diff(places.tree, s.base)
-    _atomic_write(places.range_diff, text)
+    atomic_write(places.range_diff, text)
     pairs = tuple(rd for rd in parse_range_diff(text) if keep is None or rd.new is not None or rd.old in keep)
     return dataclasses.replace(s, staged=Staged(dir_digest(staged), s.new_lock_digest or s.lock_digest,
                                                 tuple(changes)), range_diff=pairs)

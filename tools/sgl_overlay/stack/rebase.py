@@ -1,6 +1,7 @@
 """Rebase / check --against: the stack onto a newer upstream, every patch
 classified; with --write, the new lock and the refreshed patches."""
 import dataclasses
+import re
 import shutil
 import subprocess
 import tempfile
@@ -185,9 +186,40 @@ def merged_upstream(stack, onto, lock, bare):
     return {p.name: ids[pid] for p in stack.patches if (pid := patch_id(p.raw.decode())) in ids}
 
 
-def rebase(lock, stack, onto, cache=None, progress=None, keep=None):
+# git am's words for a conflict that a recorded resolution (git rerere) resolved
+REUSED = re.compile(r"^(?:Staged|Resolved) '(.+)' using previous resolution\.$", re.M)
+
+
+def use_resolutions(tree, rr_cache):
+    """rerere on in ``tree`` with a copy of the recorded resolutions in
+    ``rr_cache`` (build/port-rr-cache): they are reused, nothing is written
+    back.  False (rerere left off) when there are none."""
+    if not rr_cache or not Path(rr_cache).is_dir() or not any(Path(rr_cache).iterdir()):
+        return False
+    shutil.copytree(rr_cache, Path(tree) / ".git" / "rr-cache", dirs_exist_ok=True)
+    gitcmd.run(tree, "config", "rerere.enabled", "true")
+    gitcmd.run(tree, "config", "rerere.autoUpdate", "true")
+    return True
+
+
+def reuse_resolution(tree, a):
+    """After ``attempt(keep_conflict=True)``: where recorded resolutions
+    resolved every conflict of the stopped 3-way merge, commit it (``git am
+    --continue``) and return the paths they resolved; else abort git am's
+    stopped state and return ()."""
+    reused = tuple(REUSED.findall(a.git_am))
+    if reused and not unmerged(tree) and gitcmd.run(tree, "am", "--continue", check=False).returncode == 0:
+        return reused
+    _am_abort(tree)
+    return ()
+
+
+def rebase(lock, stack, onto, cache=None, progress=None, keep=None, rr_cache=None):
     """Apply the stack onto ``onto`` and classify every patch.  Returns the
-    report; with ``keep`` (a directory) the rebased tree is left there."""
+    report; with ``keep`` (a directory) the rebased tree is left there.
+    ``rr_cache``: recorded conflict resolutions (build/port-rr-cache) to
+    reuse, read only: a conflict they resolve entirely is ``applied-3way``
+    with ``reused`` (the paths)."""
     say = progress or (lambda m: None)
     tmp = Path(tempfile.mkdtemp(prefix="sgl-overlay-rebase-"))
     try:
@@ -196,12 +228,18 @@ def rebase(lock, stack, onto, cache=None, progress=None, keep=None):
         bare = clones.fresh_clone(onto.repo, cache, progress)[0] if onto.repo else None
         base = prepare_tree(lock, stack, onto, new, cache, progress, bare)
         merged = merged_upstream(stack, onto, lock, bare)
+        rerere = use_resolutions(new, rr_cache)
         total = len(stack.patches)
         results = []
         for p in stack.patches:
             say(f"patch {p.index}/{total} {p.name}")
             entry = {"patch": p.name, "index": p.index, "subject": p.subject, "topic": p.topic}
-            a = attempt(new, p, total, merged.get(p.name))
+            a = attempt(new, p, total, merged.get(p.name), keep_conflict=rerere)
+            if a.stopped:
+                reused = reuse_resolution(new, a)
+                if reused:
+                    a = dataclasses.replace(a, status=Status.APPLIED_3WAY, stopped=False)
+                    entry["reused"] = list(reused)
             entry["status"] = a.status
             if a.status in APPLIES:
                 entry["commit"] = gitcmd.out(new, "rev-parse", "HEAD")

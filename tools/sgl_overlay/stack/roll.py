@@ -1,0 +1,366 @@
+"""The roll: every release newer than the pin, each topic's series tried on
+it, one patch-health table (``tools/stack.py roll``; docs/stack.md, "roll").
+
+For each release (pip's list, as every fetch here) and without a person:
+
+- the pinned stack, whole and in order, as ``check --against`` tries it
+  (``rebase.rebase``: strict git am, then, unless it is already upstream,
+  git am --3way; already upstream found by reverse apply and, with
+  ``--repo``, by ``git patch-id``, which names the upstream commit); the
+  recorded conflict resolutions of port sessions (build/port-rr-cache) are
+  reused, read only;
+- each topic's series for that release (``ranges.series_for``: the one whose
+  ``applies:`` ranges hold it); where that is a port series
+  (patches/ports/<label>/<topic>/), it is tried as ``export --check`` tries it
+  (``export.export_port``: strict git am on the port series it requires, and
+  every patch's ``Evidence:`` run before and after it).
+
+The result is typed (``Health``, ``Row``, ``ReleaseRoll``, ``Roll``), its JSON
+derived in one place (``to_json``) and its Markdown in another
+(``markdown``); ``health_of`` and ``proposals`` are pure functions of what
+git and the evidence reported."""
+import dataclasses
+import enum
+import time
+from pathlib import Path
+
+from .. import builder, series, versions
+from . import evidence as evidencemod, ports
+from .classify import Status
+from .export import ExportStatus, export_port
+from .ranges import Choice, series_for
+from .rebase import Onto, rebase
+
+
+class Health(enum.StrEnum):
+    """One patch on one release (its value is the table's word)."""
+    APPLIED = "applied"                        # strict git am
+    THREE_WAY = "3-way"                        # only git am --3way (or a recorded resolution)
+    CONFLICT = "conflict"                      # neither: the failure report says where
+    UPSTREAM = "upstream"                      # upstream already has it: propose dropping it
+    PROBABLY_UPSTREAM = "probably upstream"    # applies in reverse with one line of context: for a person
+    EVIDENCE_FAILS = "evidence fails"          # applies, but an Evidence: test fails with it
+    NOT_PORTED = "not ported"                  # the port series says why it cannot carry it
+    NOT_TRIED = "not tried"                    # an earlier patch of its port series does not apply
+
+
+NEEDS_PERSON = (Health.CONFLICT, Health.PROBABLY_UPSTREAM, Health.EVIDENCE_FAILS, Health.NOT_TRIED)
+
+FROM_GIT = {Status.APPLIED: Health.APPLIED, Status.APPLIED_3WAY: Health.THREE_WAY, Status.CONFLICT: Health.CONFLICT,
+            Status.MERGED_UPSTREAM: Health.UPSTREAM, Status.EMPTIED: Health.UPSTREAM,
+            Status.PROBABLY_UPSTREAM: Health.PROBABLY_UPSTREAM}
+
+
+@dataclasses.dataclass(frozen=True)
+class EvidenceTest:
+    node: str
+    before: str              # pytest outcome on the release with the series' earlier patches
+    after: str               # and with this patch
+    verdict: evidencemod.Verdict
+    why: str = ""            # the first line of its failure, where it failed after
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """What one series patch did on one release."""
+    health: Health
+    patch: str                          # the series' patch (a port patch, or the pinned one)
+    series: str                         # patches/series or patches/ports/<label>/<topic>
+    git: Status | None = None           # what git reported (None: not tried, or said by the series)
+    upstream_commit: str = ""           # where upstream has it (git patch-id with --repo), if known
+    reason: str = ""                    # an upstream / not-ported reason as the series says it
+    reused: tuple = ()                  # paths a recorded resolution resolved
+    failure: dict | None = None         # apply.py's failure report (builder.diagnose)
+    evidence: tuple = ()                # EvidenceTest, in Evidence: order
+
+    def word(self):
+        """The table's cell: the health, where upstream has it, the port
+        patch that carries it, the evidence in one figure."""
+        w = str(self.health)
+        if self.health is Health.UPSTREAM and self.upstream_commit:
+            w = f"upstream at {self.upstream_commit[:10]}"
+        if self.reused:
+            w += " (recorded resolution)"
+        if self.evidence:
+            ok = sum(1 for t in self.evidence if t.verdict is evidencemod.Verdict.FAILS_THEN_PASSES)
+            w += f", evidence {ok}/{len(self.evidence)}"
+        return w
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One pinned patch (or a port patch that carries none) across the releases."""
+    topic: str
+    patch: str
+    cells: tuple             # (release, Cell), in release order
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseRoll:
+    """One release: each topic's series chosen for it, what each of its
+    patches did, and what ``check --against`` reports for the pinned stack."""
+    release: str
+    choices: tuple           # (topic, ranges.Choice)
+    cells: tuple             # (topic, pinned patch or None, Cell)
+    pinned: tuple            # (pinned patch, Status): the whole pinned stack, as check --against
+    exports: tuple           # (topic, ExportStatus): the port series, as export --check
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Proposal:
+    """A pinned patch upstream already has on a release: drop it there."""
+    patch: str
+    release: str
+    series: str
+    upstream_commit: str
+    reason: str
+    confirm: bool            # probably upstream: a person confirms first
+
+
+@dataclasses.dataclass(frozen=True)
+class Roll:
+    pin: str
+    releases: tuple          # ReleaseRoll, oldest first
+    rows: tuple              # Row
+    proposals: tuple         # Proposal
+    seconds: float
+    evidence: bool           # the Evidence: tests were run
+
+    @property
+    def needs_person(self):
+        return any(c.health in NEEDS_PERSON for r in self.rows for _, c in r.cells)
+
+    @property
+    def exit_code(self):
+        """0 every topic's series carries onto every release; 1 some cell
+        needs a person (the report is written all the same)."""
+        return 1 if self.needs_person else 0
+
+    def to_json(self):
+        return {"status": "needs-person" if self.needs_person else "carried", **to_json(self)}
+
+
+def to_json(value):
+    """The JSON form of the roll's typed values: the one place it is derived."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return str(value)
+    if isinstance(value, Path):
+        return value.as_posix()
+    if isinstance(value, Choice):
+        return value.to_json()
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    return value
+
+
+# --------------------------------------------------------------------------
+# pure decisions
+
+def newer_releases(listed, pin):
+    """The final releases in ``listed`` newer than ``pin``, oldest first
+    (pre- and dev releases left out)."""
+    p = versions.release(pin)
+    out = [v for v in listed if (r := versions.release(v)) is not None and r > p
+           and not r.is_prerelease and not r.is_devrelease]
+    return sorted(set(out), key=versions.release)
+
+
+def pinned_cell(entry, series_rel="patches/series"):
+    """A ``rebase`` report entry as a Cell."""
+    git = Status(entry["status"])
+    return Cell(FROM_GIT[git], entry["patch"], series_rel, git, entry.get("upstream_commit", ""),
+                reused=tuple(entry.get("reused", ())),
+                failure=entry.get("failure") if git not in (Status.APPLIED, Status.APPLIED_3WAY) else None)
+
+
+def evidence_tests(entry):
+    return tuple(EvidenceTest(t["node"], t["before"], t["after"], evidencemod.Verdict(t["verdict"]),
+                              t["after_reason"] if t["verdict"] == evidencemod.Verdict.FAILS_PATCHED else "")
+                 for t in entry.get("evidence", {}).get("tests", []))
+
+
+def port_cells(port_rel, entries, total):
+    """``export_port``'s entries (the patches tried, in order, of a series of
+    ``total``) as Cells; the patches after one that does not apply are not tried."""
+    out = []
+    for e in entries:
+        ev = evidence_tests(e)
+        if Status(e["status"]) is not Status.APPLIED:
+            out.append(Cell(Health.CONFLICT, e["patch"], port_rel, Status(e["status"]), failure=e.get("failure")))
+        elif any(t.verdict is evidencemod.Verdict.FAILS_PATCHED for t in ev):
+            out.append(Cell(Health.EVIDENCE_FAILS, e["patch"], port_rel, Status.APPLIED, evidence=ev))
+        else:
+            out.append(Cell(Health.APPLIED, e["patch"], port_rel, Status.APPLIED, evidence=ev))
+    return out
+
+
+def proposals(releases):
+    """Every pinned patch a release's pinned series finds upstream (or
+    probably so), where the pinned series is the one chosen for it."""
+    out = []
+    for r in releases:
+        for _, pinned, c in r.cells:
+            if c.series == "patches/series" and c.health in (Health.UPSTREAM, Health.PROBABLY_UPSTREAM):
+                why = ("applies in reverse with one line of context" if c.health is Health.PROBABLY_UPSTREAM else
+                       "same patch-id" if c.upstream_commit else
+                       "the 3-way merge left nothing to change" if c.git is Status.EMPTIED else
+                       "applies in reverse")
+                out.append(Proposal(pinned, r.release, c.series, c.upstream_commit, why,
+                                    c.health is Health.PROBABLY_UPSTREAM))
+    return tuple(out)
+
+
+def rows_of(stack_patches, releases):
+    """The table's rows: every pinned patch in series order, then the port
+    patches that carry no pinned patch; a cell per release where there is one."""
+    rows = []
+    for p in stack_patches:
+        cells = tuple((r.release, c) for r in releases for _, pinned, c in r.cells if pinned == p.name)
+        rows.append(Row(p.topic, p.name, cells))
+    extra = {}
+    for r in releases:
+        for topic, pinned, c in r.cells:
+            if pinned is None:
+                extra.setdefault((topic, c.patch), []).append((r.release, c))
+    rows += [Row(t, n, tuple(cells)) for (t, n), cells in extra.items()]
+    return tuple(rows)
+
+
+# --------------------------------------------------------------------------
+# the work
+
+def roll_release(root, lock, stack, version, cache=None, progress=None, repo=None, run_evidence=True,
+                 rr_cache=None, test_python=None):
+    """One release: the pinned stack as check --against tries it, then
+    each topic whose chosen series is a port series as export --check tries
+    it.  Returns a ReleaseRoll."""
+    say = progress or (lambda m: None)
+    t0 = time.monotonic()
+    onto = Onto(version=version, repo=repo)
+    topics = list(dict.fromkeys(p.topic for p in stack.patches))
+    choices = [(t, series_for(root, lock.version, t, version)) for t in topics]
+    say(f"v{version}: the pinned stack ({len(stack.patches)} patches), as check --against")
+    report = rebase(lock, stack, onto, cache, progress, rr_cache=rr_cache)
+    by_name = {e["patch"]: e for e in report["patches"]}
+    cells, exports = [], []
+    for topic, choice in choices:
+        mine = [p for p in stack.patches if p.topic == topic]
+        if choice.candidate.port is None:
+            cells += [(topic, p.name, pinned_cell(by_name[p.name])) for p in mine]
+            continue
+        port = ports.load(Path(root) / choice.candidate.port)
+        say(f"v{version}: topic {topic} from {port.rel} ({choice.why}), as export --check")
+        out = export_port(root, lock, port, onto, None, cache, progress, run_tests=run_evidence,
+                          test_python=test_python, write=False)
+        exports.append((topic, ExportStatus(out["status"])))
+        got = port_cells(port.rel, out["patches"], len(port.patches))
+        tried = {c.patch for c in got}
+        got += [Cell(Health.NOT_TRIED, p.name, port.rel) for p in port.patches if p.name not in tried]
+        carried = set()
+        for p, c in zip(port.patches, got):
+            names = [n for n in ports.ports_of(p) if n in {q.name for q in mine}]
+            carried.update(names)
+            cells += [(topic, n, c) for n in names] or [(topic, None, c)]
+            for n, reason in ports.dropped_in(p):
+                carried.add(n)
+                cells.append((topic, n, Cell(Health.UPSTREAM, n, port.rel, reason=reason)))
+        for n, reason in ports.not_ported(port.dir):
+            if n not in carried:
+                carried.add(n)
+                cells.append((topic, n, Cell(Health.NOT_PORTED, n, port.rel, reason=reason)))
+    order = {p.name: p.index for p in stack.patches}
+    cells.sort(key=lambda x: (order.get(x[1], len(order) + 1)))
+    return ReleaseRoll(version, tuple(choices), tuple(cells),
+                       tuple((e["patch"], Status(e["status"])) for e in report["patches"]), tuple(exports),
+                       round(time.monotonic() - t0, 1))
+
+
+def roll(root, lock, releases, cache=None, progress=None, repo=None, run_evidence=True, rr_cache=None,
+         test_python=None):
+    """Every release of ``releases`` (oldest first), as ``roll_release``."""
+    say = progress or (lambda m: None)
+    t0 = time.monotonic()
+    stack = series.load(root)
+    done = []
+    for i, v in enumerate(releases, 1):
+        say(f"release {i}/{len(releases)} v{v}")
+        done.append(roll_release(root, lock, stack, v, cache, progress, repo, run_evidence, rr_cache, test_python))
+    done = tuple(done)
+    return Roll(lock.version, done, rows_of(stack.patches, done), proposals(done),
+                round(time.monotonic() - t0, 1), run_evidence)
+
+
+# --------------------------------------------------------------------------
+# the Markdown report
+
+def _md(text):
+    return str(text).replace("|", "/").replace("\n", " ")
+
+
+def markdown(r, command="python tools/stack.py roll"):
+    """The report for people: the patch-health table, the series each
+    release took, the proposals, each failure."""
+    rels = [x.release for x in r.releases]
+    lines = [f"# Roll: the stack pinned at v{r.pin} on {', '.join('v' + v for v in rels) or 'no newer release'}",
+             "", f"`{command}`: {len(rels)} release(s) in {r.seconds:.0f} s"
+             + ("" if r.evidence else " (--no-evidence: the Evidence: tests not run)") + ".", ""]
+    if not rels:
+        return "\n".join(lines + ["No release newer than the pin.", ""])
+    lines += ["| topic | patch | " + " | ".join(f"v{v}" for v in rels) + " |",
+              "|---|---|" + "---|" * len(rels)]
+    for row in r.rows:
+        got = dict(row.cells)
+        words = []
+        for v in rels:
+            c = got.get(v)
+            if c is None:
+                words.append("")
+                continue
+            w = c.word()
+            if c.series != "patches/series":
+                w += " (port" + (f" {c.patch}" if c.patch != row.patch else "") + ")"
+            words.append(_md(w))
+        lines.append(f"| {row.topic} | {row.patch} | " + " | ".join(words) + " |")
+    lines += ["", "A cell is the patch on that release in the series chosen for it: `(port)` a port series "
+              "(patches/ports/), else the pinned patches/series as `check --against` applies it; `evidence k/n`: "
+              "k of its n Evidence: tests fail before it and pass with it.", "", "## Series per release", ""]
+    for x in r.releases:
+        said = ", ".join(f"{t}: {c.candidate.rel}" + ("" if c.why.name == "RANGE" else f" ({c.why})")
+                         for t, c in x.choices)
+        check = sum(1 for _, s in x.pinned if s in (Status.APPLIED, Status.APPLIED_3WAY))
+        lines.append(f"- v{x.release} ({x.seconds:.0f} s): {said}; the pinned stack: {check}/{len(x.pinned)} "
+                     "apply (check --against)"
+                     + "".join(f"; {t} port: {s}" for t, s in x.exports))
+    if r.proposals:
+        lines += ["", "## Proposed for dropping", ""]
+        for p in r.proposals:
+            at = f" at {p.upstream_commit[:12]}" if p.upstream_commit else ""
+            lines.append(f"- {p.patch} from {p.series} on v{p.release}: upstream{at} ({p.reason})"
+                         + (": confirm first" if p.confirm else ""))
+    fails = [(x.release, t, c) for x in r.releases for t, _, c in x.cells if c.failure or
+             c.health is Health.EVIDENCE_FAILS]
+    seen = set()
+    if fails:
+        lines += ["", "## Failures", ""]
+    for v, t, c in fails:
+        if (v, c.series, c.patch) in seen:
+            continue
+        seen.add((v, c.series, c.patch))
+        lines += [f"### v{v} {c.series}: {c.patch}: {c.health}", "", "```"]
+        if c.failure:
+            lines += builder.format_failure(c.failure).splitlines()
+        lines += [f"evidence {t.node}: before {t.before}, after {t.after}: {t.why}" for t in c.evidence
+                  if t.verdict is evidencemod.Verdict.FAILS_PATCHED]
+        lines += ["```", ""]
+    reasons = [(x.release, c) for x in r.releases for _, _, c in x.cells
+               if c.health in (Health.NOT_PORTED, Health.UPSTREAM) and c.reason]
+    if reasons:
+        lines += ["", "## What the port series say", ""]
+        for v, c in dict(((c.series, c.patch, c.health), (v, c)) for v, c in reasons).values():
+            lines.append(f"- {c.series}: {c.patch}: {c.health}: {_md(c.reason)}")
+    return "\n".join(lines).rstrip("\n") + "\n"
