@@ -81,7 +81,8 @@ def run(root, *args, timeout=900):
 
 
 def start(root, *more):
-    return run(root, "--topic", TOPIC, "--onto", "0.5.23", *more)
+    # the checkout holds the repository's debug port: the session replaces it (--replace)
+    return run(root, "--topic", TOPIC, "--onto", "0.5.23", "--replace", *more)
 
 
 def tree_of(root):
@@ -278,6 +279,10 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
         (["--topic", "debug", "--continue"], "--topic goes with --onto"),
         (["--topic", "debug", "--status"], "--topic goes with --onto"),
         (["--topic", "debug", "--onto", "0123456789ab"], "not a release version"),
+        (["--topic", "debug", "--onto", "9.9.9"], "sglang 9.9.9 is not a published release"),
+        (["--topic", "debug", "--replace", "--status"], "--replace goes with --topic"),
+        # the repository's debug port is there: replacing it takes --replace
+        (["--topic", "debug", "--onto", "0.5.23"], f"{PORT.as_posix()}/ already holds a port series"),
     ]:
         p = run(root, *args)
         assert p.returncode == 2 and words in p.stderr, (args, p.stderr)
@@ -289,7 +294,7 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
     gitcmd.run(root, "commit", "-q", "-m", "checkout")
     series_file = root / PORT / "series"
     series_file.write_text(series_file.read_text() + "# a note\n")
-    p = run(root, "--topic", "debug", "--onto", "0.5.23")
+    p = run(root, "--topic", "debug", "--onto", "0.5.23", "--replace")
     assert p.returncode == 2 and f"uncommitted changes in {PORT.as_posix()}/series" in p.stderr, p.stderr
     assert "commit them" in p.stderr
     series_file.write_text((ROOT / PORT / "series").read_text())

@@ -13,6 +13,7 @@ import dataclasses
 
 from .. import artifacts, base_tree, builder, cli, lock as lockmod, project, series, wheel
 from ..errors import FAILED, OK, UsageError
+from ..stack import ranges
 
 
 def parse(argv):
@@ -116,6 +117,7 @@ def main(argv):
                  args.json, list_text(stack) + "".join(f"\nlint: {x['error']}" for x in problems))
         return OK if not problems else 2
     stack = series.load(root)
+    ranges.refuse_outside(root, lock.version)      # a patch said not to apply to the pin: exit 2 before any work
     if args.python and not args.wheel:
         raise UsageError("--python needs --wheel DIR", hint="python tools/apply.py --wheel dist --python 3.12")
     pythons = [p for arg in args.python for p in arg.split(",") if p] or [None]

@@ -64,7 +64,7 @@ from pathlib import Path
 
 from .. import builder, cli, lock as lockmod, locking, project, release_list, series, stack, versions
 from ..errors import FAILED, OK, UsageError
-from ..stack import port, roll
+from ..stack import port, ports, roll
 
 
 def parse(argv):
@@ -114,6 +114,9 @@ def parse(argv):
                          "naming the upstream commit")
     ro.add_argument("--out", default=str(Path("build") / "roll"), metavar="DIR",
                     help="where roll.md and roll.json are written (default build/roll)")
+    ro.add_argument("--topic", action="append", metavar="T",
+                    help="these topics' rows only (repeatable; default every topic); the pinned stack is tried "
+                         "whole all the same, as check --against tries it")
     ro.add_argument("--no-evidence", action="store_true", help="do not run the port series' Evidence: tests")
     ro.add_argument("--test-python", metavar="PY",
                     help="the interpreter of the port series' upstream-style tests (as export's)")
@@ -131,6 +134,9 @@ def parse(argv):
                                                           "(default: the lock's repo); with --topic, the "
                                                           "history --onto COMMIT is read from")
     pt.add_argument("--reason", metavar="TEXT", help="with --skip: why the patch is no longer needed")
+    pt.add_argument("--replace", action="store_true",
+                    help="with --topic: replace the port series already in patches/ports/<label>/T/ (refused "
+                         "without it)")
     args = ap.parse_args(argv)
     if args.verb == "port":
         if args.reason is not None and not args.skip:
@@ -138,6 +144,9 @@ def parse(argv):
         if args.repo and not args.onto:
             raise UsageError("port --repo goes with --onto (the session keeps the repo it started with)",
                              hint="port --onto VERSION --repo URL_OR_PATH")
+        if args.replace and args.topic is None:
+            raise UsageError("port --replace goes with --topic (it replaces a topic's port series)",
+                             hint="port --topic T --onto VERSION --replace")
         if args.topic is not None and not args.onto:
             raise UsageError("port --topic goes with --onto (the session keeps the topic it started with)",
                              hint="port --topic T --onto VERSION; --continue, --skip, --abort and --status "
@@ -169,12 +178,16 @@ def rebase_text(report):
             extra = " (unchanged)"
         if r.get("not_ported"):
             extra += f" (not ported by {r['not_ported']['port']}: {r['not_ported']['not_ported']})"
+        if r.get("covered"):
+            extra += f" (a port carries it: {r['covered'].get('port')})"
         lines.append(f"  {r['index']:>2} {r['patch']:<40} {r['status']}{extra}")
         if r.get("failure") and r["status"] == stack.Status.CONFLICT:
             lines += ["     " + l for l in builder.format_failure(r["failure"]).splitlines()[1:]]
     lines.append("every patch resolved" if report["resolved"] else "unresolved patches: not writable")
     if report.get("ported"):
         lines.append(f"{report['ported']} patch(es) covered by the ported series in patches/ports/")
+    if report.get("port_line"):
+        lines.append(report["port_line"])
     return "\n".join(lines)
 
 
@@ -225,13 +238,18 @@ def _main(args, progress, root):
     if args.verb in ("rebase", "check"):
         spec = args.onto if args.verb == "rebase" else args.against
         onto = onto_of(spec, args.repo)
-        cover = stack.coverage(root, onto) if args.verb == "rebase" else {}     # a bad port: exit 2 before work
+        cover = stack.coverage(root, onto)           # a bad port: exit 2 before work
         said = stack.not_ported_in(root, onto) if args.verb == "rebase" else {}
         report = stack.rebase(lock, series.load(root), onto, args.cache, progress)
-        if cover:
+        if cover and args.verb == "rebase":
             stack.mark_ported(report, cover)
+        elif cover:                                  # check: what git reported, the port named beside it
+            stack.mark_covered(report, cover)
         if said:
             stack.mark_not_ported(report, said)
+        if cover:
+            report["port_series"] = ports.covering(root, onto)
+            report["port_line"] = ports.covering_line(root, onto)
         if args.verb == "rebase" and args.write:
             report["written"] = stack.write_rebase(root, lock, series.load(root), report, onto, args.cache, progress)
         cli.emit(strip_texts(report), args.json, rebase_text(report))
@@ -258,6 +276,8 @@ def _main(args, progress, root):
         r = stack.export(root, lock, args.topic, onto_of(spec, args.repo), args.out, args.cache, progress,
                          run_tests=not args.no_tests, test_python=test_python, use_port=not args.pinned,
                          check_only=args.check)
+        if args.pinned and ports.covering(root, onto_of(spec, args.repo)):
+            r["port_line"] = ports.covering_line(root, onto_of(spec, args.repo)) + " (--pinned: not used)"
         cli.emit(strip_texts(r), args.json, export_text(r))
         return OK if r["status"] in (stack.ExportStatus.EXPORTED, stack.ExportStatus.CHECKED) else FAILED
     return OK
@@ -298,9 +318,9 @@ def _roll(args, progress, root):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     r = roll.roll(root, lock, releases, args.cache, progress, repo=args.repo, run_evidence=not args.no_evidence,
-                  rr_cache=root / port.RR_CACHE, test_python=test_python)
+                  rr_cache=root / port.RR_CACHE, test_python=test_python, topics=args.topic)
     command = "python tools/stack.py roll" + "".join(f" --release {v}" for v in args.release or ()) + \
-        (" --no-evidence" if args.no_evidence else "")
+        "".join(f" --topic {t}" for t in args.topic or ()) + (" --no-evidence" if args.no_evidence else "")
     text = roll.markdown(r, command)
     port.atomic_write(out / "roll.json", json.dumps(r.to_json(), indent=2, sort_keys=True) + "\n")
     port.atomic_write(out / "roll.md", text)
@@ -326,6 +346,8 @@ def export_text(r):
         text.append(f"  tests: {r['tests']['summary']}")
     text += [f"  warning: {w}" for w in r.get("warnings", [])]
     text += [f"  failed: {f}" for f in r.get("failed", [])]
+    if r.get("port_line"):
+        text.append(f"  {r['port_line']}")
     text += [f"  wrote {f}" for f in r["files"]]
     if r["status"] == stack.ExportStatus.CHECKED:
         text.append("  --check: nothing written")
@@ -347,10 +369,16 @@ def shown(path):
 def _port(args, progress, root):
     tool = "python tools/stack.py port" + (f" --root {args.root}" if args.root else "")
     kw = {"progress": progress, "shown": shown, "tool": tool}
+    line = ""
+    if args.onto:
+        onto = onto_of(args.onto, args.repo)
+        line = ports.covering_line(root, onto)
+        if line:
+            progress(line)
     if args.onto and args.topic is not None:
-        r = port.start_topic(root, args.topic, onto_of(args.onto, args.repo), args.cache, **kw)
+        r = port.start_topic(root, args.topic, onto, args.cache, replace=args.replace, **kw)
     elif args.onto:
-        r = port.start(root, onto_of(args.onto, args.repo), args.cache, **kw)
+        r = port.start(root, onto, args.cache, **kw)
     elif args.cont:
         r = port.continue_(root, args.cache, **kw)
     elif args.skip:
@@ -359,7 +387,7 @@ def _port(args, progress, root):
         r = port.abort(root, **kw)
     else:
         r = port.status(root, **kw)
-    cli.emit(r, args.json, port_text(r, tool))
+    cli.emit(r, args.json, port_text(r, tool) + (f"\n{line}" if line else ""))
     return r.exit_code
 
 

@@ -13,12 +13,12 @@ series' layout and trailers), ``evidence`` (their tests, run before/after).
 from .classify import APPLIES, LEAVES_SERIES, RESOLVED, UNRESOLVED, Status, classify
 from .export import DOWNSTREAM_TRAILERS, ExportStatus, export, strip_trailers
 from .lint import lint
-from .ports import coverage, mark_not_ported, mark_ported, not_ported_in
+from .ports import coverage, mark_covered, mark_not_ported, mark_ported, not_ported_in
 from .rebase import Onto, new_lock, rebase, write_rebase
 from .refresh import refresh, tree_commits
 from .texts import format_patch, noise_free, patch_id, slug
 
 __all__ = ["APPLIES", "DOWNSTREAM_TRAILERS", "LEAVES_SERIES", "RESOLVED", "UNRESOLVED", "ExportStatus", "Onto",
-           "Status", "classify", "coverage", "export", "format_patch", "lint", "mark_not_ported", "mark_ported", "new_lock", "noise_free",
+           "Status", "classify", "coverage", "export", "mark_covered", "format_patch", "lint", "mark_not_ported", "mark_ported", "new_lock", "noise_free",
            "not_ported_in", "patch_id",
            "rebase", "refresh", "slug", "strip_trailers", "tree_commits", "write_rebase"]

@@ -16,6 +16,7 @@ from .. import builder, gitcmd, series
 from ..errors import UsageError
 from . import evidence, ports
 from .classify import APPLIES, Status
+from .ranges import Why, series_for
 from .rebase import new_base, rebase
 from .texts import format_patch, slug
 
@@ -45,6 +46,19 @@ def _refuse_inappropriate(topic, patches, where):
                               "would (strict git am, the evidence run) and writes nothing")
 
 
+def port_for(root, lock, topic, onto):
+    """The port series folder export takes for ``topic`` on ``onto``, or
+    None (the pinned patches): for a release, the series whose applies:
+    ranges hold it (ranges.series_for), or, where none says a range, the
+    port made on that release; for a commit, the port folder named by it."""
+    if not onto.version:
+        return ports.port_dir(root, topic, onto)
+    choice = series_for(root, lock.version, topic, onto.version)
+    if choice is None or choice.candidate.port is None or choice.why not in (Why.RANGE, Why.LABEL):
+        return None
+    return Path(root) / choice.candidate.port
+
+
 def export(root, lock, topic, onto, out_dir, cache=None, progress=None, run_tests=True, test_python=None,
            use_port=True, check_only=False):
     """The topic's patches alone on ``onto``: verified to apply and to pass
@@ -55,7 +69,7 @@ def export(root, lock, topic, onto, out_dir, cache=None, progress=None, run_test
     one way to verify a topic marked Upstream-Status: Inappropriate."""
     say = progress or (lambda m: None)
     root = Path(root)
-    d = ports.port_dir(root, topic, onto) if use_port else None
+    d = port_for(root, lock, topic, onto) if use_port else None
     if d:
         port = ports.load(d)
         if not check_only:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from .. import series, versions
 from ..errors import UsageError
-from . import ports
+from . import ports, ranges
 
 
 def _problem(patch, field, error, hint):
@@ -23,14 +23,66 @@ def _whitespace(p, where, label):
     return []
 
 
-def lint(root):
-    """Every problem with the stack, as dicts (patch, field, error, hint)."""
+def lint(root, roll=None):
+    """Every problem with the stack, as dicts (patch, field, error, hint);
+    ``roll``: a roll report (its JSON), whose findings the applies: ranges
+    must agree with."""
     root = Path(root)
     try:
         stack = series.load(root, strict=False)
     except UsageError as e:
         return [{"patch": None, "field": "series", "error": e.message, "hint": e.hint}]
-    return lint_series(stack.patches) + lint_ports(root, stack)
+    return lint_series(stack.patches) + lint_ports(root, stack) + lint_ranges(root, roll)
+
+
+# what the roll found that a range holding that release contradicts
+NOT_CARRIED = {"conflict", "upstream", "probably upstream", "evidence fails", "not tried"}
+CHECK_CARRIES = {"applied", "applied-3way"}
+
+
+def lint_ranges(root, roll=None):
+    """The applies: ranges of patches/series and every port series: their
+    syntax, all or none of a series' lines said, and, with a roll report,
+    no range holding a release on which the roll found the patch not carried."""
+    problems, said = [], {}
+    for rel in ranges.series_dirs(root):
+        where = f"{rel.as_posix()}/series"
+        try:
+            rngs, bad = ranges.read(Path(root) / rel)
+        except (OSError, UnicodeDecodeError):
+            continue                          # lint_ports names a series that cannot be read
+        problems += [_problem(name, "applies", f"{where}:{line}: {name}: {why}",
+                              "a PEP 440 range of releases after the name, e.g. "
+                              "'budget-ledger.patch  # applies: >=0.5.17,<0.5.23'") for line, name, why in bad]
+        unsaid = [n for n, r in rngs.items() if r is None and not any(b[1] == n for b in bad)]
+        if unsaid and len(unsaid) < len(rngs):
+            problems.append(_problem(unsaid[0], "applies", f"{where}: {', '.join(unsaid)} say(s) no applies: "
+                                     "range, while other lines of the series do",
+                                     "give every line of a series its range (docs/stack.md, 'Version ranges')"))
+        said[rel.as_posix()] = rngs
+    if roll:
+        problems += _against_roll(said, roll)
+    return problems
+
+
+def _against_roll(said, roll):
+    """A range that holds a release on which the roll found its patch not carried."""
+    out = []
+    found = []
+    for r in roll.get("releases", []):
+        v = r["release"]
+        found += [("patches", c["name"], v, c["status"]) for c in r.get("pinned", [])
+                  if c["status"] not in CHECK_CARRIES]
+        found += [(p["cell"]["series"], p["cell"]["patch"], v, p["cell"]["health"]) for p in r.get("cells", [])
+                  if p["cell"]["series"] != "patches/series" and p["cell"]["health"] in NOT_CARRIED]
+    for rel, name, v, what in found:
+        rng = said.get(rel, {}).get(name)
+        if rng is not None and rng.holds(v):
+            out.append(_problem(name, "applies", f"{rel}/series:{rng.line}: {name} applies to {rng.spec}, which "
+                                f"holds v{v}, where the roll found it {what}",
+                                f"narrow its range to leave v{v} out (or port it there: tools/stack.py port "
+                                f"--topic T --onto {v})"))
+    return out
 
 
 def lint_series(patches):

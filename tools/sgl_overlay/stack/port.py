@@ -825,7 +825,20 @@ def start(root, onto, cache=None, progress=None, shown=str, tool="python tools/s
     return _advance(places, s, stack, say, shown, tool)
 
 
-def start_topic(root, topic, onto, cache=None, progress=None, shown=str, tool="python tools/stack.py port"):
+def _refuse_replacing(places, label, topic, replace, tool):
+    """A topic port onto a label that already has that topic's port series
+    replaces it: refused (exit 2, before any work) without ``replace``."""
+    have = places.root / ports.PORTS / label / topic
+    if (have / "series").is_file() and not replace:
+        n = len(series.read_series(have))
+        raise UsageError(f"port --topic {topic}: {(ports.PORTS / label / topic).as_posix()}/ already holds a port "
+                         f"series ({n} patch(es)); this session would replace it",
+                         hint=f"verify that one: tools/stack.py export --topic {topic} --onto {label.lstrip('v')} "
+                              f"--check; to replace it: {tool} --topic {topic} --onto ... --replace")
+
+
+def start_topic(root, topic, onto, cache=None, progress=None, shown=str, tool="python tools/stack.py port",
+                replace=False):
     """Start a topic port: the pinned topic's patches onto ``onto`` (a
     release, through its verified artifact, or a commit of ``onto.repo``),
     on the port series they require, ending in
@@ -843,6 +856,7 @@ def start_topic(root, topic, onto, cache=None, progress=None, shown=str, tool="p
     bare = clones.fresh_clone(onto.repo, cache, progress)[0] if onto.repo else None
     label = ports.label_of(onto) if onto.version else None
     if label:
+        _refuse_replacing(places, label, topic, replace, tool)
         _refuse_uncommitted(places, ((ports.PORTS / label / topic).as_posix(),), "that port folder")
         need = _required(places.root / ports.PORTS / label, topic, mine)
 
@@ -852,6 +866,7 @@ def start_topic(root, topic, onto, cache=None, progress=None, shown=str, tool="p
             full = base["base_commit"]
             have = ports.label_dirs(places.root, dataclasses.replace(onto, commit=full))
             label = have[0].name if have else full[:12]
+            _refuse_replacing(places, label, topic, replace, tool)
             _refuse_uncommitted(places, ((ports.PORTS / label / topic).as_posix(),), "that port folder")
             need = _required(places.root / ports.PORTS / label, topic, mine)
         rel = (ports.PORTS / label / topic).as_posix()

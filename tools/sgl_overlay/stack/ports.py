@@ -193,6 +193,15 @@ def mark_not_ported(report, said):
     return report
 
 
+def mark_covered(report, cover):
+    """check --against's report with the port that carries each patch named
+    beside what git reported (``covered``), the status unchanged."""
+    for r in report["patches"]:
+        if r["patch"] in cover:
+            r["covered"] = cover[r["patch"]]
+    return report
+
+
 def mark_ported(report, cover):
     """The rebase report with every pinned patch that ``cover`` names
     marked ``ported`` (what git reported kept as ``git_status``).  A ported
@@ -204,3 +213,20 @@ def mark_ported(report, cover):
     report["ported"] = sum(1 for r in report["patches"] if r["status"] == Status.PORTED)
     report["resolved"] = all(r["status"] in RESOLVED for r in report["patches"])
     return report
+
+
+def covering(root, onto):
+    """The port series folders made for ``onto`` (patches/ports/<label>/<topic>, relative), in topic order."""
+    return [(PORTS / base.name / d.name).as_posix() for base in label_dirs(root, onto)
+            for d in sorted(p for p in base.iterdir() if (p / "series").is_file())]
+
+
+def covering_line(root, onto):
+    """One line naming the port series made for ``onto`` and how many pinned
+    patches they carry, or "" when there are none."""
+    have = covering(root, onto)
+    if not have:
+        return ""
+    n = len(coverage(root, onto))
+    return (f"port series for {onto.label}: {', '.join(have)} ({n} pinned patch(es) carried or said "
+            f"upstream; tools/stack.py export --topic T --onto {onto.label} --check verifies one)")

@@ -16,6 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from .. import series, versions
+from ..errors import UsageError
 
 APPLIES = re.compile(r"\bapplies:\s*(.*?)\s*$")
 
@@ -171,3 +172,31 @@ def choose(cands, version):
 def series_for(root, pinned_version, topic, version):
     """The Choice of ``topic``'s series for release ``version`` in checkout ``root``."""
     return choose(candidates(root, pinned_version, topic, version), version)
+
+
+def series_dirs(root):
+    """patches/ and every port series folder (patches/ports/<label>/<topic>/), as paths relative to ``root``."""
+    root = Path(root)
+    out = [Path("patches")]
+    base = root / "patches" / "ports"
+    if base.is_dir():
+        out += sorted(d.relative_to(root) for d in base.glob("*/*") if (d / "series").is_file())
+    return out
+
+
+def outside(root, version):
+    """The pinned patches (patches/series) whose ``applies:`` range does not hold ``version``."""
+    rngs, _ = read(Path(root) / "patches")
+    return [r for r in rngs.values() if r is not None and not r.holds(version)]
+
+
+def refuse_outside(root, version):
+    """apply's rule: the pinned series is the pin's; a pinned patch whose
+    range does not hold the pin is refused (exit 2) before any work."""
+    bad = outside(root, version)
+    if bad:
+        r = bad[0]
+        raise UsageError(f"patches/series:{r.line}: {r.patch} applies to {r.spec}, which does not hold the pin "
+                         f"v{version}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
+                         hint="correct its applies: range (tools/stack.py roll shows where it applies), or drop it "
+                              "from the series")

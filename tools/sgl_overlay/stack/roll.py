@@ -25,10 +25,11 @@ import time
 from pathlib import Path
 
 from .. import builder, series, versions
+from ..errors import UsageError
 from . import evidence as evidencemod, ports
 from .classify import Status
 from .export import ExportStatus, export_port
-from .ranges import Choice, series_for
+from .ranges import Choice, Why, series_for
 from .rebase import Onto, rebase
 
 
@@ -88,11 +89,41 @@ class Cell:
 
 
 @dataclasses.dataclass(frozen=True)
+class At:
+    """A Cell on one release."""
+    release: str
+    cell: Cell
+
+
+@dataclasses.dataclass(frozen=True)
 class Row:
     """One pinned patch (or a port patch that carries none) across the releases."""
     topic: str
     patch: str
-    cells: tuple             # (release, Cell), in release order
+    cells: tuple             # At, in release order
+
+
+@dataclasses.dataclass(frozen=True)
+class Placed:
+    """A Cell of one release in the table: its topic and the pinned patch
+    it is about (None: a port patch that carries no pinned patch)."""
+    topic: str
+    pinned: str | None
+    cell: Cell
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicSeries:
+    """The series a topic took on a release, and why (ranges.Choice)."""
+    topic: str
+    choice: Choice
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """What check --against (a pinned patch) or export --check (a topic's port series) reported."""
+    name: str
+    status: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,10 +131,10 @@ class ReleaseRoll:
     """One release: each topic's series chosen for it, what each of its
     patches did, and what ``check --against`` reports for the pinned stack."""
     release: str
-    choices: tuple           # (topic, ranges.Choice)
-    cells: tuple             # (topic, pinned patch or None, Cell)
-    pinned: tuple            # (pinned patch, Status): the whole pinned stack, as check --against
-    exports: tuple           # (topic, ExportStatus): the port series, as export --check
+    choices: tuple           # TopicSeries
+    cells: tuple             # Placed
+    pinned: tuple            # Checked (pinned patch, Status): the whole pinned stack, as check --against
+    exports: tuple           # Checked (topic, ExportStatus): the port series, as export --check
     seconds: float
 
 
@@ -129,7 +160,7 @@ class Roll:
 
     @property
     def needs_person(self):
-        return any(c.health in NEEDS_PERSON for r in self.rows for _, c in r.cells)
+        return any(a.cell.health in NEEDS_PERSON for r in self.rows for a in r.cells)
 
     @property
     def exit_code(self):
@@ -137,20 +168,25 @@ class Roll:
         needs a person (the report is written all the same)."""
         return 1 if self.needs_person else 0
 
+    def cell(self, release, patch):
+        """The Cell of pinned patch (or port patch) ``patch`` on ``release``, or None."""
+        row = next((r for r in self.rows if r.patch == patch), None)
+        return next((a.cell for a in row.cells if a.release == release), None) if row else None
+
     def to_json(self):
         return {"status": "needs-person" if self.needs_person else "carried", **to_json(self)}
 
 
 def to_json(value):
     """The JSON form of the roll's typed values: the one place it is derived."""
+    if isinstance(value, Choice):
+        return value.to_json()
     if dataclasses.is_dataclass(value):
         return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, enum.Enum):
         return str(value)
     if isinstance(value, Path):
         return value.as_posix()
-    if isinstance(value, Choice):
-        return value.to_json()
     if isinstance(value, (list, tuple)):
         return [to_json(v) for v in value]
     if isinstance(value, dict):
@@ -204,7 +240,8 @@ def proposals(releases):
     probably so), where the pinned series is the one chosen for it."""
     out = []
     for r in releases:
-        for _, pinned, c in r.cells:
+        for x in r.cells:
+            pinned, c = x.pinned, x.cell
             if c.series == "patches/series" and c.health in (Health.UPSTREAM, Health.PROBABLY_UPSTREAM):
                 why = ("applies in reverse with one line of context" if c.health is Health.PROBABLY_UPSTREAM else
                        "same patch-id" if c.upstream_commit else
@@ -220,13 +257,13 @@ def rows_of(stack_patches, releases):
     patches that carry no pinned patch; a cell per release where there is one."""
     rows = []
     for p in stack_patches:
-        cells = tuple((r.release, c) for r in releases for _, pinned, c in r.cells if pinned == p.name)
+        cells = tuple(At(r.release, x.cell) for r in releases for x in r.cells if x.pinned == p.name)
         rows.append(Row(p.topic, p.name, cells))
     extra = {}
     for r in releases:
-        for topic, pinned, c in r.cells:
-            if pinned is None:
-                extra.setdefault((topic, c.patch), []).append((r.release, c))
+        for x in r.cells:
+            if x.pinned is None:
+                extra.setdefault((x.topic, x.cell.patch), []).append(At(r.release, x.cell))
     rows += [Row(t, n, tuple(cells)) for (t, n), cells in extra.items()]
     return tuple(rows)
 
@@ -235,14 +272,14 @@ def rows_of(stack_patches, releases):
 # the work
 
 def roll_release(root, lock, stack, version, cache=None, progress=None, repo=None, run_evidence=True,
-                 rr_cache=None, test_python=None):
+                 rr_cache=None, test_python=None, topics=None):
     """One release: the pinned stack as check --against tries it, then
     each topic whose chosen series is a port series as export --check tries
     it.  Returns a ReleaseRoll."""
     say = progress or (lambda m: None)
     t0 = time.monotonic()
     onto = Onto(version=version, repo=repo)
-    topics = list(dict.fromkeys(p.topic for p in stack.patches))
+    topics = [t for t in dict.fromkeys(p.topic for p in stack.patches) if not topics or t in topics]
     choices = [(t, series_for(root, lock.version, t, version)) for t in topics]
     say(f"v{version}: the pinned stack ({len(stack.patches)} patches), as check --against")
     report = rebase(lock, stack, onto, cache, progress, rr_cache=rr_cache)
@@ -275,23 +312,31 @@ def roll_release(root, lock, stack, version, cache=None, progress=None, repo=Non
                 cells.append((topic, n, Cell(Health.NOT_PORTED, n, port.rel, reason=reason)))
     order = {p.name: p.index for p in stack.patches}
     cells.sort(key=lambda x: (order.get(x[1], len(order) + 1)))
-    return ReleaseRoll(version, tuple(choices), tuple(cells),
-                       tuple((e["patch"], Status(e["status"])) for e in report["patches"]), tuple(exports),
-                       round(time.monotonic() - t0, 1))
+    return ReleaseRoll(version, tuple(TopicSeries(t, c) for t, c in choices), tuple(Placed(*x) for x in cells),
+                       tuple(Checked(e["patch"], str(e["status"])) for e in report["patches"]),
+                       tuple(Checked(t, str(s)) for t, s in exports), round(time.monotonic() - t0, 1))
 
 
 def roll(root, lock, releases, cache=None, progress=None, repo=None, run_evidence=True, rr_cache=None,
-         test_python=None):
-    """Every release of ``releases`` (oldest first), as ``roll_release``."""
+         test_python=None, topics=None):
+    """Every release of ``releases`` (oldest first), as ``roll_release``;
+    ``topics``: those topics' rows only (None: every topic)."""
     say = progress or (lambda m: None)
     t0 = time.monotonic()
     stack = series.load(root)
+    have = list(dict.fromkeys(p.topic for p in stack.patches))
+    unknown = [t for t in topics or () if t not in have]
+    if unknown:
+        raise UsageError(f"roll --topic {unknown[0]}: no patch of patches/series has Topic: {unknown[0]}",
+                         hint=f"give a topic of the pinned stack: {', '.join(have)}")
     done = []
     for i, v in enumerate(releases, 1):
         say(f"release {i}/{len(releases)} v{v}")
-        done.append(roll_release(root, lock, stack, v, cache, progress, repo, run_evidence, rr_cache, test_python))
+        done.append(roll_release(root, lock, stack, v, cache, progress, repo, run_evidence, rr_cache, test_python,
+                                 topics))
     done = tuple(done)
-    return Roll(lock.version, done, rows_of(stack.patches, done), proposals(done),
+    shown = [p for p in stack.patches if not topics or p.topic in topics]
+    return Roll(lock.version, done, rows_of(shown, done), proposals(done),
                 round(time.monotonic() - t0, 1), run_evidence)
 
 
@@ -314,7 +359,7 @@ def markdown(r, command="python tools/stack.py roll"):
     lines += ["| topic | patch | " + " | ".join(f"v{v}" for v in rels) + " |",
               "|---|---|" + "---|" * len(rels)]
     for row in r.rows:
-        got = dict(row.cells)
+        got = {a.release: a.cell for a in row.cells}
         words = []
         for v in rels:
             c = got.get(v)
@@ -330,24 +375,24 @@ def markdown(r, command="python tools/stack.py roll"):
               "(patches/ports/), else the pinned patches/series as `check --against` applies it; `evidence k/n`: "
               "k of its n Evidence: tests fail before it and pass with it.", "", "## Series per release", ""]
     for x in r.releases:
-        said = ", ".join(f"{t}: {c.candidate.rel}" + ("" if c.why.name == "RANGE" else f" ({c.why})")
-                         for t, c in x.choices)
-        check = sum(1 for _, s in x.pinned if s in (Status.APPLIED, Status.APPLIED_3WAY))
+        said = ", ".join(f"{t.topic}: {t.choice.candidate.rel}"
+                         + ("" if t.choice.why is Why.RANGE else f" ({t.choice.why})") for t in x.choices)
+        check = sum(1 for c in x.pinned if c.status in (Status.APPLIED, Status.APPLIED_3WAY))
         lines.append(f"- v{x.release} ({x.seconds:.0f} s): {said}; the pinned stack: {check}/{len(x.pinned)} "
                      "apply (check --against)"
-                     + "".join(f"; {t} port: {s}" for t, s in x.exports))
+                     + "".join(f"; {c.name} port: {c.status}" for c in x.exports))
     if r.proposals:
         lines += ["", "## Proposed for dropping", ""]
         for p in r.proposals:
             at = f" at {p.upstream_commit[:12]}" if p.upstream_commit else ""
             lines.append(f"- {p.patch} from {p.series} on v{p.release}: upstream{at} ({p.reason})"
                          + (": confirm first" if p.confirm else ""))
-    fails = [(x.release, t, c) for x in r.releases for t, _, c in x.cells if c.failure or
-             c.health is Health.EVIDENCE_FAILS]
+    fails = [(x.release, p.cell) for x in r.releases for p in x.cells if p.cell.failure or
+             p.cell.health is Health.EVIDENCE_FAILS]
     seen = set()
     if fails:
         lines += ["", "## Failures", ""]
-    for v, t, c in fails:
+    for v, c in fails:
         if (v, c.series, c.patch) in seen:
             continue
         seen.add((v, c.series, c.patch))
@@ -357,8 +402,8 @@ def markdown(r, command="python tools/stack.py roll"):
         lines += [f"evidence {t.node}: before {t.before}, after {t.after}: {t.why}" for t in c.evidence
                   if t.verdict is evidencemod.Verdict.FAILS_PATCHED]
         lines += ["```", ""]
-    reasons = [(x.release, c) for x in r.releases for _, _, c in x.cells
-               if c.health in (Health.NOT_PORTED, Health.UPSTREAM) and c.reason]
+    reasons = [(x.release, p.cell) for x in r.releases for p in x.cells
+               if p.cell.health in (Health.NOT_PORTED, Health.UPSTREAM) and p.cell.reason]
     if reasons:
         lines += ["", "## What the port series say", ""]
         for v, c in dict(((c.series, c.patch, c.health), (v, c)) for v, c in reasons).values():
