@@ -47,9 +47,24 @@
         Ports: naming its pinned patch, Evidence: carried over), atomically;
         patches/ and upstream.lock are never written
 
+  python tools/stack.py roll [--release VERSION]... [--topic T]... [--repo URL] [--out build/roll]
+        [--no-evidence] [--test-python PY] [--branch [T]]
+        every release newer than the pin (pip's list): the pinned stack as
+        check --against tries it, each topic's series for the release (the
+        one whose applies: ranges hold it) as export --check tries it, the
+        Evidence: tests before/after; one patch-health table in OUT/roll.md
+        and OUT/roll.json (written whole); patches already upstream proposed
+        for dropping; recorded resolutions (build/port-rr-cache) reused;
+        --branch then starts the topic port session a person finishes with
+        port --continue
+  python tools/stack.py lint --roll OUT/roll.json
+        also: no applies: range holds a release where the roll found its
+        patch not carried
+
 Every verb takes --json. Exit codes: 0 ok (port: finished, aborted,
 reported), 1 a patch does not resolve / lint findings / refresh --check
-found changes / export failed / the port stopped for you, 2 bad input (port:
+found changes / export failed / the port stopped for you / a roll cell
+needs a person, 2 bad input (port:
 no session, one already there, unresolved conflicts at --continue), 3
 integrity failure (docs/stack.md).
 """
@@ -57,6 +72,7 @@ integrity failure (docs/stack.md).
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import tempfile
@@ -117,6 +133,11 @@ def parse(argv):
     ro.add_argument("--topic", action="append", metavar="T",
                     help="these topics' rows only (repeatable; default every topic); the pinned stack is tried "
                          "whole all the same, as check --against tries it")
+    ro.add_argument("--branch", nargs="?", const="", metavar="T",
+                    help="then start the topic port session (port --topic T --onto NEWEST, build/port) for "
+                         "topic T, or without T for the first topic that needs a person on the newest release: "
+                         "its tree's branch 'patched' carries what git could, for you to finish with "
+                         "port --continue (it replaces that topic's port series at the end)")
     ro.add_argument("--no-evidence", action="store_true", help="do not run the port series' Evidence: tests")
     ro.add_argument("--test-python", metavar="PY",
                     help="the interpreter of the port series' upstream-style tests (as export's)")
@@ -214,7 +235,7 @@ def main(argv):
     root = project.find_root(args.root)
     with contextlib.ExitStack() as held:
         writes = (args.verb == "refresh" and not args.check) or (args.verb == "rebase" and args.write) or \
-            args.verb == "port"
+            args.verb == "port" or (args.verb == "roll" and args.branch is not None)
         if writes:
             held.enter_context(series_lock(root, args.wait, progress))
         if args.verb == "refresh" and args.tree:
@@ -315,12 +336,31 @@ def _roll(args, progress, root):
         releases = sorted(set(args.release), key=versions.release)
     else:
         releases = roll.newer_releases(release_list.list_releases(progress), lock.version)
+    tool = "python tools/stack.py port" + (f" --root {args.root}" if args.root else "")
+    if args.branch is not None:
+        if not releases:
+            raise UsageError("roll --branch: no release newer than the pin to port onto",
+                             hint="give one with --release VERSION")
+        port.refuse_running(root, shown, tool)        # one session a checkout: exit 2 before any work
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     r = roll.roll(root, lock, releases, args.cache, progress, repo=args.repo, run_evidence=not args.no_evidence,
                   rr_cache=root / port.RR_CACHE, test_python=test_python, topics=args.topic)
     command = "python tools/stack.py roll" + "".join(f" --release {v}" for v in args.release or ()) + \
         "".join(f" --topic {t}" for t in args.topic or ()) + (" --no-evidence" if args.no_evidence else "")
+    if args.branch is not None:
+        topic = args.branch or roll.needing(r, releases[-1])
+        if topic:
+            progress(f"--branch: the topic port session of {topic} onto v{releases[-1]}")
+            pr = port.start_topic(root, topic, stack.Onto(version=releases[-1], repo=args.repo), args.cache,
+                                  progress=progress, shown=shown, tool=tool, replace=True)
+            s = pr.session
+            r = dataclasses.replace(r, branch=roll.Branch(
+                topic, releases[-1], str(pr.outcome), shown(pr.places.session),
+                s.stop.patch if s and s.stop else "", port_text(pr, tool)))
+        else:
+            progress(f"--branch: every topic's series carries onto v{releases[-1]}: no session started")
+        command += " --branch" + (f" {args.branch}" if args.branch else "")
     text = roll.markdown(r, command)
     port.atomic_write(out / "roll.json", json.dumps(r.to_json(), indent=2, sort_keys=True) + "\n")
     port.atomic_write(out / "roll.md", text)

@@ -741,6 +741,15 @@ def _uncommitted(root, paths=("patches", "upstream.lock")):
 def _clear(places, shown, tool):
     """No session may be running there (a finished one is removed: its
     results are in place already)."""
+    refuse_running(places.root, shown, tool)
+    if places.session.exists():
+        _remove_session(places)
+
+
+def refuse_running(root, shown=str, tool="python tools/stack.py port"):
+    """Refuse (exit 2) when an unfinished session is in ``root``'s build/port;
+    nothing is removed here."""
+    places = Places(Path(root))
     if places.session.exists():
         s = load(places)
         if s.phase is not Phase.DONE:
@@ -748,7 +757,6 @@ def _clear(places, shown, tool):
             raise UsageError(f"{what} is already in {shown(places.session)} (phase {s.phase})",
                              hint=f"{tool} --continue takes it on, {tool} --status shows it, {tool} --abort "
                                   "removes it")
-        _remove_session(places)
 
 
 def _linted_stack(places):

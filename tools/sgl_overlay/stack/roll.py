@@ -150,6 +150,18 @@ class Proposal:
 
 
 @dataclasses.dataclass(frozen=True)
+class Branch:
+    """``--branch``: the topic port session the roll started onto the newest
+    release, for a person to finish with ``port --continue``."""
+    topic: str
+    release: str
+    outcome: str             # port.Outcome: stopped (waits for the person) or finished
+    session: str             # build/port
+    stopped_at: str = ""     # the patch it waits at
+    text: str = ""           # the port session's report, as port --status prints it
+
+
+@dataclasses.dataclass(frozen=True)
 class Roll:
     pin: str
     releases: tuple          # ReleaseRoll, oldest first
@@ -157,6 +169,7 @@ class Roll:
     proposals: tuple         # Proposal
     seconds: float
     evidence: bool           # the Evidence: tests were run
+    branch: Branch | None = None
 
     @property
     def needs_person(self):
@@ -233,6 +246,12 @@ def port_cells(port_rel, entries, total):
         else:
             out.append(Cell(Health.APPLIED, e["patch"], port_rel, Status.APPLIED, evidence=ev))
     return out
+
+
+def needing(r, release):
+    """The first topic (table order) with a cell on ``release`` that needs a person, or None."""
+    return next((row.topic for row in r.rows for a in row.cells
+                 if a.release == release and a.cell.health in NEEDS_PERSON), None)
 
 
 def proposals(releases):
@@ -387,6 +406,13 @@ def markdown(r, command="python tools/stack.py roll"):
             at = f" at {p.upstream_commit[:12]}" if p.upstream_commit else ""
             lines.append(f"- {p.patch} from {p.series} on v{p.release}: upstream{at} ({p.reason})"
                          + (": confirm first" if p.confirm else ""))
+    if r.branch:
+        b = r.branch
+        lines += ["", "## Branch", "",
+                  f"Topic {b.topic} onto v{b.release}: a port session in `{b.session}` (the tree's branch "
+                  "`patched`), " + (f"stopped at {b.stopped_at}: finish it with `python tools/stack.py port "
+                                    "--continue` (docs/stack.md, \"Topic port\")." if b.outcome == "stopped"
+                                    else f"{b.outcome}."), "", "```", *b.text.splitlines(), "```"]
     fails = [(x.release, p.cell) for x in r.releases for p in x.cells if p.cell.failure or
              p.cell.health is Health.EVIDENCE_FAILS]
     seen = set()
