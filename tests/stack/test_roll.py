@@ -9,6 +9,7 @@ decisions (hand-made inputs) and the CI workflow file."""
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -272,3 +273,58 @@ def test_the_workflow_runs_the_roll_weekly_and_on_demand_and_uploads_the_report(
     assert Path(upload["with"]["path"]).as_posix().rstrip("/") == Path(args.out).as_posix()
     # exit 1 (a cell that needs a person) still uploads and does not fail the job; 2 and 3 do
     assert 'if [ "$code" -gt 1 ]; then exit "$code"; fi' in run["run"]
+
+
+def test_apply_refuses_a_pinned_patch_whose_range_does_not_hold_the_pin(tmp_path):
+    root = tmp_path / "proj"
+    for name in ("patches", "overlay"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("ports"))
+    shutil.copy(ROOT / "upstream.lock", root / "upstream.lock")
+    s = root / "patches" / "series"
+    s.write_text(re.sub(r"(?m)^budget-ledger\.patch.*$", "budget-ledger.patch  # applies: >=0.5.18", s.read_text()))
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "apply.py"), "--check", "--root", str(root)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert re.search(r"patches/series:\d+: budget-ledger\.patch applies to >=0\.5\.18, which does not hold the "
+                     r"pin v0\.5\.17", p.stderr), p.stderr
+    assert "downloading" not in p.stderr and "applying patch" not in p.stderr
+
+
+def test_branch_starts_the_topic_port_session_a_person_finishes(tmp_path):
+    from tests.stack.test_topic_port import hashes, make_checkout
+    root = make_checkout(tmp_path / "proj")
+    before = hashes(root)
+    out = tmp_path / "report"
+    r = tool("roll", "--release", "0.5.23", "--topic", "debug", "--no-evidence", "--branch", "debug",
+             "--out", str(out), "--root", str(root))
+    assert r.returncode in (0, 1), r.stderr
+    md = (out / "roll.md").read_text()
+    # the pinned memory-ledger.patch conflicts on v0.5.23 + the memory port (tests/stack/test_topic_port.py)
+    assert "## Branch" in md and "Topic debug onto v0.5.23: a port session in" in md
+    assert "stopped at memory-ledger.patch: finish it with `python tools/stack.py port --continue`" in md
+    status = subprocess.run([sys.executable, str(STACK), "port", "--status", "--json", "--root", str(root)],
+                            capture_output=True, text=True)
+    assert status.returncode == 1 and json.loads(status.stdout)["stop"]["patch"] == "memory-ledger.patch"
+    # a second --branch while it waits: refused before any work
+    again = tool("roll", "--release", "0.5.23", "--branch", "--out", str(tmp_path / "again"), "--root", str(root))
+    assert again.returncode == 2 and "already in" in again.stderr and not (tmp_path / "again").exists()
+    assert tool("port", "--abort", "--root", str(root)).returncode == 0
+    assert hashes(root) == before
+
+
+def test_a_killed_roll_leaves_the_previous_report_whole(tmp_path):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "roll.json").write_text('{"the": "previous report"}\n')
+    (out / "roll.md").write_text("# the previous report\n")
+    p = subprocess.Popen([sys.executable, str(STACK), "roll", "--release", "0.5.18", "--no-evidence",
+                          "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    for line in p.stderr:                      # killed in the middle of its work
+        if "patch 1/14" in line:
+            p.kill()
+            break
+    p.wait()
+    assert p.returncode != 0
+    assert sorted(f.name for f in out.iterdir()) == ["roll.json", "roll.md"]
+    assert (out / "roll.json").read_text() == '{"the": "previous report"}\n'
+    assert (out / "roll.md").read_text() == "# the previous report\n"

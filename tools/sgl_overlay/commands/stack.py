@@ -128,8 +128,8 @@ def parse(argv):
     ro.add_argument("--repo", metavar="URL_OR_PATH",
                     help="SGLang's git history: already-upstream patches are then also found by git patch-id, "
                          "naming the upstream commit")
-    ro.add_argument("--out", default=str(Path("build") / "roll"), metavar="DIR",
-                    help="where roll.md and roll.json are written (default build/roll)")
+    ro.add_argument("--out", metavar="DIR",
+                    help="where roll.md and roll.json are written (default: build/roll in the checkout)")
     ro.add_argument("--topic", action="append", metavar="T",
                     help="these topics' rows only (repeatable; default every topic); the pinned stack is tried "
                          "whole all the same, as check --against tries it")
@@ -342,7 +342,7 @@ def _roll(args, progress, root):
             raise UsageError("roll --branch: no release newer than the pin to port onto",
                              hint="give one with --release VERSION")
         port.refuse_running(root, shown, tool)        # one session a checkout: exit 2 before any work
-    out = Path(args.out)
+    out = Path(args.out) if args.out else root / "build" / "roll"
     out.mkdir(parents=True, exist_ok=True)
     r = roll.roll(root, lock, releases, args.cache, progress, repo=args.repo, run_evidence=not args.no_evidence,
                   rr_cache=root / port.RR_CACHE, test_python=test_python, topics=args.topic)

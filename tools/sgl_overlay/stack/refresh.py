@@ -48,10 +48,12 @@ def _rewrite_series(patches_dir, names, notes=None):
             at = next((k for k, l in enumerate(out) if l.split("#", 1)[0].strip()), len(out))
         out.insert(at, n)
         placed.add(n)
-    # put entries back in the new order, in the slots entries occupy
+    # put entries back in the new order, in the slots entries occupy (each line with its own comment,
+    # e.g. its applies: range)
     slots = [i for i, l in enumerate(out) if l.split("#", 1)[0].strip()]
+    line_of = {out[i].split("#", 1)[0].strip(): out[i] for i in slots}
     for i, n in zip(slots, names):
-        out[i] = n
+        out[i] = line_of.get(n, n)
     path.write_text("\n".join(out) + "\n")
     return True
 
