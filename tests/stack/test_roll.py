@@ -18,10 +18,11 @@ import pytest
 import yaml
 
 from sgl_overlay.commands import stack as stack_cmd
-from sgl_overlay.stack import evidence, ranges, roll
+from sgl_overlay.stack import ranges, roll
 from sgl_overlay.stack.classify import Status
 from sgl_overlay.stack.lint import lint_ranges
 from tests.apply.support import ROOT
+from tests.stack.test_topic_port import hashes, make_checkout
 
 STACK = ROOT / "tools" / "stack.py"
 WORKFLOW = ROOT / ".github" / "workflows" / "roll.yml"
@@ -36,15 +37,23 @@ def tool(*args, timeout=900):
 
 @pytest.fixture(scope="module")
 def by_hand(tmp_path_factory):
-    out = tmp_path_factory.mktemp("roll")
-    r = tool("roll", "--release", "0.5.23", "--topic", "debug", "--out", str(out), "--json", "-q")
-    c = tool("check", "--against", "0.5.23", "--json", "-q")
-    e = tool("export", "--topic", "debug", "--onto", "0.5.23", "--check", "--json", "-q")
-    return out, r, c, e
+    """One roll onto v0.5.23 (the debug topic, with --branch debug) in a
+    scratch checkout of this repository, and check / export --check there by hand."""
+    root = make_checkout(tmp_path_factory.mktemp("roll") / "proj")
+    before = hashes(root)
+    out = root.parent / "report"
+    # without the evidence tests (a minute each way on the 2-core machine): their figures' mapping is
+    # test_cells_from_git_and_the_evidence's, and docs/results/stack.md compares a whole roll's by hand
+    r = tool("roll", "--release", "0.5.23", "--topic", "debug", "--no-evidence", "--branch", "debug",
+             "--out", str(out), "--json", "-q", "--root", str(root))
+    c = tool("check", "--against", "0.5.23", "--json", "-q", "--root", str(root))
+    e = tool("export", "--topic", "debug", "--onto", "0.5.23", "--check", "--no-tests", "--json", "-q",
+             "--root", str(root))
+    return root, before, out, r, c, e
 
 
 def test_the_roll_agrees_with_check_and_export_check(by_hand):
-    out, r, c, e = by_hand
+    _, _, out, r, c, e = by_hand
     assert r.returncode in (0, 1), r.stderr
     assert c.returncode == 1, c.stderr            # the pinned stack does not carry onto v0.5.23 (11 conflicts)
     assert e.returncode == 0, e.stderr
@@ -64,17 +73,13 @@ def test_the_roll_agrees_with_check_and_export_check(by_hand):
         cell = cells[p["patch"]]
         assert cell["git"] == p["status"] and cell["series"] == exported["port"]
         assert cell["health"] == ("applied" if p["status"] == "applied" else "conflict")
-        assert [(t["node"], t["before"], t["after"], t["verdict"]) for t in cell["evidence"]] == \
-            [(t["node"], t["before"], t["after"], t["verdict"]) for t in p["evidence"]["tests"]]
-    # the table: one row, its cell with the evidence in one figure
+    # the table: one row
     md = (out / "roll.md").read_text()
-    ev = exported["patches"][0]["evidence"]["tests"]
-    ok = sum(1 for t in ev if t["verdict"] == evidence.Verdict.FAILS_THEN_PASSES)
-    assert f"| debug | memory-ledger.patch | applied, evidence {ok}/{len(ev)} (port) |" in md
+    assert "| debug | memory-ledger.patch | applied (port) |" in md
 
 
 def test_check_names_the_port_series_that_cover_the_release(by_hand):
-    _, _, c, _ = by_hand
+    _, _, _, _, c, _ = by_hand
     checked = json.loads(c.stdout)
     have = sorted(p.parent.relative_to(ROOT).as_posix() for p in (ROOT / "patches/ports/v0.5.23").glob("*/series"))
     assert checked["port_series"] == have
@@ -92,7 +97,8 @@ def test_a_release_that_does_not_exist_is_refused_before_any_work(tmp_path):
         p = tool(*args, timeout=120)
         assert p.returncode == 2, (args, p.stderr)
         assert "sglang 9.9.9 is not a published release" in p.stderr
-        assert "Available versions" not in p.stderr + p.stdout and len(p.stderr.splitlines()) == 2, p.stderr
+        said = [l for l in p.stderr.splitlines() if not l.startswith("[stack ")]     # progress lines apart
+        assert "Available versions" not in p.stderr + p.stdout and len(said) == 2, p.stderr
         assert "building the current stack" not in p.stderr
     assert not (tmp_path / "r").exists() and not (tmp_path / "x").exists()
 
@@ -290,18 +296,13 @@ def test_apply_refuses_a_pinned_patch_whose_range_does_not_hold_the_pin(tmp_path
     assert "downloading" not in p.stderr and "applying patch" not in p.stderr
 
 
-def test_branch_starts_the_topic_port_session_a_person_finishes(tmp_path):
-    from tests.stack.test_topic_port import hashes, make_checkout
-    root = make_checkout(tmp_path / "proj")
-    before = hashes(root)
-    out = tmp_path / "report"
-    r = tool("roll", "--release", "0.5.23", "--topic", "debug", "--no-evidence", "--branch", "debug",
-             "--out", str(out), "--root", str(root))
-    assert r.returncode in (0, 1), r.stderr
+def test_branch_starts_the_topic_port_session_a_person_finishes(by_hand, tmp_path):
+    root, before, out, r, _, _ = by_hand
     md = (out / "roll.md").read_text()
     # the pinned memory-ledger.patch conflicts on v0.5.23 + the memory port (tests/stack/test_topic_port.py)
     assert "## Branch" in md and "Topic debug onto v0.5.23: a port session in" in md
     assert "stopped at memory-ledger.patch: finish it with `python tools/stack.py port --continue`" in md
+    assert json.loads(r.stdout)["branch"]["stopped_at"] == "memory-ledger.patch"
     status = subprocess.run([sys.executable, str(STACK), "port", "--status", "--json", "--root", str(root)],
                             capture_output=True, text=True)
     assert status.returncode == 1 and json.loads(status.stdout)["stop"]["patch"] == "memory-ledger.patch"
@@ -310,7 +311,6 @@ def test_branch_starts_the_topic_port_session_a_person_finishes(tmp_path):
     assert again.returncode == 2 and "already in" in again.stderr and not (tmp_path / "again").exists()
     assert tool("port", "--abort", "--root", str(root)).returncode == 0
     assert hashes(root) == before
-
 
 def test_a_killed_roll_leaves_the_previous_report_whole(tmp_path):
     out = tmp_path / "report"
