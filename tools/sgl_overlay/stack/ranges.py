@@ -116,7 +116,7 @@ class Why(enum.StrEnum):
     RANGE = "its ranges hold the release"
     LABEL = "made on that release (no ranges said)"
     PIN = "the pinned series (no ranges said)"
-    NEWEST = "no series' ranges hold the release: the newest series made on an earlier release"
+    NEWEST = "no range holds it: the newest earlier series"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,7 @@ derived in one place (``to_json``) and its Markdown in another
 git and the evidence reported."""
 import dataclasses
 import enum
+import re
 import time
 from pathlib import Path
 
@@ -324,7 +325,9 @@ def roll_release(root, lock, stack, version, cache=None, progress=None, repo=Non
             cells += [(topic, n, c) for n in names] or [(topic, None, c)]
             for n, reason in ports.dropped_in(p):
                 carried.add(n)
-                cells.append((topic, n, Cell(Health.UPSTREAM, n, port.rel, reason=reason)))
+                named = re.search(r"\b[0-9a-f]{7,40}\b", reason)      # "upstream already does this in <commit>"
+                cells.append((topic, n, Cell(Health.UPSTREAM, n, port.rel, upstream_commit=named.group(0) if named
+                                             else "", reason=reason)))
         for n, reason in ports.not_ported(port.dir):
             if n not in carried:
                 carried.add(n)
@@ -361,6 +364,9 @@ def roll(root, lock, releases, cache=None, progress=None, repo=None, run_evidenc
 
 # --------------------------------------------------------------------------
 # the Markdown report
+
+FAILURE_LINES = 24      # of a failure report in roll.md (roll.json keeps it whole)
+
 
 def _md(text):
     return str(text).replace("|", "/").replace("\n", " ")
@@ -424,7 +430,10 @@ def markdown(r, command="python tools/stack.py roll"):
         seen.add((v, c.series, c.patch))
         lines += [f"### v{v} {c.series}: {c.patch}: {c.health}", "", "```"]
         if c.failure:
-            lines += builder.format_failure(c.failure).splitlines()
+            report = builder.format_failure(c.failure).splitlines()
+            lines += report[:FAILURE_LINES]
+            if len(report) > FAILURE_LINES:
+                lines.append(f"... {len(report) - FAILURE_LINES} more line(s): roll.json has the whole report")
         lines += [f"evidence {t.node}: before {t.before}, after {t.after}: {t.why}" for t in c.evidence
                   if t.verdict is evidencemod.Verdict.FAILS_PATCHED]
         lines += ["```", ""]
