@@ -21,7 +21,8 @@ def _series_block(topic, comments=False):
         if line.startswith("# -- Topic:"):
             inside = line.startswith(f"# -- Topic: {topic} ")
         elif inside and line.strip() and (comments or not line.startswith("#")):
-            lines.append(line.strip())
+            # an entry without its comment (its applies: range), a comment line whole
+            lines.append(line.strip() if line.startswith("#") else line.split("#", 1)[0].strip())
     return lines
 
 

@@ -132,8 +132,9 @@ def _evidence_nodes(topic):
     """{port patch: its Evidence: node ids}, read from the files with a plain regex."""
     import re
     out = {}
-    for name in (PORTS_0_5_23 / topic / "series").read_text().splitlines():
-        if name and not name.startswith("#"):
+    for line in (PORTS_0_5_23 / topic / "series").read_text().splitlines():
+        name = line.split("#", 1)[0].strip()          # a line's comment (its applies: range) apart
+        if name:
             m = re.search(r"^Evidence: (.+)$", (PORTS_0_5_23 / topic / name).read_text(), re.M)
             out[name] = m.group(1).split()
     return out

@@ -143,6 +143,15 @@ def test_ranges_read_and_holds(tmp_path):
     assert ranges.holds({"one.patch": rngs["one.patch"], "three.patch": None}, "0.5.20") is ranges.Holds.PARTLY
 
 
+def test_a_port_sessions_new_lines_get_the_range_of_their_release():
+    said = "# header\na.patch  # applies: >=0.5.23\nb.patch\nc.patch  # why\n"
+    assert ranges.with_ranges(said, ">=0.5.23") == \
+        "# header\na.patch  # applies: >=0.5.23\nb.patch  # applies: >=0.5.23\nc.patch  # why; applies: >=0.5.23\n"
+    unsaid = "# header\nx.patch\n"
+    assert ranges.with_ranges(unsaid, ">=0.5.24") == unsaid                 # a series without ranges stays so
+    assert ranges.with_ranges(unsaid, ">=0.5.24", new=True) == "# header\nx.patch  # applies: >=0.5.24\n"
+
+
 def C(label, port, holds):
     return ranges.Candidate("memory", label, Path(port) if port else None, holds)
 

@@ -259,7 +259,7 @@ def test_a_commit_of_repo_gets_a_folder_named_by_it(tmp_path, upstream):  # noqa
     assert r.data["label"] == commit[:12] and r.data["port"] == f"patches/ports/{commit[:12]}/sm120"
     d = root / "patches" / "ports" / commit[:12] / "sm120"
     names = ["sm120-communication.patch", "sm120-kernel-tables.patch", "sm120-startup-defaults.patch"]
-    assert [l for l in (d / "series").read_text().splitlines() if l and not l.startswith("#")] == names
+    assert [e for l in (d / "series").read_text().splitlines() if (e := l.split("#", 1)[0].strip())] == names
     assert r.data["written"]["added"] == names
     for n in names:
         assert patch_id(d / n) == patch_id(ROOT / "patches" / n), n

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .. import builder, clones, gitcmd, lock as lockmod, locking, series
 from ..errors import IntegrityError, UsageError
-from . import ports
+from . import ports, ranges
 from .classify import LEAVES_SERIES, RESOLVED, Status
 from .export import apply_required
 from .lint import lint, lint_series
@@ -1250,8 +1250,10 @@ def stage_port(places, s, stack, say):
     if old is None:
         shutil.rmtree(skeleton)
     series_file = dest / "series"
-    series_file.write_text(ports.with_not_ported(series_file.read_text(),
-                                                 [(r.patch, r.reason) for r in s.results if not r.commits]))
+    text = ports.with_not_ported(series_file.read_text(), [(r.patch, r.reason) for r in s.results if not r.commits])
+    if s.label.startswith("v"):          # a release: a new line says the range it was made for (docs/stack.md)
+        text = ranges.with_ranges(text, f">={s.label[1:]}", new=old is None)
+    series_file.write_text(text)
     return _with_range_diff(places, s, dest, changes, keep={p.index for p in mine})
 
 

@@ -174,6 +174,23 @@ def series_for(root, pinned_version, topic, version):
     return choose(candidates(root, pinned_version, topic, version), version)
 
 
+def with_ranges(text, spec, new=False):
+    """A series file's ``text`` whose entry lines without an ``applies:``
+    range get ``# applies: SPEC``, where some line already says one (or the
+    series is ``new``); a series that says none is left as it is."""
+    lines = text.splitlines()
+    entries = [l for l in lines if l.split("#", 1)[0].strip()]
+    if not new and not any(APPLIES.search(l.partition("#")[2]) for l in entries):
+        return text
+    out = []
+    for l in lines:
+        entry, sep, comment = l.partition("#")
+        if entry.strip() and not APPLIES.search(comment):
+            l = f"{entry.rstrip()}  # applies: {spec}" if not sep else f"{l}; applies: {spec}"
+        out.append(l)
+    return "\n".join(out) + "\n"
+
+
 def series_dirs(root):
     """patches/ and every port series folder (patches/ports/<label>/<topic>/), as paths relative to ``root``."""
     root = Path(root)
