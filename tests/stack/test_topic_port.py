@@ -280,7 +280,7 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
         (["--topic", "debug", "--status"], "--topic goes with --onto"),
         (["--topic", "debug", "--onto", "0123456789ab"], "not a release version"),
         (["--topic", "debug", "--onto", "9.9.9"], "sglang 9.9.9 is not a published release"),
-        (["--topic", "debug", "--replace", "--status"], "--replace goes with --topic"),
+        (["--replace", "--status"], "--replace goes with --topic"),
         # the repository's debug port is there: replacing it takes --replace
         (["--topic", "debug", "--onto", "0.5.23"], f"{PORT.as_posix()}/ already holds a port series"),
     ]:
