@@ -158,7 +158,7 @@ def test_commit_report_hint_that_fails_when_applied(tmp_path):
     assert f"```text\n{refusal_text('0.5.14', rel, 0.5, pre, post)}\n```" in section(text, "Error message")
     remedy = section(text, "Why the stated remedy does not work")
     # 1 - 39.606/94.24 = 0.5797 -> 0.580; at 0.58: 39.606 - 94.24 x 0.42 = 0.025 GiB, less than the Mamba state
-    assert "does not work: re-run with --mem-fraction-static 0.58: refused" in remedy
+    assert "does not work: re-run with --mem-fraction-static 0.580: refused" in remedy
     assert refusal_text("0.5.14", rel, 0.58, pre, post) in remedy
     assert f"git -C sglang checkout {bad}\n" in section(text, "Reproducer")
 

@@ -51,10 +51,11 @@ OVERLAP_KEPT_SINCE = (0, 5, 14)
 MM_RESERVE_SINCE = (0, 5, 18)
 REQS_BY_TOKENS_SINCE = (0, 5, 14)
 DRAFTER_FIRST_SINCE = (0, 5, 14)
-# v0.5.23's parser declares neither --mamba-scheduler-strategy (a deprecated alias of
-# --mamba-radix-cache-strategy in v0.5.17's server_args.py) nor --cuda-graph-max-bs (an alias of
-# --cuda-graph-max-bs-decode there; v0.5.23: "ambiguous option"): argparse refuses them
-OLD_FLAGS_REFUSED_SINCE = (0, 5, 23)
+# From v0.5.20 the parser no longer declares --mamba-scheduler-strategy (a deprecated alias of
+# --mamba-radix-cache-strategy in v0.5.17's server_args.py; test_oracle reads it from each release's
+# code), and v0.5.23 not --cuda-graph-max-bs (an alias of --cuda-graph-max-bs-decode there; v0.5.23:
+# "ambiguous option"): argparse refuses them
+OLD_FLAGS_REFUSED_SINCE = (0, 5, 20)
 OLD_FLAGS = ("mamba_scheduler_strategy", "cuda_graph_max_bs")
 RUNTIME_REFUSAL_SINCE = (0, 5, 13)  # "state cache is too small to serve any requests"
 DFLASH_DEFAULT_REQUESTS = 48        # what DFLASH sets an unset --max-running-requests to

@@ -62,8 +62,8 @@ def test_mamba_conv_dtype_changes_the_pins_figures_by_what_its_code_implies(pris
 
     assert report.environment == {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
     assert report.to_json()["environment"] == {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
-    assert "  environment: SGLANG_MAMBA_CONV_DTYPE=float32 (read by SGLang" in regress_cmd._summary(report)
-    assert "environment:" not in regress_cmd._summary(base)
+    assert "  environment: SGLANG_MAMBA_CONV_DTYPE=float32 (read by SGLang" in regress_cmd._summary(report, sc)
+    assert "environment:" not in regress_cmd._summary(base, sc)
 
 
 def test_host_settings_do_not_reach_a_test():

@@ -53,6 +53,9 @@ BATCHING = {"bucket": 32, "pad_to": 64, "full_anchor_rows": True, "warmup_steps"
 RETURN_PART_MIB = 15.5          # a device call returns files of at most 16 MiB
 
 
+# set to the wheels' folder once the command runs again with them on its path (train)
+DEPS_ENV = "SGLO_SPEC_DRAFTER_DEPS"
+
 def log(msg, t0=[time.time()]):    # noqa: B006 - the clock of this process
     print(f"[drafter {time.time() - t0[0]:6.1f}s] {msg}", flush=True)
 
@@ -180,9 +183,13 @@ def train(args):
         pair.join_parts(mf, dirs, pdir / mf["file"])
         log("target parts proved")
     deps = work / "deps"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--target", str(deps)]
-                   + [str(w) for w in wheels], check=True)
-    sys.path.insert(0, str(deps))
+    if os.environ.get(DEPS_ENV) != str(deps):
+        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--target",
+                        str(deps)] + [str(w) for w in wheels], check=True)
+        # the same command again with the wheels on its path (no tool here edits sys.path: tests/bisect)
+        env = dict(os.environ, **{DEPS_ENV: str(deps)},
+                   PYTHONPATH=os.pathsep.join([str(deps), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
     import torch
     import transformers
     report["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__,
