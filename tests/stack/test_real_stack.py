@@ -172,6 +172,7 @@ def test_3way_takes_the_preimage_from_the_old_stack_where_index_lines_are_stale(
     conflict to resolve.  attempt() then merges the old stack's own commit of
     the patch (OLD~(n - i), re-exported), and the conflict is in the files, with
     markers, for a person to resolve."""
+    import dataclasses
     import re
 
     from sgl_overlay import builder, gitcmd
@@ -184,6 +185,13 @@ def test_3way_takes_the_preimage_from_the_old_stack_where_index_lines_are_stale(
     ledger = next(p for p in st.patches if p.name == "memory-ledger.patch")
     tree = tmp_path / "tree"
     rebase_mod.prepare_tree(lock, st, stack.Onto(version="0.5.23"), tree)
+    blobs = re.findall(r"^index ([0-9a-f]+)\.\.", ledger.raw.decode(), re.M)
+    if not [b for b in blobs if gitcmd.run(tree, "cat-file", "-e", b, check=False).returncode]:
+        # refreshed since (its index lines name blobs of the stack now): the state an earlier export leaves,
+        # made here, index lines naming preimages no tree has
+        raw = re.sub(r"^index [0-9a-f]+\.\.", "index 1234567..", ledger.raw.decode(), flags=re.M)
+        (tmp_path / ledger.path.name).write_text(raw)
+        ledger = dataclasses.replace(ledger, path=tmp_path / ledger.path.name, raw=raw.encode())
     blobs = re.findall(r"^index ([0-9a-f]+)\.\.", ledger.raw.decode(), re.M)
     stale = [b for b in blobs if gitcmd.run(tree, "cat-file", "-e", b, check=False).returncode]
     assert stale, ("memory-ledger.patch's index lines all name blobs of the stack now (refreshed?): "
