@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .inputs import (GIB, Deployment, Memory, Tree, _label, _staleness, memory_for, parse_flags,
                      resolve_tree)
-from .sizing import Sizing, sensitivity, size
+from .sizing import Sizing, resolution_of, sensitivity, size
 from .suggestions import KNOBS, Suggestion, fraction_of, suggest, tree_remedies
 from ..harness.outcome import Outcome
 from .verdict import FULL, REJECTED, STARTED, STARTS, UNKNOWN, WONT, Kind, Verdict, judge, ledger, shortfall
@@ -90,8 +90,7 @@ def complete(dep: Deployment, out: dict, base: Sizing, with_suggestions=True, wi
 def _fraction(dep: Deployment, base: Sizing) -> dict:
     """--mem-fraction-static and where it came from: given, or the release's own rule for this card."""
     given = dep.fields.get("mem_fraction_static")
-    rule = next((c.get("rule") for c in base.figures.get("resolution") or [] if c.get("flag") == "mem_fraction_static"),
-                None)  # the rule that set it, beside its value (sizing.resolved)
+    rule = resolution_of(base.figures, "mem_fraction_static").get("rule")
     return {"value": fraction_of(dep, base), "source": "given" if given is not None else "release",
             "rule": None if given is not None else rule}
 

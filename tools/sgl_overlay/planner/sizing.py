@@ -83,10 +83,15 @@ def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None =
                   child.get("drafter_reading"), child.get("readings"), rng)
 
 
+def resolution_of(figures: dict, field_name: str) -> dict:
+    """The release's own ServerArgs resolution's change of a field ({flag, given, resolved, rule}: the
+    harness's record, harness/resolution.py), or {} where it did not change it."""
+    return next((c for c in figures.get("resolution") or [] if c.get("flag") == field_name), {})
+
+
 def resolved(figures: dict, field_name: str):
-    """The value the release's own ServerArgs resolution gave a field it changed (the harness's record,
-    harness/resolution.py), or None."""
-    return next((c["resolved"] for c in figures.get("resolution") or [] if c.get("flag") == field_name), None)
+    """The value the release's own resolution gave a field it changed, or None."""
+    return resolution_of(figures, field_name).get("resolved")
 
 
 def sensitivity(dep: Deployment, base: Sizing, step_gib: float = 0.1) -> dict:
