@@ -169,3 +169,25 @@ def test_a_scratch_folder_is_never_cleaned_while_its_maker_is_taking_its_marker(
     assert locking.clean_scratch(tmp_path, ".download-*") == [] and d.is_dir()
     mark.release()                                        # its maker is gone: the folder is a leftover
     assert locking.clean_scratch(tmp_path, ".download-*") == [d] and not d.exists()
+
+
+def test_an_unmarked_scratch_folder_is_removed_once_the_pid_in_its_name_is_gone(tmp_path):
+    """A maker killed between mkdtemp and its marker (CI: kill -9 in
+    stack.py refresh at 0.456 s left a `.patches.tmp-*` folder for the
+    next run) leaves a folder without a marker: removed by the next clean
+    once no process has the pid in its name; kept while one has (its
+    maker may be about to lock its marker), and kept when the name has no
+    pid (a folder of an older version, until the grace has passed)."""
+    from sgl_overlay import locking
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()                                           # reaped: its pid is no process now
+    gone = tmp_path / f".patches.tmp-{dead.pid}.abcd1234"
+    alive = tmp_path / f".patches.tmp-{os.getppid()}.efgh5678"
+    unnamed = tmp_path / ".patches.tmp-abcd1234"
+    for d in (gone, alive, unnamed):
+        d.mkdir()
+    assert locking.clean_scratch(tmp_path, ".patches.tmp-*") == [gone]
+    assert not gone.exists() and alive.is_dir() and unnamed.is_dir()
+    d, mark = locking.scratch(tmp_path, ".patches.tmp-")
+    assert locking.MAKER.search(d.name).group(1) == str(os.getpid())   # scratch puts its pid in the name
+    mark.release()

@@ -147,5 +147,5 @@ def test_stack_refresh_killed_at_random_moments(tmp_path, patches):
         ok = p.returncode == 0 and tree_digest(project.root / "patches") == after and \
             not list(project.root.glob(".patches.tmp-*"))
         failures += not ok
-        assert ok, (delay, p.stderr)
+        assert ok, (delay, p.returncode, p.stderr, sorted(x.name for x in project.root.glob(".patches.tmp-*")))
     record("kill -9 in stack.py refresh", len(samples), failures, moments=samples, undisturbed_s=round(took, 2))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sgl_overlay import gitcmd
+from sgl_overlay import gitcmd, series
 from sgl_overlay.stack import port, ports
 from tests.apply.support import ROOT
 from tests.stack.test_port_session import KILLER, git, hashes, upstream  # noqa: F401 (a fixture)
@@ -152,12 +152,13 @@ def test_stops_at_the_real_conflict_and_continue_writes_the_port_series(stopped)
     lint = subprocess.run([sys.executable, str(STACK), "lint", "--root", str(root)], capture_output=True,
                           text=True)
     assert lint.returncode == 0, lint.stdout
-    # the range-diff of the pinned patch (8th of the series) against the port patch (1st since the memory port)
+    # the range-diff of the pinned patch (its place in the series) against the port patch (1st since the memory port)
     s = run(root, "--status", "--json").data
     assert s["status"] == "finished" and s["written"]["rewritten"] == [LEDGER] and "lock" not in s
     (p,) = s["patches"]
     assert p["resolution"] == "person" and p["change"] == "rewritten"
-    assert p["range_diff"][0].lstrip().startswith("8:") and " ! " in p["range_diff"][0]
+    nth = series.read_series(ROOT / "patches").index(LEDGER) + 1   # the pinned patch's place in the series
+    assert p["range_diff"][0].lstrip().startswith(f"{nth}:") and " ! " in p["range_diff"][0]
     assert any(UPSTREAM_TEST in line for line in p["range_diff"])
     assert p["range_diff"][0] in done.stdout
     assert p["range_diff"][0] in (root / "build" / "port" / "range-diff.txt").read_text()

@@ -16,13 +16,15 @@ that a refused or waiting process can name it.
   exclusive holder (eviction) meanwhile.
 * ``scratch(parent, prefix)`` / ``clean_scratch(parent, pattern)``: a
   temporary directory whose marker file stays locked while its maker
-  lives; cleanup removes only directories whose marker lock is free.
+  lives; cleanup removes only directories whose marker lock is free, or
+  that have no marker yet and whose maker (its pid is in the name) is gone.
   ``fresh_scratch(parent, prefix)``: the usual pair, the dead makers'
   ``prefix*`` directories removed, then a new one.
 """
 import errno
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -31,7 +33,8 @@ from pathlib import Path
 from .errors import USAGE, OverlayError
 
 MARK = ".sgl-overlay-tmp"          # inside a scratch directory; locked while its maker lives
-UNMARKED_GRACE_S = 600             # a scratch directory without its marker yet: left alone this long
+UNMARKED_GRACE_S = 600             # a scratch directory without its marker yet, its maker unknown: left alone this long
+MAKER = re.compile(r"(\d+)\.[^.]+$")  # a scratch directory's name ends in its maker's pid and mkdtemp's letters
 
 
 class LockBusy(OverlayError):
@@ -195,8 +198,10 @@ def scratch(parent, prefix, what="an unfinished sgl-overlay build; safe to delet
     could find it in the moment between its creation and its lock, take it
     for a dead maker's and remove the live directory (CI: a concurrent
     download of another release removed this one's ``.download-*`` folder
-    while pip was running)."""
-    d = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
+    while pip was running).  The name carries this process's pid, so that a
+    directory its maker left before the marker existed (killed in that
+    moment) is known dead at once."""
+    d = Path(tempfile.mkdtemp(dir=parent, prefix=f"{prefix}{os.getpid()}."))
     try:
         held = hold(d / (MARK + ".new"), what)
         try:
@@ -223,13 +228,29 @@ def fresh_scratch(parent, prefix, what="an unfinished sgl-overlay build; safe to
     return scratch(parent, prefix, what)
 
 
+def _maker_gone(name):
+    """True when ``name`` ends in a pid (``scratch``'s names do) that no
+    process on this machine has."""
+    m = MAKER.search(name)
+    if not m or int(m.group(1)) in (0, os.getpid()):
+        return False
+    try:
+        os.kill(int(m.group(1)), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:                 # alive, another user's
+        return False
+    return False
+
+
 def clean_scratch(parent, pattern):
     """Remove the ``pattern`` directories under ``parent`` that a dead
     process left: their marker lock is free.  A directory whose marker lock
     is held belongs to a live process and is never touched; one with no
     marker yet (its maker is between ``mkdtemp`` and the rename of its
-    locked marker, or died there) is removed only when older than
-    UNMARKED_GRACE_S."""
+    locked marker, or died there) is removed when the pid in its name is no
+    living process, or else (a pid reused, a name without one) only when
+    older than UNMARKED_GRACE_S."""
     removed = []
     for d in Path(parent).glob(pattern):
         if not d.is_dir() or d.is_symlink():
@@ -249,7 +270,7 @@ def clean_scratch(parent, pattern):
                 os.close(fd)
         else:
             try:
-                old = time.time() - d.stat().st_mtime > UNMARKED_GRACE_S
+                old = _maker_gone(d.name) or time.time() - d.stat().st_mtime > UNMARKED_GRACE_S
             except OSError:
                 continue
             if old:

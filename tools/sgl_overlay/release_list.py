@@ -14,13 +14,25 @@ from .errors import UsageError
 from .project import cache_dir
 
 
-def list_releases(progress=None):
+def list_releases(progress=None, pre=False):
     """The published sglang versions, oldest first, as
-    ``python -m pip index versions sglang`` lists them (pip's own
-    configuration decides the index)."""
+    ``python -m pip index versions --pre sglang`` lists them (pip's own
+    configuration decides the index); the final releases only unless
+    ``pre`` (release candidates such as 0.5.10rc0 are published too, and
+    a port or a rebase may name one)."""
+    found = _listed(progress)
+    return found if pre else [v for v in found if not _is_pre(v)]
+
+
+def _is_pre(v):
+    r = versions.release(v)
+    return r.is_prerelease or r.is_devrelease
+
+
+def _listed(progress):
     say = progress or (lambda msg: None)
     say("listing sglang releases with pip")
-    cmd = [sys.executable, "-m", "pip", "index", "versions", PACKAGE, "--disable-pip-version-check"]
+    cmd = [sys.executable, "-m", "pip", "index", "versions", "--pre", PACKAGE, "--disable-pip-version-check"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
@@ -47,7 +59,7 @@ def list_releases(progress=None):
 def require(version, known=None, progress=None):
     """Refuse (exit 2, before any work) a ``version`` that pip does not list
     as a published sglang release; ``known``: the list, if the caller has it."""
-    known = list_releases(progress) if known is None else known
+    known = list_releases(progress, pre=True) if known is None else known
     want = versions.release(version)
     if want is not None and any(versions.release(v) == want for v in known):
         return

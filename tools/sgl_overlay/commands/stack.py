@@ -330,7 +330,7 @@ def _roll(args, progress, root):
     test_python = test_python_of(args)
     lock = lockmod.load(root / "upstream.lock")
     if args.release:
-        known = release_list.list_releases(progress)
+        known = release_list.list_releases(progress, pre=True)
         for v in args.release:
             release_list.require(v, known)
         releases = sorted(set(args.release), key=versions.release)
