@@ -53,6 +53,17 @@ def pytest_configure(config):
     cache.mkdir(parents=True, exist_ok=True)
     os.environ[project.CACHE_ENV] = str(cache)
 
+    # The temporary folders under this checkout's build/pytest-tmp, not the user's shared
+    # /tmp/pytest-of-USER: pytest keeps the 3 newest pytest-N folders there and removes the
+    # rest as each session starts, so a second suite run by the same user at the same time (another
+    # checkout) deleted this one's live folders (CI beside four other runs: hundreds of
+    # FileNotFoundError).  Read when the first folder is made, after this hook (xdist's workers
+    # get theirs under the controller's).  --basetemp or PYTEST_DEBUG_TEMPROOT still decide.
+    if not config.option.basetemp and "PYTEST_DEBUG_TEMPROOT" not in os.environ:
+        temproot = ROOT / "build" / "pytest-tmp"
+        temproot.mkdir(parents=True, exist_ok=True)
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = str(temproot)
+
 
 def pytest_report_header(config):
     if _removed:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import environment
 from . import layout as layout_mod
+from . import zygote
 from . import outcome as outcome_mod
 from .case import Case
 from .judgement import judge
@@ -25,7 +26,7 @@ from ..extras import MissingDependency, require, third_party_missing
 
 
 def run_child(root: Path, request: dict, timeout: float = 120.0,
-              module: str = "sgl_overlay.harness.child", path: tuple = (), launch=subprocess.run) -> dict:
+              module: str = "sgl_overlay.harness.child", path: tuple = (), launch=None) -> dict:
     """One fresh interpreter, one sizing run; returns the child's JSON.
 
     ``module`` is the child entry point (``python -m MODULE``, request JSON on
@@ -34,12 +35,14 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
     the current directory never is (``-P``), so a folder the user stands in cannot
     shadow a module the child imports.
     ``launch`` runs it, with ``subprocess.run``'s arguments and result (a caller
-    that must be able to stop its children, such as bisect, passes its own).
+    that must be able to stop its children, such as bisect, passes its own);
+    by default a fork of a zygote that has imported torch already (zygote.py).
 
     The child inherits this process's environment, as a server started from the same shell
     would: the SGLang settings in it (``SGLANG_*``) are honoured, and the result names them
     (``environment``, environment.py)."""
     require("harness", "the regression harness")
+    launch = launch or zygote.run
     req = dict(request, root=str(root))
     env = dict(os.environ)
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -107,7 +110,7 @@ def _slots(child: dict):
     return (child.get("figures") or {}).get("max_mamba_cache_size") if c.outcome is Outcome.OK else None
 
 
-def run_span(root: Path, request: dict, both: bool = True, launch=subprocess.run) -> list[dict]:
+def run_span(root: Path, request: dict, both: bool = True, launch=None) -> list[dict]:
     """The sizing along the readings' span (readings.py): ``[pessimistic end, optimistic end, runs either
     side of each step]``, child results; one run (the pessimistic end) where the readings are exact or
     ``both`` is false.  The budget grows along the span, and with it the KV tokens, except where the
@@ -133,7 +136,7 @@ def run_span(root: Path, request: dict, both: bool = True, launch=subprocess.run
 
 
 def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = True,
-                 measure_allocation: bool = False, launch=subprocess.run) -> Report:
+                 measure_allocation: bool = False, launch=None) -> Report:
     """The full report: outcome, figures, remedy (verified by a re-run), pass/fail.
 
     launch: how each child interpreter is run (``run_child``).
@@ -194,7 +197,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
 
 def _check_remedies(root: Path, scenario: Scenario, stated: list[Remedy], verify: bool,
                     measure_allocation: bool, want_case: Case | None,
-                    none_stated: str, launch=subprocess.run) -> tuple[RemedyCheck, tuple[RemedyCheck, ...]]:
+                    none_stated: str, launch=None) -> tuple[RemedyCheck, tuple[RemedyCheck, ...]]:
     """(the first check, or why there is none; every check), each remedy re-run if ``verify``."""
     checked = tuple(_verify(root, scenario, r, measure_allocation, want_case, launch) if verify
                     else RemedyCheck.not_verified(r) for r in stated)
@@ -209,7 +212,7 @@ def _public_error(err):
 
 def _verify(root: Path, scenario: Scenario, remedy: Remedy,
             measure_allocation: bool = False, want_case: Case | None = None,
-            launch=subprocess.run) -> RemedyCheck:
+            launch=None) -> RemedyCheck:
     current = scenario.server.get(remedy.key)
     if remedy.relation is Relation.ABOVE and isinstance(current, (int, float)) and current >= remedy.value:
         return RemedyCheck(remedy, False, f"already satisfied: {remedy.key} is {current}, "

@@ -1,0 +1,127 @@
+"""The harness's children forked from a zygote (harness/zygote.py) behave as
+fresh interpreters: the module's stdout, stderr and exit status as
+``subprocess.run`` gives them, nothing one run changes seen by the next, a
+timeout that kills the run, and nothing left behind when the caller is
+killed."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from sgl_overlay.harness import zygote
+
+pytestmark = pytest.mark.skipif(not zygote._usable(), reason="the zygote needs Linux's fork and fd passing")
+
+
+def _module(tmp_path, name, body):
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    env.pop(zygote.FRESH_ENV, None)
+    return [sys.executable, "-P", "-m", name], env
+
+
+def _gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as f:                  # a zombie not yet reaped by its parent is gone too
+        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def _wait_gone(pid, deadline_s=120):
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if _gone(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_run_gives_what_a_fresh_interpreter_gives(tmp_path):
+    cmd, env = _module(tmp_path, "zmod", """
+        import sys, json
+        data = json.load(sys.stdin)
+        print("to stderr", file=sys.stderr)
+        print(json.dumps({"got": data, "main": __name__, "torch": "torch" in sys.modules}))
+        sys.exit(data["exit"])
+    """)
+    for code in (0, 3):
+        fresh = subprocess.run(cmd, input=f'{{"exit": {code}}}', capture_output=True, text=True, env=env)
+        forked = zygote.run(cmd, input=f'{{"exit": {code}}}', env=env, timeout=300)
+        assert (forked.returncode, forked.stderr) == (fresh.returncode, fresh.stderr) == (code, "to stderr\n")
+        # the same output, but for the zygote's preload: torch is imported before the module runs
+        assert forked.stdout.replace('"torch": true', '"torch": false') == fresh.stdout
+
+
+def test_an_uncaught_exception_is_exit_1_with_its_traceback(tmp_path):
+    cmd, env = _module(tmp_path, "zboom", "raise ValueError('boom')\n")
+    r = zygote.run(cmd, input="", env=env, timeout=300)
+    assert r.returncode == 1 and "ValueError: boom" in r.stderr and "Traceback" in r.stderr
+
+
+def test_what_one_run_changes_the_next_does_not_see(tmp_path):
+    cmd, env = _module(tmp_path, "zstate", """
+        import json, sys
+        print(getattr(json, "SEEN", 0), "zstate_extra" in sys.modules)
+        json.SEEN = 1
+        sys.modules["zstate_extra"] = sys
+    """)
+    first = zygote.run(cmd, input="", env=env, timeout=300)
+    second = zygote.run(cmd, input="", env=env, timeout=300)
+    assert first.stdout == second.stdout == "0 False\n"
+    assert first.returncode == second.returncode == 0
+
+
+def test_a_timeout_kills_the_run_and_the_zygote_serves_the_next(tmp_path):
+    pidfile = tmp_path / "pid"
+    cmd, env = _module(tmp_path, "zsleep", f"""
+        import os, sys, time
+        if sys.stdin.read() == "sleep":
+            open({str(pidfile)!r}, "w").write(str(os.getpid()))
+            time.sleep(600)
+        print("quick")
+    """)
+    zygote.run(cmd, input="", env=env, timeout=300)       # the zygote is up: the timeout below is the run's
+    with pytest.raises(subprocess.TimeoutExpired):
+        zygote.run(cmd, input="sleep", env=env, timeout=5)
+    assert _wait_gone(int(pidfile.read_text()))
+    assert zygote.run(cmd, input="", env=env, timeout=300).stdout == "quick\n"
+
+
+CALLER = """
+import sys
+from sgl_overlay.harness import zygote
+cmd = [sys.executable, "-P", "-m", "zhang"]
+zygote.run(cmd, input="", timeout=600)
+"""
+
+
+def test_a_killed_caller_leaves_no_zygote_and_no_run(tmp_path):
+    pidfile = tmp_path / "pids"
+    cmd, env = _module(tmp_path, "zhang", f"""
+        import os, time
+        open({str(pidfile)!r}, "w").write(f"{{os.getppid()}} {{os.getpid()}}")
+        time.sleep(600)
+    """)
+    caller = subprocess.Popen([sys.executable, "-c", CALLER], env=env)
+    end = time.monotonic() + 300
+    while not (pidfile.exists() and len(pidfile.read_text().split()) == 2) and time.monotonic() < end:
+        assert caller.poll() is None, "the caller ended before its run started"
+        time.sleep(0.1)
+    zygote_pid, run_pid = map(int, pidfile.read_text().split())
+    assert zygote_pid != caller.pid                        # the run is the zygote's fork, not the caller's child
+    caller.send_signal(signal.SIGKILL)
+    caller.wait()
+    assert _wait_gone(zygote_pid) and _wait_gone(run_pid)
+
+
+def test_fresh_children_on_request(tmp_path):
+    cmd, env = _module(tmp_path, "zparent", "import os; print(os.getppid())\n")
+    env[zygote.FRESH_ENV] = "1"
+    r = zygote.run(cmd, input="", env=env, timeout=300)
+    assert int(r.stdout) == os.getpid()                   # started by this process itself
