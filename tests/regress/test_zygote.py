@@ -125,3 +125,18 @@ def test_fresh_children_on_request(tmp_path):
     env[zygote.FRESH_ENV] = "1"
     r = zygote.run(cmd, input="", env=env, timeout=300)
     assert int(r.stdout) == os.getpid()                   # started by this process itself
+
+
+def test_runs_beyond_the_cap_wait_for_a_zygote(tmp_path, monkeypatch):
+    """More runs at once than the cap: each still gets its result, and no
+    more than the cap of zygotes is ever alive for the environment."""
+    import concurrent.futures as cf
+
+    monkeypatch.setattr(zygote, "CAP", 2)
+    cmd, env = _module(tmp_path, "zcap", "import os, sys, time; time.sleep(0.2); print(sys.stdin.read())\n")
+    env["ZCAP_TEST"] = str(tmp_path)                     # an environment of its own: a pool of its own
+    with cf.ThreadPoolExecutor(6) as ex:
+        outs = list(ex.map(lambda i: zygote.run(cmd, input=str(i), env=env, timeout=300).stdout, range(6)))
+    assert outs == [f"{i}\n" for i in range(6)]
+    pool = zygote._pools[(sys.executable, tuple(sorted(env.items())))]
+    assert pool.alive <= 2 and len(pool.idle) == pool.alive

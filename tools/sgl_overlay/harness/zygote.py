@@ -19,7 +19,8 @@ arguments and result (``capture_output=True, text=True``), so it is a
 environment runs it with ``subprocess.run`` itself.
 
 Zygotes are kept per (interpreter, environment), one per run in flight
-(the planner runs several at once), and end with this process: each blocks
+(the planner runs several at once) up to ``CAP`` (the machine's cores, at
+least 2; a run beyond waits for one), and end with this process: each blocks
 on its control socket, whose end-of-file (this process exited, or was
 killed) makes it kill the run in progress and exit; a run asks the kernel
 to kill it should its zygote die first.  Nothing is written to disk.
@@ -166,8 +167,43 @@ def _communicate(in_w, out_r, err_r, data: bytes, deadline):
     return b"".join(chunks[out_r]), b"".join(chunks[err_r]), timed_out
 
 
-_idle: dict = {}
-_idle_lock = threading.Lock()
+class _Pool:
+    """The zygotes of one (interpreter, environment): at most ``cap`` alive
+    (each holds an imported torch, about 200 MB); a run that finds them all
+    busy waits for one, which on a machine of that many cores costs less than
+    a new interpreter would."""
+
+    def __init__(self, cap: int):
+        self.cap, self.idle, self.alive = cap, [], 0
+        self.cond = threading.Condition()
+
+    def take(self, start):
+        with self.cond:
+            while not self.idle and self.alive >= self.cap:
+                self.cond.wait()
+            if self.idle:
+                return self.idle.pop()
+            self.alive += 1
+        try:
+            return start()
+        except BaseException:
+            self.drop()
+            raise
+
+    def give(self, z):
+        with self.cond:
+            self.idle.append(z)
+            self.cond.notify()
+
+    def drop(self):
+        with self.cond:
+            self.alive -= 1
+            self.cond.notify()
+
+
+_pools: dict = {}
+_pools_lock = threading.Lock()
+CAP = max(2, os.cpu_count() or 2)           # zygotes alive per environment
 
 
 def _usable() -> bool:
@@ -178,33 +214,36 @@ def run(cmd, input=None, capture_output=True, text=True, env=None, timeout=None,
     """``subprocess.run(cmd, ...)`` for a harness child, forked from a zygote
     where it can be (module docstring)."""
     env = dict(os.environ if env is None else env)
-    zygote_form = (len(cmd) == 4 and cmd[1:3] == ["-P", "-m"] and capture_output and text and not kw)
-    if not zygote_form or env.get(FRESH_ENV) == "1" or not _usable():
+
+    def fresh():
         return subprocess.run(cmd, input=input, capture_output=capture_output, text=text, env=env,
                               timeout=timeout, **kw)
-    key = (cmd[0], tuple(sorted(env.items())))
-    with _idle_lock:
-        pool = _idle.setdefault(key, [])
-        z = pool.pop() if pool else None
-    if z is None or not z.alive():
-        try:
-            z = _Zygote(cmd[0], env)
-        except OSError:
-            return subprocess.run(cmd, input=input, capture_output=True, text=True, env=env, timeout=timeout)
+
+    zygote_form = (len(cmd) == 4 and cmd[1:3] == ["-P", "-m"] and capture_output and text and not kw)
+    if not zygote_form or env.get(FRESH_ENV) == "1" or not _usable():
+        return fresh()
+    with _pools_lock:
+        pool = _pools.setdefault((cmd[0], tuple(sorted(env.items()))), _Pool(CAP))
     try:
+        z = pool.take(lambda: _Zygote(cmd[0], env))
+    except OSError:                             # no zygote starts here: a fresh interpreter, as without one
+        return fresh()
+    try:
+        if not z.alive():
+            raise OSError("the zygote has ended")
         code, out, err = z.run(cmd[3], input or "", timeout)
-    except OSError:                             # the zygote was gone before the run began: a fresh interpreter
-        z.close()
-        return subprocess.run(cmd, input=input, capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
-        with _idle_lock:
-            _idle[key].append(z)
+        pool.give(z)
         raise
+    except OSError:                             # the zygote was gone before the run began
+        z.close()
+        pool.drop()
+        return fresh()
     except BaseException:
         z.close()
+        pool.drop()
         raise
-    with _idle_lock:
-        _idle[key].append(z)
+    pool.give(z)
     return subprocess.CompletedProcess(cmd, code, out, err)
 
 
