@@ -1,5 +1,6 @@
 """Each tool page's options table names exactly the options of the tool's own
-argparse parser, so the table cannot drift from the code.
+argparse parser, so the table cannot drift from the code; each reference page
+has one exit-code table.
 
 The parser is the one the command builds: its ``main`` is called and the
 parser is caught at ``parse_args``, before it parses anything.  A table is
@@ -15,8 +16,6 @@ import re
 from pathlib import Path
 
 import pytest
-
-from sgl_overlay import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +42,7 @@ def parser_of(command, monkeypatch):
     """The ArgumentParser that ``sgl-overlay COMMAND`` builds."""
     def catch(self, args=None, namespace=None):
         raise _Caught(self)
-    monkeypatch.setattr(cli.Parser, "parse_args", catch)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", catch)
     module = importlib.import_module(f"sgl_overlay.commands.{command}")
     with pytest.raises(_Caught) as caught:
         module.main([])
@@ -108,3 +107,14 @@ def test_a_missing_option_is_caught(monkeypatch):
     shorter = "\n".join(lines[:row] + lines[row + 1:])
     (documented,) = tables_of(shorter)
     assert real - documented == {"--no-remedy"}
+
+
+# the reference pages that each hold one exit-code table (a header row that starts `| exit |`)
+EXIT_PAGES = ["docs/apply.md", "docs/bisect.md", "docs/plan.md", "docs/bundle.md", "docs/regress.md",
+              "docs/scenarios.md", "docs/lock.md", "docs/checkouts.md"]
+
+
+@pytest.mark.parametrize("page", EXIT_PAGES)
+def test_one_exit_table(page):
+    headers = [line for line in (ROOT / page).read_text().splitlines() if re.match(r"^\|\s*exit\s*\|", line)]
+    assert len(headers) == 1, f"{page}: {len(headers)} exit-code tables, expected one"
