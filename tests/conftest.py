@@ -28,10 +28,12 @@ deprecated ``SGL_*``) variable of the host is removed before any test runs,
 so no test's figures depend on the machine; a test that needs one sets it
 itself (``monkeypatch.setenv``).  The header of the run names what was removed.
 """
+import hashlib
 import io
 import os
 import subprocess
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -53,15 +55,18 @@ def pytest_configure(config):
     cache.mkdir(parents=True, exist_ok=True)
     os.environ[project.CACHE_ENV] = str(cache)
 
-    # The temporary folders under this checkout's build/pytest-tmp, not the user's shared
-    # /tmp/pytest-of-USER: pytest keeps the 3 newest pytest-N folders there and removes the
-    # rest as each session starts, so a second suite run by the same user at the same time (another
-    # checkout) deleted this one's live folders (CI beside four other runs: hundreds of
-    # FileNotFoundError).  Read when the first folder is made, after this hook (xdist's workers
-    # get theirs under the controller's).  --basetemp or PYTEST_DEBUG_TEMPROOT still decide.
+    # The temporary folders in a root of this checkout's own (the system's temporary folder,
+    # sgl-overlay-pytest-<a digest of the checkout's path>), not the user's shared
+    # /tmp/pytest-of-USER: pytest keeps the newest pytest-N folders there and removes the rest as
+    # sessions end, so a second suite run by the same user at the same time (another checkout)
+    # deleted this one's live folders (CI beside four other runs: hundreds of FileNotFoundError).
+    # Outside the checkout, so "outside any checkout" stays true of tmp_path.  Read when the first
+    # folder is made, after this hook (xdist's workers get theirs under the controller's).
+    # --basetemp or PYTEST_DEBUG_TEMPROOT still decide.
     if not config.option.basetemp and "PYTEST_DEBUG_TEMPROOT" not in os.environ:
-        temproot = ROOT / "build" / "pytest-tmp"
-        temproot.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+        temproot = Path(tempfile.gettempdir()) / f"sgl-overlay-pytest-{digest}"
+        temproot.mkdir(mode=0o700, exist_ok=True)
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(temproot)
 
 

@@ -129,14 +129,41 @@ def test_fresh_children_on_request(tmp_path):
 
 def test_runs_beyond_the_cap_wait_for_a_zygote(tmp_path, monkeypatch):
     """More runs at once than the cap: each still gets its result, and no
-    more than the cap of zygotes is ever alive for the environment."""
+    more than the cap of zygotes is ever alive."""
     import concurrent.futures as cf
 
-    monkeypatch.setattr(zygote, "CAP", 2)
+    pool = zygote._Pool(2)
+    monkeypatch.setattr(zygote, "_pool", pool)
     cmd, env = _module(tmp_path, "zcap", "import os, sys, time; time.sleep(0.2); print(sys.stdin.read())\n")
-    env["ZCAP_TEST"] = str(tmp_path)                     # an environment of its own: a pool of its own
+    seen = []
+    real_start = zygote._Zygote
+
+    def start(*a):
+        seen.append(pool.alive)                            # counted before the start
+        return real_start(*a)
+
+    monkeypatch.setattr(zygote, "_Zygote", start)
     with cf.ThreadPoolExecutor(6) as ex:
         outs = list(ex.map(lambda i: zygote.run(cmd, input=str(i), env=env, timeout=300).stdout, range(6)))
     assert outs == [f"{i}\n" for i in range(6)]
-    pool = zygote._pools[(sys.executable, tuple(sorted(env.items())))]
-    assert pool.alive <= 2 and len(pool.idle) == pool.alive
+    assert max(seen) <= 2 and pool.alive == len(pool.idle) <= 2
+
+
+def test_zygotes_of_many_environments_stay_within_the_cap(tmp_path, monkeypatch):
+    """A long session that runs under one environment after another (tests
+    that set a variable each) keeps at most the cap alive: the longest idle
+    zygote of another environment makes way, and it ends."""
+    pool = zygote._Pool(2)
+    monkeypatch.setattr(zygote, "_pool", pool)
+    cmd, env = _module(tmp_path, "zenv", "import os; print(os.environ['ZENV'], os.getppid())\n")
+    zygotes = []
+    for i in range(4):
+        r = zygote.run(cmd, input="", env=dict(env, ZENV=str(i)), timeout=300)
+        name, parent = r.stdout.split()
+        assert name == str(i)                               # each run under its own environment
+        zygotes.append(int(parent))
+        assert pool.alive == len(pool.idle) <= 2
+    assert len(set(zygotes)) == 4
+    assert _wait_gone(zygotes[0]) and _wait_gone(zygotes[1])    # evicted: ended, not just forgotten
+    for _, z in list(pool.idle):
+        z.close()

@@ -19,8 +19,9 @@ arguments and result (``capture_output=True, text=True``), so it is a
 environment runs it with ``subprocess.run`` itself.
 
 Zygotes are kept per (interpreter, environment), one per run in flight
-(the planner runs several at once) up to ``CAP`` (the machine's cores, at
-least 2; a run beyond waits for one), and end with this process: each blocks
+(the planner runs several at once), at most ``CAP`` alive in all (the
+machine's cores, at least 2; a run beyond waits for one; ``_Pool``), and
+end with this process: each blocks
 on its control socket, whose end-of-file (this process exited, or was
 killed) makes it kill the run in progress and exit; a run asks the kernel
 to kill it should its zygote die first.  Nothing is written to disk.
@@ -168,42 +169,55 @@ def _communicate(in_w, out_r, err_r, data: bytes, deadline):
 
 
 class _Pool:
-    """The zygotes of one (interpreter, environment): at most ``cap`` alive
-    (each holds an imported torch, about 200 MB); a run that finds them all
-    busy waits for one, which on a machine of that many cores costs less than
-    a new interpreter would."""
+    """This process's zygotes: at most ``cap`` alive in all (each holds an
+    imported torch, about 220 MB), for whatever environments.  A run takes an
+    idle one of its environment, else starts one, evicting the longest idle
+    zygote of another environment once ``cap`` are alive; when all are busy
+    it waits for one, which on a machine of that many cores costs less than
+    a new interpreter would.  (A pool per environment without a bound kept a
+    zygote for every environment a long test session had used: a CI worker
+    was killed for its memory.)"""
 
     def __init__(self, cap: int):
-        self.cap, self.idle, self.alive = cap, [], 0
+        self.cap, self.idle, self.alive = cap, [], 0     # idle: [(key, zygote)], the longest idle first
         self.cond = threading.Condition()
 
-    def take(self, start):
+    def take(self, key, start):
+        evicted = None
         with self.cond:
-            while not self.idle and self.alive >= self.cap:
+            while True:
+                mine = [i for i, (k, _) in enumerate(self.idle) if k == key]
+                if mine:
+                    return self.idle.pop(mine[-1])[1]
+                if self.alive < self.cap:
+                    break
+                if self.idle:
+                    evicted = self.idle.pop(0)[1]
+                    break
                 self.cond.wait()
-            if self.idle:
-                return self.idle.pop()
-            self.alive += 1
+            if evicted is None:
+                self.alive += 1
+        if evicted is not None:
+            evicted.close()                      # its place is this run's: alive stays the same
         try:
             return start()
         except BaseException:
             self.drop()
             raise
 
-    def give(self, z):
+    def give(self, key, z):
         with self.cond:
-            self.idle.append(z)
-            self.cond.notify()
+            self.idle.append((key, z))
+            self.cond.notify_all()
 
     def drop(self):
         with self.cond:
             self.alive -= 1
-            self.cond.notify()
+            self.cond.notify_all()
 
 
-_pools: dict = {}
-_pools_lock = threading.Lock()
-CAP = max(2, os.cpu_count() or 2)           # zygotes alive per environment
+CAP = max(2, os.cpu_count() or 2)           # zygotes alive in this process
+_pool = _Pool(CAP)
 
 
 def _usable() -> bool:
@@ -222,10 +236,9 @@ def run(cmd, input=None, capture_output=True, text=True, env=None, timeout=None,
     zygote_form = (len(cmd) == 4 and cmd[1:3] == ["-P", "-m"] and capture_output and text and not kw)
     if not zygote_form or env.get(FRESH_ENV) == "1" or not _usable():
         return fresh()
-    with _pools_lock:
-        pool = _pools.setdefault((cmd[0], tuple(sorted(env.items()))), _Pool(CAP))
+    key, pool = (cmd[0], tuple(sorted(env.items()))), _pool
     try:
-        z = pool.take(lambda: _Zygote(cmd[0], env))
+        z = pool.take(key, lambda: _Zygote(cmd[0], env))
     except OSError:                             # no zygote starts here: a fresh interpreter, as without one
         return fresh()
     try:
@@ -233,7 +246,7 @@ def run(cmd, input=None, capture_output=True, text=True, env=None, timeout=None,
             raise OSError("the zygote has ended")
         code, out, err = z.run(cmd[3], input or "", timeout)
     except subprocess.TimeoutExpired:
-        pool.give(z)
+        pool.give(key, z)
         raise
     except OSError:                             # the zygote was gone before the run began
         z.close()
@@ -243,7 +256,7 @@ def run(cmd, input=None, capture_output=True, text=True, env=None, timeout=None,
         z.close()
         pool.drop()
         raise
-    pool.give(z)
+    pool.give(key, z)
     return subprocess.CompletedProcess(cmd, code, out, err)
 
 
