@@ -74,10 +74,32 @@ def run(main, argv, as_json_flag="--json"):
     except OverlayError as e:
         return _report(e, as_json)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
     except Exception as e:  # noqa: BLE001 - the last line of defence: no traceback on the terminal
+        if during_interrupt(e):
+            return _interrupted()
         return _report(unexpected(e, getattr(main, "__module__", "sgl_overlay")), as_json)
+
+
+def _interrupted():
+    try:
+        print("interrupted", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+    return 130
+
+
+def during_interrupt(e):
+    """Whether ``e`` was raised while a KeyboardInterrupt was on its way out
+    (a clean-up that failed because Ctrl-C had also stopped a helper
+    process): the run was interrupted, not broken."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__context__ or e.__cause__
+    return False
 
 
 def _report(e, as_json):
