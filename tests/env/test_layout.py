@@ -50,3 +50,20 @@ def test_tools_on_pythonpath_is_an_error_not_a_loop():
     r = subprocess.run([sys.executable, "-c", "import random"], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert "imported in place of the standard library's bisect" in r.stderr and "take it off" in r.stderr, r.stderr
+
+
+# A kind, outcome, verdict, status or case is an enum of the library, compared as one, never a string
+# (issue 43).  Those left are in the folders being restructured (harness/, planner/, stack/); the list may
+# only shrink.
+STRING_COMPARE = r'(outcome|verdict|status|case|kind)\s*(==|!=)\s*["\']'
+LEFT = {"harness/drivers/inputs.py", "harness/outcome.py", "harness/rope_reserve.py", "planner/model.py",
+        "stack/roll.py"}
+
+
+def test_no_string_compare_of_a_kind_outcome_verdict_or_status():
+    import re
+
+    library = ROOT / "tools" / "sgl_overlay"
+    found = sorted({f.relative_to(library).as_posix() for f in library.rglob("*.py")
+                    if re.search(STRING_COMPARE, f.read_text())})
+    assert set(found) <= LEFT, sorted(set(found) - LEFT)
