@@ -34,7 +34,7 @@ from ..errors import UsageError
 
 EXIT = {B.Answer.FIRST_BAD: 0, B.Answer.FIRST_FIXED: 0, B.Answer.NOT_IN_RANGE: 4, B.Answer.CANNOT_REPRODUCE: 5,
         B.Answer.INCONCLUSIVE: 6, B.Answer.FLAKY: 7}
-UNFINISHED, INTERRUPTED = 8, 130
+UNFINISHED, INTERRUPTED = 8, cli.INTERRUPTED
 
 
 
