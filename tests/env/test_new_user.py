@@ -2,6 +2,7 @@
 shim in tools/ run by an interpreter without the package installed."""
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -28,8 +29,10 @@ def test_version_names_the_package_and_the_pin_of_the_checkout():
     assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"] == TOOL_VERSION
 
 
-def test_version_outside_a_checkout_still_answers(tmp_path):
-    p = sgl("--version", cwd=tmp_path)
+def test_version_outside_a_checkout_still_answers():
+    # the system's temporary directory: pytest's tmp_path may lie inside this checkout (build/pytest-tmp)
+    with tempfile.TemporaryDirectory() as outside:
+        p = sgl("--version", cwd=outside)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(f"sgl-overlay {TOOL_VERSION} (no checkout here")
 
