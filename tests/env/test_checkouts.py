@@ -101,7 +101,7 @@ def make_checkout(dest: Path, keep: int) -> Path:
     shutil.copytree(REPO / "overlay", dest / "overlay")
     shutil.copy(REPO / "upstream.lock", dest / "upstream.lock")
     (dest / "tools").mkdir()
-    for tool in TOOLS:
+    for tool in (*TOOLS, "_launch"):     # the shims, and the launcher they start
         shutil.copy(REPO / "tools" / f"{tool}.py", dest / "tools" / f"{tool}.py")
     return dest
 

@@ -55,11 +55,11 @@ def recheck_all(dep_kwargs: dict, report: dict) -> int:
     """Re-check every suggestion the plan prints (each must start), and every remedy the
     tree stated (each must give the verdict printed for it, working or not); returns
     how many were re-checked."""
-    for sug in report.get("suggestions", []):
+    for sug in report["suggestions"] or []:             # None: the search was skipped
         recheck(dep_kwargs, sug)
-    for rem in report.get("tree_remedies", []):
+    for rem in report["tree_remedies"] or []:           # None: nothing was refused
         recheck(dep_kwargs, rem, must_work=rem["works"])
-    return len(report.get("suggestions", [])) + len(report.get("tree_remedies", []))
+    return len(report["suggestions"] or []) + len(report["tree_remedies"] or [])
 
 
 def cli(*args, timeout=600):

@@ -95,8 +95,8 @@ def test_list_names_each_scenario_with_what_it_is():
         assert description, f"{name}: no description"
         assert row.split()[0] == name and row.rstrip().endswith(description), row
     p = regress("--list", "--json")
-    assert json.loads(p.stdout) == [{"name": n, "description": load_scenario(n).description}
-                                    for n in scenario_names()]
+    assert json.loads(p.stdout)["scenarios"] == [{"name": n, "description": load_scenario(n).description}
+                                                 for n in scenario_names()]
 
 
 def test_an_unknown_scenario_gets_did_you_mean(tmp_path):

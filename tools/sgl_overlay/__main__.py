@@ -8,6 +8,8 @@
   bundle   the patched wheel + runtime wheels for a GPU machine without a network (docs/bundle.md)
   imports  what a server's start imports that the GPU machine and a bundle lack (docs/bundle.md)
 
+`sgl-overlay --version`: this package's version and the pin (upstream.lock)
+of the checkout it would work on.
 `python tools/NAME.py ARGS...` is the same as `sgl-overlay NAME ARGS...`.
 Each works on the checkout given with --root DIR, else the script's own
 (tools/NAME.py), else the nearest one at or above the current directory
@@ -26,6 +28,9 @@ def main(argv=None):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(version_line())
+        return 0
     if argv[0] not in COMMANDS:
         print(f"error: sgl-overlay: unknown command {argv[0]!r}", file=sys.stderr)
         print(f"hint: one of {', '.join(COMMANDS)}; see sgl-overlay --help", file=sys.stderr)
@@ -36,6 +41,20 @@ def main(argv=None):
     except Exception as e:  # noqa: BLE001 - never a traceback on the terminal (cli.run's rule)
         return cli._report(cli.unexpected(e, argv[0]), "--json" in argv)
     return cli.run(command.main, argv[1:])
+
+
+def version_line():
+    """``sgl-overlay VERSION`` and, inside a checkout, the SGLang its
+    upstream.lock pins (what a build there would be made from)."""
+    from . import TOOL_VERSION, lock, project
+    from .errors import OverlayError
+    line = f"sgl-overlay {TOOL_VERSION}"
+    try:
+        root = project.find_root()
+        pin = lock.load(root / "upstream.lock")
+    except OverlayError:
+        return line + " (no checkout here: run it in one, or see docs/checkouts.md, for the pin)"
+    return f"{line} (checkout {root}: SGLang {pin.tag}, commit {pin.commit[:12]}, upstream.lock)"
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ base_tree.py); ``release_metadata`` reads a wheel's METADATA."""
 import fnmatch
 import os
 import re
+import signal
 import stat
 import tarfile
 import zipfile
@@ -87,6 +88,7 @@ def unpack_to_index(artifact, root, repo_dir, subdir, generated=(), compiled=(),
     executable = set(executable)
     add = gitcmd.popen(repo_dir, "update-index", "--add", "-z", "--stdin")
     made, seen = set(), set()
+    broken = False
     try:
         for rel, read in iter_members(artifact, root):
             seen.add(rel)
@@ -100,11 +102,21 @@ def unpack_to_index(artifact, root, repo_dir, subdir, generated=(), compiled=(),
                 if rel in executable:
                     out.chmod(0o755)
             add.stdin.write(f"{subdir}/{rel}".encode() + b"\0")
+    except BrokenPipeError:
+        broken = True                          # git stopped reading: its exit status says why
     finally:
-        add.stdin.close()
+        try:
+            add.stdin.close()                  # flushes: a pipe whose reader died (Ctrl-C reached it too)
+        except BrokenPipeError:                # must not replace the KeyboardInterrupt on its way out
+            broken = True
         rc = add.wait()
-    if rc != 0:
-        raise OverlayError(f"git update-index failed while adding {subdir} ({rc})")
+    if rc == -signal.SIGINT:
+        raise KeyboardInterrupt                # Ctrl-C stopped git first: the run was interrupted
+    if rc != 0 or broken:
+        raise OverlayError(f"git update-index failed while adding {subdir} to {repo_dir} "
+                           f"({'exit ' + str(rc) if rc >= 0 else 'signal ' + str(-rc)}"
+                           f"{', stopped reading its input' if broken else ''})",
+                           hint="run again; if it fails again, check the disk and the git installation")
     if not seen:
         raise _holds_nothing(artifact, root)
     return seen

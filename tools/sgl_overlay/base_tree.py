@@ -16,6 +16,7 @@ Two sources give the same tree:
 to prove it against: bisect, ``stack.py --onto``), and ``prove_artifact``
 proves another of the release's wheels (another Python's) against the lock.
 """
+import enum
 import os
 import tempfile
 from pathlib import Path
@@ -29,6 +30,18 @@ BASE_MESSAGE = """upstream: sglang {version} ({commit:.10})
 from {origin}.
 python/sglang tree: {exact}
 """
+
+
+class Source(enum.StrEnum):
+    """Where a base tree came from: the manifest's ``source.source``."""
+    ARTIFACT = "artifact"        # the lock's release artifact
+    RELEASE = "release"          # another published release (bisect, roll)
+    GIT = "git"                  # the upstream repository at the lock's commit
+
+    @classmethod
+    def of_build(cls, repo):
+        """A build's source: git with ``--repo``, else the lock's artifact."""
+        return cls.GIT if repo else cls.ARTIFACT
 
 
 def _quiet(progress):
@@ -86,7 +99,7 @@ def base_from_artifact(lock, repo_dir, cache=None, progress=None):
     msg = BASE_MESSAGE.format(origin=f"release artifact {lock.artifact_filename} (sha256 {lock.artifact_sha256})",
                               exact=exact, **lock.as_dict())
     commit = _commit_base(repo_dir, msg, lock.date)
-    return {"source": "artifact", "artifact": lock.artifact_filename, "artifact_sha256": lock.artifact_sha256,
+    return {"source": Source.ARTIFACT, "artifact": lock.artifact_filename, "artifact_sha256": lock.artifact_sha256,
             "base_commit": commit, "tree": exact, "tree_normalized": normalized}
 
 
@@ -116,7 +129,7 @@ def base_from_release(version, repo_dir, subdir="python/sglang", symlinks=None, 
     msg = f"upstream: sglang {version} (release artifact)\n\n{subdir} from {artifact.name}\n" \
           f"(sha256 {artifact.sha256}), file modes normalized.\n"
     commit = _commit_base(repo_dir, msg, "2000-01-01")
-    return {"source": "release", "version": version, "artifact": artifact.name, "base_commit": commit,
+    return {"source": Source.RELEASE, "version": version, "artifact": artifact.name, "base_commit": commit,
             "tree_normalized": tree}
 
 
@@ -157,7 +170,7 @@ def base_from_git(lock, repo_dir, url, cache=None, progress=None, commit=None):
     if normalized != lock.tree_normalized:
         raise IntegrityError(f"{url}: normalized tree {normalized} does not match the lock's {lock.tree_normalized}",
                              hint="the lock's two tree ids disagree with each other; fix the lock")
-    return {"source": "git", "repo": url, "base_commit": commit, "tree": tree, "tree_normalized": normalized}
+    return {"source": Source.GIT, "repo": url, "base_commit": commit, "tree": tree, "tree_normalized": normalized}
 
 
 def normalized_tree(repo_dir, tree, excluded=()):

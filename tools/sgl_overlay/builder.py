@@ -129,7 +129,7 @@ def _same_build(old, lock, stack, source_kind, repo):
             and old.get("lock") == {"version": lock.version, **lock.digest_fields()}
             and old.get("stack_digest") == stack.digest
             and old.get("source", {}).get("source") == source_kind
-            and (source_kind != "git" or old.get("source", {}).get("repo") == repo))
+            and (source_kind is not base_tree.Source.GIT or old.get("source", {}).get("repo") == repo))
 
 
 def _local_changes(dest):
@@ -389,7 +389,7 @@ def build(lock, stack, dest, repo=None, cache=None, three_way=False, force=False
         held = lock_dest(dest, wait, progress)
     except locking.LockUnavailable:
         # a destination we may not write: fine if it is already this build
-        old = _up_to_date(dest, lock, stack, "git" if repo else "artifact", repo, force)
+        old = _up_to_date(dest, lock, stack, base_tree.Source.of_build(repo), repo, force)
         if old is not None:
             return BuildResult(BuildStatus.UP_TO_DATE, dest, old)
         raise
@@ -399,7 +399,7 @@ def build(lock, stack, dest, repo=None, cache=None, three_way=False, force=False
 
 def _build(lock, stack, dest, repo, cache, three_way, force, progress):
     say = progress or (lambda m: None)
-    source_kind = "git" if repo else "artifact"
+    source_kind = base_tree.Source.of_build(repo)
     old = _up_to_date(dest, lock, stack, source_kind, repo, force)
     if dest.parent.is_dir():
         _clean_leftovers(dest)                 # e.g. a run killed after its swap left its scratch folder

@@ -45,6 +45,21 @@ def add_root(parser):
                              "nearest one at or above the current directory)")
 
 
+def add_output(parser, what="the result"):
+    """``--json`` (``what`` as the --json document, docs/json.md) and ``-q``."""
+    parser.add_argument("--json", action="store_true", help=f"print {what} as JSON on stdout (docs/json.md)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+
+
+def split_at_dashes(argv):
+    """(ours, theirs): the arguments before the first ``--`` and those after
+    it (a test command, SGLang's own flags); theirs is empty without one."""
+    if "--" not in argv:
+        return list(argv), []
+    at = argv.index("--")
+    return argv[:at], argv[at + 1:]
+
+
 def to_json(value):
     """``json.dumps``'s ``default``: a typed value (an enum or frozen dataclass
     of the library) is written as its own ``to_json()`` gives it."""
@@ -54,12 +69,34 @@ def to_json(value):
     return method()
 
 
-def emit(result, as_json, text):
-    """Print ``result`` as JSON, or ``text`` (a string) for people."""
+JSON_SCHEMA = 1
+"""The version of every top-level --json document (docs/json.md): raised
+when a key is renamed, removed or changes its meaning; a new key does not."""
+
+
+def document(result, exit_code):
+    """The --json document of ``result`` (a dict, or a typed value with
+    ``to_json()`` giving one): its keys with ``schema`` (JSON_SCHEMA) and
+    ``exit_code`` (what the command exits with) added, docs/json.md."""
+    doc = result.to_json() if hasattr(result, "to_json") else result
+    if not isinstance(doc, dict):
+        raise TypeError(f"a --json document is an object, not {type(doc).__name__}")
+    envelope = {"schema": JSON_SCHEMA, "exit_code": int(exit_code)}
+    clash = {k: doc[k] for k in envelope if k in doc and doc[k] != envelope[k]}
+    if clash:
+        raise ValueError(f"the --json document's own {clash} differs from its envelope {envelope}")
+    return {**doc, **envelope}
+
+
+def emit(result, as_json, text, *, exit_code, sort_keys=True):
+    """Print ``result``'s --json document (``document``), or ``text`` (a
+    string) for people; returns ``exit_code``, which the command exits with.
+    ``sort_keys=False`` keeps a document's own documented key order."""
     if as_json:
-        print(json.dumps(result, indent=2, sort_keys=True, default=to_json))
+        print(json.dumps(document(result, exit_code), indent=2, sort_keys=sort_keys, default=to_json))
     elif text:
         print(text)
+    return exit_code
 
 
 def run(main, argv, as_json_flag="--json"):
@@ -74,16 +111,43 @@ def run(main, argv, as_json_flag="--json"):
     except OverlayError as e:
         return _report(e, as_json)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(as_json)
     except Exception as e:  # noqa: BLE001 - the last line of defence: no traceback on the terminal
+        if during_interrupt(e):
+            return _interrupted(as_json)
         return _report(unexpected(e, getattr(main, "__module__", "sgl_overlay")), as_json)
+
+
+INTERRUPTED = 130
+
+
+def _interrupted(as_json):
+    try:
+        if as_json:
+            print(json.dumps(document({"status": "interrupted"}, INTERRUPTED), indent=2, sort_keys=True))
+        print("interrupted", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+    return INTERRUPTED
+
+
+def during_interrupt(e):
+    """Whether ``e`` was raised while a KeyboardInterrupt was on its way out
+    (a clean-up that failed because Ctrl-C had also stopped a helper
+    process): the run was interrupted, not broken."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__context__ or e.__cause__
+    return False
 
 
 def _report(e, as_json):
     try:
         if as_json:
-            print(json.dumps({"status": "error", **e.as_dict()}, indent=2, sort_keys=True))
+            print(json.dumps(document({"status": "error", **e.as_dict()}, e.code), indent=2, sort_keys=True))
         print(f"error: {e.message}", file=sys.stderr)
         if e.hint:
             print(f"hint: {e.hint}", file=sys.stderr)

@@ -24,9 +24,7 @@ class OverlayError(Exception):
         self.details = details or {}
 
     def as_dict(self):
-        d = {"error": self.message, "exit_code": self.code}
-        if self.hint:
-            d["hint"] = self.hint
+        d = {"error": self.message, "exit_code": self.code, "hint": self.hint or None}
         if self.details:
             d.update(self.details)
         return d

@@ -23,6 +23,7 @@ from .builder import MANIFEST
 from .errors import UsageError
 
 LABEL_LEN = 12
+DELETED = "D"            # git diff --name-status: the path is gone in the second tree
 
 
 @contextlib.contextmanager
@@ -53,7 +54,7 @@ def _changes(tree, lock):
             ignored.append(path)
             continue
         wpath = lock.artifact_root + "/" + path[len(prefix):]
-        if status == "D":
+        if status == DELETED:
             deleted.add(wpath)
             continue
         ls = gitcmd.out(tree, "ls-tree", "patched", "--", path).split()

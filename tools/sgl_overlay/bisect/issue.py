@@ -30,6 +30,7 @@ import tomllib
 from ..harness.draft_reading import CITATION, overstated
 from ..harness.outcome import Outcome
 from ..harness.environment import assignments
+from .range import RangeKind
 
 PR = re.compile(r"\(#(\d+)\)")
 FIGURES = (                             # harness figure -> what the report calls it
@@ -79,21 +80,21 @@ def launch_flags(server):
 class _Point:
     """One side of the first bad change, named for an upstream reader."""
 
-    def __init__(self, rec, kind, repo):
+    def __init__(self, rec, kind: RangeKind, repo):
         self.id, self.label, self.ref = rec["id"], rec.get("label", ""), rec.get("ref", "")
-        self.kind, self.repo = kind, repo.rstrip("/")
-        self.prs = pull_requests(self.label) if kind == "commits" else []
+        self.commit, self.repo = kind is RangeKind.COMMITS, repo.rstrip("/")
+        self.prs = pull_requests(self.label) if self.commit else []
 
     @property
     def short(self):
-        return self.id[:10] if self.kind == "commits" else "v" + self.id
+        return self.id[:10] if self.commit else "v" + self.id
 
     def name(self):
         """``59ef3b15cc (#32184)`` or ``v0.5.17``."""
         return self.short + (f" (#{self.prs[0]})" if self.prs else "")
 
     def link(self):
-        if self.kind == "commits":
+        if self.commit:
             return f"[`{self.short}`]({self.repo}/commit/{self.id})"
         return f"[`{self.short}`]({self.repo}/releases/tag/{self.short})"
 
@@ -104,7 +105,7 @@ class _Point:
         return links[0] + (" (cherry-picked by " + ", ".join(links[1:]) + ")" if len(links) > 1 else "")
 
     def checkout_ref(self):
-        return self.id if self.kind == "commits" else self.short
+        return self.id if self.commit else self.short
 
 
 def _who(data):
@@ -196,7 +197,7 @@ def title(ev):
 
 
 def _sides(ev):
-    v, kind, repo = ev["verdict"], ev["range"]["kind"], ev["public_repo"]
+    v, kind, repo = ev["verdict"], RangeKind(ev["range"]["kind"]), ev["public_repo"]
     return _Point(v["last_old"], kind, repo), _Point(v["first_new"], kind, repo)
 
 
@@ -229,6 +230,7 @@ def render(ev):
     """The report (Markdown); a pure function of the evidence."""
     good, bad = _sides(ev)
     rng, sc, env = ev["range"], ev["scenario"], ev["environment"]
+    commits = bad.commit                       # the range's kind (RangeKind), read once in _sides
     lg, fb = ev["last_good"], ev["first_bad"]
     settings = env.get("sglang_settings") or {}
     under = assignments(settings) + " " if settings else ""   # each command runs under the same SGLANG_*
@@ -254,7 +256,7 @@ def render(ev):
               f"{len(loud)} at WARNING or above):", ""]
     lines += _fence("\n".join(logged) if logged else "(nothing)", "text")
     lines += ["", "## First bad and last good", "",
-              "| | commit | subject | pull request |" if rng["kind"] == "commits" else "| | release | | |",
+              "| | commit | subject | pull request |" if commits else "| | release | | |",
               "|---|---|---|---|",
               f"| first bad | {bad.link()} | {_cell(bad.label)} | {bad.pr_links()} |",
               f"| last good | {good.link()} | {_cell(good.label)} | {good.pr_links()} |", ""]
@@ -268,7 +270,7 @@ def render(ev):
     lines += ["| step | point | subject | result |", "|---|---|---|---|"]
     for s in v["steps"]:
         pid = s["point"]
-        lines.append(f"| {s['phase']} | `{pid[:10] if rng['kind'] == 'commits' else pid}` | "
+        lines.append(f"| {s['phase']} | `{pid[:10] if commits else pid}` | "
                      f"{_cell(s['label'])[:90]} | {s['result']} → {s['term']} |")
     if v.get("non_monotonic"):
         lines += ["", "Note: later points behaved like the good end again: "
@@ -290,7 +292,7 @@ def render(ev):
               "`ModelRunnerKVCacheMixin`, `ServerArgs` with its own flag resolution, the model's config class) and "
               "answers only the GPU probes from the scenario: free memory before and after the weights, the "
               "device's name and total memory. `--json` prints every figure and the traceback.", "",
-              "## Figures on both sides of the first bad commit" if rng["kind"] == "commits" else
+              "## Figures on both sides of the first bad commit" if commits else
               "## Figures on both sides of the first bad release", ""]
     lines += _figures_table(lg, fb, good, bad)
     short = [side.short for side, rep in ((good, lg), (bad, fb)) if overstated(rep)]

@@ -9,6 +9,7 @@ and the words are derived from them, here and nowhere else."""
 import abc
 import dataclasses
 import enum
+from typing import ClassVar
 
 from .range import Point, Range
 from .terms import NEW, Term
@@ -60,13 +61,21 @@ class Verdict(abc.ABC):
     """One kind of answer; subclasses are frozen dataclasses of points."""
 
     non_monotonic: tuple = ()       # later points that behaved like the old end again
+    ANSWER: ClassVar[Answer]        # the answer, where it does not depend on --fixed
 
-    @abc.abstractmethod
-    def answer(self, fixed: bool) -> Answer: ...
+    def answer(self, fixed: bool) -> Answer:
+        return self.ANSWER
 
-    @abc.abstractmethod
     def fields(self, said: Said) -> dict:
-        """The JSON fields of this kind of answer."""
+        """The JSON fields of this kind of answer: by default each of its
+        dataclass fields in order, a point as its JSON form, a tuple as a list
+        (``non_monotonic`` apart: ``to_json`` adds it)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name != "non_monotonic":
+                out[f.name] = v.to_json() if isinstance(v, Point) else list(v) if isinstance(v, tuple) else v
+        return out
 
     @abc.abstractmethod
     def lines(self, said: Said) -> list:
@@ -105,9 +114,6 @@ class FirstNew(Verdict):
     def found(self):
         return self.last_old, self.first_new
 
-    def fields(self, said):
-        return {"last_old": self.last_old.to_json(), "first_new": self.first_new.to_json()}
-
     def lines(self, said):
         new, old = said.name(self.first_new), said.name(self.last_old)
         return [f"first fixed: {new}; last failing before it: {old}" if said.fixed else
@@ -117,13 +123,11 @@ class FirstNew(Verdict):
 @dataclasses.dataclass(frozen=True)
 class SkippedBetween(Verdict):
     """The change is at ``first_new`` or at one of the untestable points before it."""
+    ANSWER = Answer.INCONCLUSIVE
     last_old: Point
     first_new: Point
     skipped: tuple
     non_monotonic: tuple = ()
-
-    def answer(self, fixed):
-        return Answer.INCONCLUSIVE
 
     def fields(self, said):
         why = {p.id: next(r.why(WHY_TAIL) for r in reversed(said.results) if r.point == p.id) for p in self.skipped}
@@ -139,14 +143,9 @@ class SkippedBetween(Verdict):
 @dataclasses.dataclass(frozen=True)
 class UntestableEndpoint(Verdict):
     """An endpoint could not be tested, so the range cannot be verified."""
+    ANSWER = Answer.INCONCLUSIVE
     endpoint: Point
     expected: Term
-
-    def answer(self, fixed):
-        return Answer.INCONCLUSIVE
-
-    def fields(self, said):
-        return {"endpoint": self.endpoint.to_json(), "expected": self.expected}
 
     def lines(self, said):
         return [f"inconclusive: the endpoint {said.name(self.endpoint)} is untestable, so the range cannot be verified",
@@ -156,13 +155,11 @@ class UntestableEndpoint(Verdict):
 @dataclasses.dataclass(frozen=True)
 class NotInRange(Verdict):
     """An old endpoint (or the merge base) already behaves like the new end."""
+    ANSWER = Answer.NOT_IN_RANGE
     endpoint: Point
     new_end: Point
     new_end_term: Term
     merge_base: bool = False
-
-    def answer(self, fixed):
-        return Answer.NOT_IN_RANGE
 
     def fields(self, said):
         d = {"endpoint": self.endpoint.to_json(), "new_end": self.new_end.id, "new_end_term": self.new_end_term}
@@ -191,13 +188,8 @@ class NotInRange(Verdict):
 @dataclasses.dataclass(frozen=True)
 class CannotReproduce(Verdict):
     """The new endpoint behaves like the old one."""
+    ANSWER = Answer.CANNOT_REPRODUCE
     endpoint: Point
-
-    def answer(self, fixed):
-        return Answer.CANNOT_REPRODUCE
-
-    def fields(self, said):
-        return {"endpoint": self.endpoint.to_json()}
 
     def lines(self, said):
         ep = said.name(self.endpoint)
@@ -209,14 +201,9 @@ class CannotReproduce(Verdict):
 @dataclasses.dataclass(frozen=True)
 class Flaky(Verdict):
     """Repeated runs at one point disagreed."""
+    ANSWER = Answer.FLAKY
     point: Point
     runs: tuple
-
-    def answer(self, fixed):
-        return Answer.FLAKY
-
-    def fields(self, said):
-        return {"point": self.point.to_json(), "runs": list(self.runs)}
 
     def lines(self, said):
         return [f"flaky: repeated runs at {said.name(self.point)} disagreed ({', '.join(self.runs)}); "

@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 
 from .. import artifacts, base_tree, builder, cli, lock as lockmod, project, series, wheel
-from ..errors import FAILED, OK, UsageError
+from ..errors import FAILED, OK, USAGE, UsageError
 from ..stack import ranges
 
 
@@ -40,8 +40,7 @@ def parse(argv):
                          "(default 0: refuse at once, exit 2, naming its pid)")
     ap.add_argument("--unlocked-for-bench", dest="unlocked", action="store_true", help=argparse.SUPPRESS)
     cli.add_root(ap)
-    ap.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    cli.add_output(ap)
     return ap.parse_args(argv)
 
 
@@ -113,9 +112,9 @@ def main(argv):
         stack = series.load(root, strict=False)
         problems = [{"patch": p.name, "field": f, "error": m, "hint": h}
                     for p in stack.patches for f, m, h in series.lint(p)]
-        cli.emit({"status": "ok" if not problems else "lint", **stack.summary(), "lint": problems},
-                 args.json, list_text(stack) + "".join(f"\nlint: {x['error']}" for x in problems))
-        return OK if not problems else 2
+        return cli.emit({"status": "ok" if not problems else "lint", **stack.summary(), "lint": problems},
+                        args.json, list_text(stack) + "".join(f"\nlint: {x['error']}" for x in problems),
+                        exit_code=OK if not problems else USAGE)
     stack = series.load(root)
     ranges.refuse_outside(root, lock.version)      # a patch said not to apply to the pin: exit 2 before any work
     if args.python and not args.wheel:
@@ -126,8 +125,7 @@ def main(argv):
             artifacts.wheel_filename(lock, py)   # a bad --python is refused before any work
     if args.check:
         r = builder.check(lock, stack, repo=args.repo, cache=args.cache, three_way=args.three_way, progress=progress)
-        cli.emit(r.to_json(), args.json, check_text(r, lock))
-        return OK if r.ok else FAILED
+        return cli.emit(r, args.json, check_text(r, lock), exit_code=OK if r.ok else FAILED)
     r = builder.build(lock, stack, args.out or root / "build" / "sglang", repo=args.repo, cache=args.cache,
                       three_way=args.three_way, force=args.force, progress=progress, wait=args.wait, locked=not args.unlocked)
     if r.status is builder.BuildStatus.UP_TO_DATE:
@@ -146,6 +144,5 @@ def main(argv):
             text += f"\nwheel: {w['path']} (version {w['version']}, from {w['artifact']})" + (f"\n  {note}" if note else "")
         out["wheel"] = out["wheels"][0]
         record_wheels(lock, recorded)
-    cli.emit(out, args.json, text)
-    return OK
+    return cli.emit(out, args.json, text, exit_code=OK)
 

@@ -34,15 +34,12 @@ from ..errors import UsageError
 
 EXIT = {B.Answer.FIRST_BAD: 0, B.Answer.FIRST_FIXED: 0, B.Answer.NOT_IN_RANGE: 4, B.Answer.CANNOT_REPRODUCE: 5,
         B.Answer.INCONCLUSIVE: 6, B.Answer.FLAKY: 7}
-UNFINISHED, INTERRUPTED = 8, 130
+UNFINISHED, INTERRUPTED = 8, cli.INTERRUPTED
 
 
 
 def parse(argv):
-    command = []
-    if "--" in argv:
-        at = argv.index("--")
-        argv, command = argv[:at], argv[at + 1:]
+    argv, command = cli.split_at_dashes(argv)
     doc = __doc__.strip()
     ap = cli.Parser(prog="python tools/bisect.py", description=doc.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc.split("\n\n", 1)[1])
@@ -67,8 +64,7 @@ def parse(argv):
     cli.add_root(ap)
     ap.add_argument("--report", metavar="PATH", help="after a first-bad verdict, write an upstream bug report "
                     "(Markdown) there: needs --scenario, not --fixed or --with-stack")
-    ap.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    cli.add_output(ap)
     args = ap.parse_args(argv)
     args.command = command
     return args
@@ -243,10 +239,10 @@ def main(argv):
             if d.verdict is None:
                 msg = (f"{log.path}: unfinished, {len(results)} result(s); next it would test "
                        f"{', '.join(rng.point(p).short() for p in d.test)}")
-                cli.emit({"status": "unfinished", "log": str(log.path), "executions": len(results),
-                          "next": list(d.test)},
-                         args.json, msg + f"\ncontinue with: python tools/bisect.py --resume {log.path}")
-                return UNFINISHED
+                return cli.emit({"status": "unfinished", "log": str(log.path), "executions": len(results),
+                                 "next": list(d.test)},
+                                args.json, msg + f"\ncontinue with: python tools/bisect.py --resume {log.path}",
+                                exit_code=UNFINISHED)
             verdict = record(d.verdict, rng, s["fixed"], results, header, test, args.root).to_json()
         return finished(args, verdict, rng, header, test, log, progress)
     progress(f"log: {log.path}")
@@ -270,7 +266,7 @@ def main(argv):
         _, done, _ = B.Log.read(log.path)
         resume = f"python tools/bisect.py --resume {log.path}"
         cli.emit({"status": "interrupted", "log": str(log.path), "executions": len(done), "resume": resume},
-                 args.json, None)
+                 args.json, None, exit_code=INTERRUPTED)
         print(f"interrupted: {len(done)} result(s) are kept in {log.path}; continue with:\n  {resume}",
               file=sys.stderr)
         return INTERRUPTED
@@ -289,7 +285,6 @@ def record(verdict, rng, fixed, results, header, test, root):
 def finished(args, rec, rng, header, test, log, progress):
     """Print a verdict record (its JSON form), write --report, return the exit code."""
     extra = {"report": write_report(args, rec, rng, header, progress)} if args.report else {}
-    cli.emit({"status": "done", "log": str(log.path), **rec, **extra}, args.json,
-             text(rec, rng, header, test, log.path, args.root))
-    return EXIT[B.Answer(rec["verdict"])]
+    return cli.emit({"status": "done", "log": str(log.path), **rec, **extra}, args.json,
+                    text(rec, rng, header, test, log.path, args.root), exit_code=EXIT[B.Answer(rec["verdict"])])
 

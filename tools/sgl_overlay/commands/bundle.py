@@ -56,8 +56,7 @@ def parse(argv):
     ap.add_argument("--machine", metavar="NAME==VERSION", action="append", default=None,
                     help="what the GPU machine provides, at which version (repeat; default "
                          + " ".join(f"{k}=={v}" for k, v in bundle.MACHINE.items()) + ")")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("-q", "--quiet", action="store_true")
+    cli.add_output(ap)
     return ap.parse_args(argv)
 
 
@@ -105,8 +104,7 @@ def main(argv):
         args.downloads = args.downloads or str(root / "build" / "bundle-downloads")
     if args.release:
         d = pristine(args, progress)
-        cli.emit(d, args.json, text(d))
-        return OK if d["fits"] else FAILED
+        return cli.emit(d, args.json, text(d), exit_code=OK if d["fits"] else FAILED)
     lock = lockmod.load(root / "upstream.lock")
     stack = series.load(root)
     r = builder.build(lock, stack, root / "build" / "sglang", cache=args.cache, progress=progress)
@@ -120,5 +118,4 @@ def main(argv):
                      {"attention-backend": args.attention_backend}, int(args.max_mib * bundle.MIB),
                      args.downloads, progress, slim_release=args.slim_release)
     d["sha256_note"] = note
-    cli.emit(d, args.json, text(d))
-    return OK if d["fits"] else FAILED
+    return cli.emit(d, args.json, text(d), exit_code=OK if d["fits"] else FAILED)

@@ -40,8 +40,7 @@ def parse(argv):
     ap.add_argument("--root", metavar="MODULE", action="append",
                     help="a module the start runs (repeat; default " + " ".join(ROOTS) + ")")
     ap.add_argument("--python", default="3.12", help="the machine's Python, for its standard library (default 3.12)")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("-q", "--quiet", action="store_true")
+    cli.add_output(ap)
     return ap.parse_args(argv)
 
 
@@ -121,5 +120,4 @@ def main(argv):
          "missing_internal": w.internal_missing, "unparsed": w.unparsed,
          "missing_internal_always": sorted(m for m, where in w.internal_missing.items()
                                            if any(map(start_imports.unconditional, where)))}
-    cli.emit(d, args.json, text(d))
-    return FAILED if always or d["missing_internal_always"] else OK
+    return cli.emit(d, args.json, text(d), exit_code=FAILED if always or d["missing_internal_always"] else OK)

@@ -28,11 +28,7 @@ from ..planner.render import compare_text, head_text, tail_text
 
 
 def parse(argv):
-    if "--" in argv:
-        i = argv.index("--")
-        ours, sglang = argv[:i], argv[i + 1:]
-    else:
-        ours, sglang = argv, []
+    ours, sglang = cli.split_at_dashes(argv)
     ap = cli.Parser(prog="python tools/plan.py", description=__doc__.split("\n\n")[0] if __doc__ else None,
                 formatter_class=argparse.RawDescriptionHelpFormatter,
                 epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None)
@@ -57,8 +53,7 @@ def parse(argv):
     ap.add_argument("--no-suggest", action="store_true", help="no suggestions (fewer sizing runs)")
     ap.add_argument("--suggest", help=f"only these knobs: {','.join(core.KNOBS)}")
     ap.add_argument("--no-sensitivity", action="store_true", help="skip the +-0.1 GiB re-runs")
-    ap.add_argument("--json", action="store_true", help="print the plan as JSON")
-    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    cli.add_output(ap, "the plan")
     args = ap.parse_args(ours)
     args.sglang = sglang
     return args
@@ -83,9 +78,8 @@ def main(argv):
     args = parse(argv)
     if args.gpus:
         rows = [(g.name, f"{g.total_mib:,}", f"{g.total_gib:.2f}", g.source) for g in gpus.GPUS]
-        cli.emit([g.__dict__ | {"aliases": list(g.aliases)} for g in gpus.GPUS], args.json,
-                 cli.table(rows, ["GPU", "total MiB", "total GiB", "source"]))
-        return 0
+        return cli.emit({"gpus": [g.__dict__ | {"aliases": list(g.aliases)} for g in gpus.GPUS]}, args.json,
+                        cli.table(rows, ["GPU", "total MiB", "total GiB", "source"]), exit_code=0)
     require("harness", "tools/plan.py")
     if not args.model:
         raise UsageError("plan.py: no model given", hint="python tools/plan.py MODEL_DIR --gpu NAME -- FLAGS")
@@ -117,15 +111,15 @@ def main(argv):
             except UsageError as e:  # this release rejects the inputs: its column says why
                 errors.append(e)
                 reports.append({"tree": {"release": rel}, "verdict": REJECTED, "why": [e.message],
-                                "ledger": {}, "exit": e.code})
+                                "ledger": {}, "exit_code": e.code})
                 continue
             report = plan(dep, with_suggestions=False, with_sensitivity=False)
-            report["exit"] = report["verdict"].exit_code
+            report["exit_code"] = report["verdict"].exit_code
             reports.append(report)
         if len(errors) == len(releases) and len({e.message.replace(r, "") for e, r in zip(errors, releases)}) == 1:
             raise errors[0]  # the same bad input for every release: one error
-        cli.emit({"releases": reports}, args.json, compare_text(reports))
-        return max(r["exit"] for r in reports)
+        return cli.emit({"releases": reports}, args.json, compare_text(reports),
+                        exit_code=max(r["exit_code"] for r in reports))
     progress("resolving the tree, model and flags")
     dep = deployment(tree=args.tree, release=args.release, checkout=args.root, **common)
     progress(f"sizing on {dep.tree.label} ({dep.tree.era} layout)")
@@ -134,7 +128,5 @@ def main(argv):
         print(head_text(report), flush=True)
     core.complete(dep, report, base, with_suggestions=not args.no_suggest,
                   with_sensitivity=not args.no_sensitivity, knobs=knobs, progress=progress)
-    report["exit"] = report["verdict"].exit_code
-    cli.emit(report, args.json, tail_text(report))
-    return report["exit"]
+    return cli.emit(report, args.json, tail_text(report), exit_code=report["verdict"].exit_code)
 

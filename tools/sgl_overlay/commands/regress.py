@@ -10,8 +10,6 @@ SGLANG_* settings reach the sizing, as they would reach a server started from
 the same shell, and the report names them (docs/regress.md).
 """
 
-import json
-
 from .. import cli
 from ..extras import require
 from ..errors import OK
@@ -36,22 +34,16 @@ def main(argv) -> int:
     args = p.parse_args(argv)
     if args.list:
         listing = [(name, load_scenario(name).description) for name in scenario_names()]
-        if args.json:
-            print(json.dumps([{"name": n, "description": d} for n, d in listing], indent=2))
-        else:
-            width = max(len(n) for n, _ in listing)
-            print("\n".join(f"{n:<{width}}  {d}".rstrip() for n, d in listing))
-        return OK
+        width = max(len(n) for n, _ in listing)
+        return cli.emit({"scenarios": [{"name": n, "description": d} for n, d in listing]}, args.json,
+                        "\n".join(f"{n:<{width}}  {d}".rstrip() for n, d in listing), exit_code=OK)
     if not args.tree or not args.scenario:
         p.error("--tree and --scenario are required (or --list)")
     require("harness", "tools/regress.py")
     scenario = load_scenario(args.scenario)
     report = run_scenario(args.tree, scenario, verify_remedy=not args.no_remedy)
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2, default=str))
-    else:
-        print(_summary(report, scenario))
-    return report.result.exit_code
+    return cli.emit(report, args.json, _summary(report, scenario), exit_code=report.result.exit_code,
+                    sort_keys=False)              # the report's keys in their documented order (docs/regress.md)
 
 
 def outcome_words(r: Report, scenario: Scenario) -> str:

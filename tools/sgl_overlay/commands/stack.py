@@ -252,9 +252,9 @@ def _main(args, progress, root):
         return _roll(args, progress, root)
     if args.verb == "lint":
         problems = stack.lint(root, roll_json(args.roll) if args.roll else None)
-        cli.emit({"status": "ok" if not problems else "findings", "problems": problems}, args.json,
-                 "\n".join(f"{p['error']}\n  hint: {p['hint']}" for p in problems) or "lint: clean")
-        return FAILED if problems else OK
+        return cli.emit({"status": "ok" if not problems else "findings", "problems": problems}, args.json,
+                        "\n".join(f"{p['error']}\n  hint: {p['hint']}" for p in problems) or "lint: clean",
+                        exit_code=FAILED if problems else OK)
     lock = lockmod.load(root / "upstream.lock")
     if args.verb in ("rebase", "check"):
         spec = args.onto if args.verb == "rebase" else args.against
@@ -273,8 +273,8 @@ def _main(args, progress, root):
             report["port_line"] = ports.covering_line(root, onto)
         if args.verb == "rebase" and args.write:
             report["written"] = stack.write_rebase(root, lock, series.load(root), report, onto, args.cache, progress)
-        cli.emit(strip_texts(report), args.json, rebase_text(report))
-        return OK if report["resolved"] else FAILED
+        return cli.emit(strip_texts(report), args.json, rebase_text(report),
+                        exit_code=OK if report["resolved"] else FAILED)
     if args.verb == "refresh":
         if args.tree:
             r = stack.refresh(root, args.tree, write=not args.check)
@@ -284,9 +284,9 @@ def _main(args, progress, root):
                 r = stack.refresh(root, Path(t) / "sglang", write=not args.check)
         changed = bool(r["changes"]) or r["series_changed"]
         text = "\n".join(f"  {c['change']}: {c['patch']}" for c in r["changes"]) or "  nothing to change"
-        cli.emit({"status": "changes" if changed else "clean", **r}, args.json,
-                 ("would change:\n" if args.check else "refreshed:\n") + text)
-        return FAILED if (args.check and changed) else OK
+        return cli.emit({"status": "changes" if changed else "clean", **r}, args.json,
+                        ("would change:\n" if args.check else "refreshed:\n") + text,
+                        exit_code=FAILED if (args.check and changed) else OK)
     if args.verb == "export":
         test_python = test_python_of(args)
         spec = args.onto
@@ -299,8 +299,9 @@ def _main(args, progress, root):
                          check_only=args.check)
         if args.pinned and ports.covering(root, onto_of(spec, args.repo)):
             r["port_line"] = ports.covering_line(root, onto_of(spec, args.repo)) + " (--pinned: not used)"
-        cli.emit(strip_texts(r), args.json, export_text(r))
-        return OK if r["status"] in (stack.ExportStatus.EXPORTED, stack.ExportStatus.CHECKED) else FAILED
+        return cli.emit(strip_texts(r), args.json, export_text(r),
+                        exit_code=OK if r["status"] in (stack.ExportStatus.EXPORTED, stack.ExportStatus.CHECKED)
+                        else FAILED)
     return OK
 
 
@@ -362,11 +363,11 @@ def _roll(args, progress, root):
             progress(f"--branch: every topic's series carries onto v{releases[-1]}: no session started")
         command += " --branch" + (f" {args.branch}" if args.branch else "")
     text = roll.markdown(r, command)
-    port.atomic_write(out / "roll.json", json.dumps(r.to_json(), indent=2, sort_keys=True) + "\n")
+    # roll.json is the --json document (docs/json.md)
+    port.atomic_write(out / "roll.json", json.dumps(cli.document(r, r.exit_code), indent=2, sort_keys=True) + "\n")
     port.atomic_write(out / "roll.md", text)
     progress(f"wrote {out / 'roll.md'} and {out / 'roll.json'}")
-    cli.emit(r, args.json, text)
-    return r.exit_code
+    return cli.emit(r, args.json, text, exit_code=r.exit_code)
 
 
 def export_text(r):
@@ -427,8 +428,7 @@ def _port(args, progress, root):
         r = port.abort(root, **kw)
     else:
         r = port.status(root, **kw)
-    cli.emit(r, args.json, port_text(r, tool) + (f"\n{line}" if line else ""))
-    return r.exit_code
+    return cli.emit(r, args.json, port_text(r, tool) + (f"\n{line}" if line else ""), exit_code=r.exit_code)
 
 
 RESOLVED_BY = {port.Resolution.RERERE: ", resolution reused (rerere)", port.Resolution.PERSON: ", resolved by you"}

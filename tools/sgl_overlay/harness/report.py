@@ -200,13 +200,11 @@ class Report(Findings):
             "range": self.range_json(), "timing": self.timing,
             "reads": self.reads, "ledger": self.ledger, "log": self.log, "environment": self.environment,
         }
-        checked = {"remedy": self.remedy.to_json() if self.remedy else None,
-                   "remedies": [r.to_json() for r in self.remedies]}
-        if self.outcome is Outcome.REFUSED:
-            out.update(checked)
+        # the remedies are checked for a refusal and an over-budget start; null (never absent) otherwise
+        checked = self.outcome is Outcome.REFUSED or self.over_budget
+        out["remedy"] = self.remedy.to_json() if checked and self.remedy else None
+        out["remedies"] = [r.to_json() for r in self.remedies] if checked else None
         out["case"] = self.case
-        if self.over_budget:
-            out["warning"] = self.warning
-            out.update(checked)
-        out.update(passed=self.result.passed, judgement=self.judgement, exit=self.result.exit_code)
+        out["warning"] = self.warning if self.over_budget else None
+        out.update(passed=self.result.passed, judgement=self.judgement, exit_code=self.result.exit_code)
         return out

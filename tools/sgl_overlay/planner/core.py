@@ -69,7 +69,8 @@ def verdict_report(dep: Deployment) -> tuple[dict, Sizing]:
 def complete(dep: Deployment, out: dict, base: Sizing, with_suggestions=True, with_sensitivity=True,
              knobs=KNOBS, progress=None) -> dict:
     """The sensitivity, the tree's own remedies re-run, and the suggestions (the remedy search),
-    added to a verdict report; ``suggestions`` and ``search`` are None where the search was skipped."""
+    added to a verdict report; each None where it was skipped (or, tree_remedies, where nothing was refused)."""
+    out["sensitivity"] = out["tree_remedies"] = None     # null where skipped or not applicable, never absent
     if with_sensitivity and base.verdict.kind is not Kind.UNKNOWN:
         if progress:
             progress("sensitivity: four re-runs with the readings and the weights moved by 0.1 GiB")
