@@ -1,5 +1,6 @@
-"""tools/gpu/spec_value.py and its modules, loaded by their paths (scripts for the GPU machine),
-and the SpecForge wheel the pair's drafter is trained with, fetched once into the test cache."""
+"""tools.gpu.spec_value and its modules, imported from the package; the allocation probe loaded by
+its path (tools/gpu/probe: a server imports it by its top-level name); and the SpecForge wheel the
+pair's drafter is trained with, fetched once into the test cache."""
 import hashlib
 import os
 import subprocess
@@ -7,13 +8,18 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tests.by_path import ROOT, load, sibling
+from tests.by_path import ROOT, load
+from tools.gpu import spec_accept as accept, spec_bench as bench, spec_pair as pair  # noqa: F401
+from tools.gpu import spec_profile as profile, spec_prompts as prompts, spec_value  # noqa: F401
 
-GPU = ROOT / "tools" / "gpu"
-spec_value = load(GPU / "spec_value.py", "spec_value")
-bench, pair, profile, prompts, accept = (sibling(GPU, n) for n in ("spec_bench", "spec_pair", "spec_profile", "spec_prompts",
-                                                                  "spec_accept"))
 probe = load(ROOT / "tools/gpu/probe/sglo_probe_logic.py", "sglo_probe_logic")
+
+
+
+def tool(name, *args):
+    """The command line of ``python3 -m tools.gpu.NAME ARGS`` (run it with cwd=ROOT, as docs/gpu.md does)."""
+    return [sys.executable, "-m", f"tools.gpu.{name}", *map(str, args)]
+
 
 SPECFORGE = "specforge-0.2.0-py3-none-any.whl"
 SPECFORGE_SHA256 = "fbc79517adf483c6a8beea52561b1a8c8c8a99a54c820b47d2033a73966b55b0"

@@ -8,10 +8,9 @@ import os
 import shutil
 from pathlib import Path
 
-from tests.by_path import load
+from tools.gpu import e2e_plan as plan_mod
 from tests.gpu.e2e_script import ROOT, e2e_log, e2e_lossless_runs, models
 
-plan_mod = load(ROOT / "tools/gpu/e2e_plan.py", "e2e_plan")
 
 DATA = Path(__file__).parent / "data" / "h200-2026-12-01"
 GPU_RESULTS = Path(__file__).resolve().parents[1] / "data" / "gpu_results"

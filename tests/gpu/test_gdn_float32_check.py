@@ -2,9 +2,8 @@
 answers known in closed form (the GPU part runs on the device: docs/gpu.md)."""
 import torch
 
-from tests.by_path import ROOT, load
+from tools.gpu import gdn_float32_check as check
 
-check = load(ROOT / "tools/gpu/gdn_float32_check.py", "gdn_float32_check")
 
 
 def test_no_writes_only_decay():

@@ -7,9 +7,8 @@ import time
 
 import pytest
 
-from tests.by_path import ROOT, sibling
+from tools.gpu import host_load
 
-host_load = sibling(ROOT / "tools" / "gpu", "host_load")
 
 # each child says "ready" once its interpreter has started, so that the first snapshot is taken after
 # the start-up's own CPU (0.06 s on a loaded 2-core machine: charged to the idle child, it failed CI)

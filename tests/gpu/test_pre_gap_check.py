@@ -2,9 +2,8 @@
 streams PyTorch's pool creates."""
 import pytest
 
-from tests.by_path import ROOT, load
+from tools.gpu import pre_gap_check as pgc
 
-pgc = load(ROOT / "tools/gpu/pre_gap_check.py", "pre_gap_check")
 
 MIB = 1 << 20
 

@@ -10,7 +10,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tests.gpu.spec_script import GPU, SPECFORGE, accept, pair, specforge_tree
+from tests.by_path import ROOT
+from tests.gpu.spec_script import SPECFORGE, accept, pair, specforge_tree, tool
 
 GGUF_WHEEL = "gguf-0.19.0-py3-none-any.whl"
 
@@ -79,11 +80,11 @@ LlamaForCausalLM(cfg).save_pretrained(sys.argv[1])
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "w-pair" / "target")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     out = tmp_path / "out"
-    cmd = [sys.executable, str(GPU / "spec_drafter.py"), "train", "--pair", f"{b}", "--work", str(work), "--out", str(out),
+    cmd = [*tool("spec_drafter"), "train", "--pair", f"{b}", "--work", str(work), "--out", str(out),
            "--cpu", "--budget-s", "200", "--answer-s", "30", "--min-train-s", "20", "--reserve-s", "5",
            "--answer-tokens", "24", "--answer-batch", "16", "--eval-tokens", "20", "--train-steps", "4", "--train-batch", "4",
            "--target-layers", "0,2", "--evals", "3"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     rep = json.loads((out / "drafter.json").read_text())
     td = rep["training_data"]
@@ -144,7 +145,7 @@ def test_block_predictions_see_nothing_after_their_anchor(tmp_path):
     sf = specforge_tree(tmp_path / "sf")
     code = r'''
 import json, sys, torch
-import spec_pair as p, spec_drafter as d
+from tools.gpu import spec_pair as p, spec_drafter as d
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config
 from specforge.algorithms.common.dflash_family_model import OnlineDFlashModel
 from specforge.modeling.draft.dflash import DFlashDraftModel
@@ -172,7 +173,7 @@ with torch.no_grad():
 print(json.dumps({"anchors": ids.shape[0], "same_ids": same, "worst": worst}))
 '''
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, PYTHONPATH=f"{GPU}{os.pathsep}{sf}"))
+                       env=dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{sf}"))
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["anchors"] == 19 and out["same_ids"] and out["worst"] < 1e-4

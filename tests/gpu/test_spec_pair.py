@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from tests.gpu.spec_script import GPU, pair, specforge_tree
+from tests.by_path import ROOT
+from tests.gpu.spec_script import pair, specforge_tree
 
 
 def test_parts_round_trip_and_refusals(tmp_path):
@@ -95,7 +96,7 @@ def test_specforge_drafter_and_loss_on_cpu(tmp_path):
     sf = specforge_tree(tmp_path / "sf")
     code = r'''
 import json, sys, torch
-import spec_pair as p          # tools/gpu, on PYTHONPATH
+from tools.gpu import spec_pair as p          # the checkout's root on PYTHONPATH
 from transformers import LlamaConfig, LlamaForCausalLM
 from safetensors.torch import load_file
 cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
@@ -112,8 +113,8 @@ want = p.models_mod.drafter_tensors(d)
 print(json.dumps({"names": sorted(st) == sorted(want), "shapes": all(tuple(st[n].shape) == tuple(want[n][0]) for n in want),
                   "dtype": str(st["fc.weight"].dtype), "loss": [c["loss"] for c in rec["curve"]], "sha": rec["sha256"]}))
 '''
-    r = subprocess.run([sys.executable, "-c", code, str(GPU), str(tmp_path)], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=f"{GPU}{os.pathsep}{sf}"), timeout=600)
+    r = subprocess.run([sys.executable, "-c", code, str(ROOT), str(tmp_path)], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{sf}"), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["names"] and out["shapes"] and out["dtype"] == "torch.bfloat16"

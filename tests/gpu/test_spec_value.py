@@ -5,19 +5,16 @@ pin's own ServerArgs and scheduler on the planned flags, and exit 2 for what the
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.by_path import load
-from tests.gpu.spec_script import GPU, bench, pair, spec_value
-
-SCRIPT = GPU / "spec_value.py"
+from tests.by_path import ROOT, load
+from tests.gpu.spec_script import bench, pair, spec_value, tool
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300)
+    return subprocess.run(tool("spec_value", *args), capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
 def pair_dirs(tmp_path):

@@ -1,8 +1,7 @@
 """tools/gpu/verify_cost.py's pure parts: the (batch, verify tokens) grid against the KV pool,
 the median of timed runs, the table."""
-from tests.by_path import ROOT, load
+from tools.gpu import verify_cost as vc
 
-vc = load(ROOT / "tools/gpu/verify_cost.py", "verify_cost")
 
 
 def test_grid_skips_what_the_pool_cannot_hold():

@@ -10,7 +10,7 @@
 4. tree build and tree compile (ancestor mask, positions, LCRS) per step,
    eager and as a CUDA graph replay, budgets 16..1024, batch 1/32.
 
-  python tools/gpu/ddtree_check.py --out results.json
+  python -m tools.gpu.ddtree_check --out results.json
 """
 
 import argparse
@@ -19,7 +19,8 @@ import statistics
 from pathlib import Path
 
 import torch
-from pathload import load
+
+from .pathload import load
 
 ROOT = Path(__file__).resolve().parents[2]
 

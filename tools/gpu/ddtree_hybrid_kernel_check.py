@@ -20,7 +20,7 @@ For every real node, the tree kernels' output, intermediate conv window and
 intermediate SSM state must equal those of a chain call (the same kernel, no
 tree arrays) over the node's root-to-node path.
 
-    python tools/gpu/ddtree_hybrid_kernel_check.py --kernels DIR --out result.json
+    python -m tools.gpu.ddtree_hybrid_kernel_check --kernels DIR --out result.json
 
 DIR holds causal_conv1d_triton.py, fused_sigmoid_gating_recurrent.py,
 mamba_state_scatter_triton.py and ddtree_tree.py copied from a patched tree.
@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from pathload import load
+from .pathload import load
 
 
 def _path(parents, k):
@@ -46,6 +46,14 @@ def _path(parents, k):
         out.append(parents[out[-1]])
     out.append(0)
     return out[::-1]
+
+
+def _tree_nodes(parents, valid, bs, N):
+    """(row, node, the node's path from the root) of every valid node of the bs rows of N nodes."""
+    for b in range(bs):
+        for k in range(N):
+            if valid[b][k]:
+                yield b, k, _path(parents[b], k)
 
 
 def run(kdir: Path, budgets, bs: int, L: int, vocab: int, seed: int, tree_only: bool = False) -> dict:
@@ -101,22 +109,18 @@ def run(kdir: Path, budgets, bs: int, L: int, vocab: int, seed: int, tree_only: 
         parent_ok = all(rpt_cpu[b][k] == parents[b][k] for b in range(bs) for k in range(1, N) if valid[b][k])
         conv_out_err = conv_win_err = 0.0
         by_depth = {}
-        for b in range(bs):
-            for k in range(N):
-                if not valid[b][k]:
-                    continue
-                path = _path(parents[b], k)
-                xp = x[b : b + 1, :, path].contiguous().transpose(1, 2).contiguous().transpose(1, 2)
-                icw2 = torch.zeros((slots, N, dim, width - 1), device=dev)
-                o = conv.causal_conv1d_update(
-                    xp, conv_state0.clone(), w, bias, "silu", conv_state_indices=idx[b : b + 1],
-                    intermediate_conv_window=icw2, intermediate_state_indices=ii[b : b + 1],
-                )
-                e = float((o[0, :, -1] - out_tree[b, :, k]).abs().max())
-                d = len(path) - 1
-                by_depth[d] = max(by_depth.get(d, 0.0), e)
-                conv_out_err = max(conv_out_err, e)
-                conv_win_err = max(conv_win_err, float((icw2[b, len(path) - 1] - icw[b, k]).abs().max()))
+        for b, k, path in _tree_nodes(parents, valid, bs, N):
+            xp = x[b : b + 1, :, path].contiguous().transpose(1, 2).contiguous().transpose(1, 2)
+            icw2 = torch.zeros((slots, N, dim, width - 1), device=dev)
+            o = conv.causal_conv1d_update(
+                xp, conv_state0.clone(), w, bias, "silu", conv_state_indices=idx[b : b + 1],
+                intermediate_conv_window=icw2, intermediate_state_indices=ii[b : b + 1],
+            )
+            e = float((o[0, :, -1] - out_tree[b, :, k]).abs().max())
+            d = len(path) - 1
+            by_depth[d] = max(by_depth.get(d, 0.0), e)
+            conv_out_err = max(conv_out_err, e)
+            conv_win_err = max(conv_win_err, float((icw2[b, len(path) - 1] - icw[b, k]).abs().max()))
         rec.update(conv_parent_ok=parent_ok, conv_out_max_err=conv_out_err, conv_window_max_err=conv_win_err,
                    conv_out_err_by_depth=by_depth)
         # control: the same kernel in chain mode over a whole row, against prefix runs
@@ -157,26 +161,22 @@ def run(kdir: Path, budgets, bs: int, L: int, vocab: int, seed: int, tree_only: 
         rec["gdn_tree_first_call_s"] = round(time.perf_counter() - tg, 3)
         gdn_out_err = gdn_state_err = 0.0
         gdn_by_depth = {}
-        for b in range(bs):
-            for kk in range(N):
-                if not valid[b][kk]:
-                    continue
-                path = _path(parents[b], kk)
-                rows = [b * N + j for j in path]
-                n = len(path)
-                inter2 = torch.zeros((slots, N, HV, K, V), device=dev)
-                o = gdn.fused_sigmoid_gating_delta_rule_update(
-                    A_log=A_log, dt_bias=dt_bias, q=q[:, rows].contiguous(), k=k_[:, rows].contiguous(),
-                    v=v[:, rows].contiguous(), a=a[rows].contiguous(), b=bb[rows].contiguous(),
-                    initial_state_source=ssm0.clone(), initial_state_indices=idx[b : b + 1],
-                    cu_seqlens=torch.tensor([0, n], dtype=torch.int32, device=dev),
-                    intermediate_states_buffer=inter2, intermediate_state_indices=ii[b : b + 1],
-                    cache_steps=N, retrieve_parent_token=None, **common,
-                )
-                gdn_out_err = max(gdn_out_err, float((o.reshape(n, HV, V)[-1] - o_tree.reshape(T, HV, V)[b * N + kk]).abs().max()))
-                e = float((inter2[b, n - 1] - inter[b, kk]).abs().max())
-                gdn_by_depth[n - 1] = max(gdn_by_depth.get(n - 1, 0.0), e)
-                gdn_state_err = max(gdn_state_err, e)
+        for b, kk, path in _tree_nodes(parents, valid, bs, N):
+            rows = [b * N + j for j in path]
+            n = len(path)
+            inter2 = torch.zeros((slots, N, HV, K, V), device=dev)
+            o = gdn.fused_sigmoid_gating_delta_rule_update(
+                A_log=A_log, dt_bias=dt_bias, q=q[:, rows].contiguous(), k=k_[:, rows].contiguous(),
+                v=v[:, rows].contiguous(), a=a[rows].contiguous(), b=bb[rows].contiguous(),
+                initial_state_source=ssm0.clone(), initial_state_indices=idx[b : b + 1],
+                cu_seqlens=torch.tensor([0, n], dtype=torch.int32, device=dev),
+                intermediate_states_buffer=inter2, intermediate_state_indices=ii[b : b + 1],
+                cache_steps=N, retrieve_parent_token=None, **common,
+            )
+            gdn_out_err = max(gdn_out_err, float((o.reshape(n, HV, V)[-1] - o_tree.reshape(T, HV, V)[b * N + kk]).abs().max()))
+            e = float((inter2[b, n - 1] - inter[b, kk]).abs().max())
+            gdn_by_depth[n - 1] = max(gdn_by_depth.get(n - 1, 0.0), e)
+            gdn_state_err = max(gdn_state_err, e)
         rec.update(gdn_out_max_err=gdn_out_err, gdn_state_max_err=gdn_state_err, gdn_state_err_by_depth=gdn_by_depth)
 
         # ---- Mamba2 selective_state_update, target verify, tree mode (mamba.py's call)

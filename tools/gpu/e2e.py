@@ -2,7 +2,7 @@
 release) against patched (the overlay's wheel), from an offline bundle
 (tools/bundle.py; docs/gpu.md).
 
-  python tools/gpu/e2e.py --bundle build/bundle --out DIR [--cases dense,zero-requests-dflash,dflash-smoke,h200-16]
+  python -m tools.gpu.e2e --bundle build/bundle --out DIR [--cases dense,zero-requests-dflash,dflash-smoke,h200-16]
 
 Per case and tree: `python -m sglang.launch_server` with dummy weights and
 --skip-tokenizer-init, /health, a batch of /generate requests of varied
@@ -12,7 +12,7 @@ server_args, the error) and, on the patched tree, the memory ledger JSON
 (SGLO_MEMORY_LEDGER).  A patched refusal with a `remedy:` line is re-run
 once with that remedy.  Writes DIR/e2e.json and DIR/e2e.md (a table).
 
-  python tools/gpu/e2e.py --bundle B --out DIR --cases '' --lossless all --budget-s 480
+  python -m tools.gpu.e2e --bundle B --out DIR --cases '' --lossless all --budget-s 480
 
 The lossless runs (e2e_models: small dense and hybrid models with real
 weights written here, and DFlash drafters; e2e_lossless: greedy outputs of
@@ -40,17 +40,15 @@ import sys
 import time
 from pathlib import Path
 
-from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+from .process_groups import GROUPS
+from . import e2e_install
+from . import e2e_model_dirs
+from . import e2e_cases
+from . import e2e_lossless_runs
+
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
 GIB = 1 << 30
-
-GROUPS = sibling(HERE, "process_groups").GROUPS
-e2e_install = sibling(HERE, "e2e_install")
-e2e_model_dirs = sibling(HERE, "e2e_model_dirs")
-e2e_cases = sibling(HERE, "e2e_cases")
-e2e_lossless_runs = sibling(HERE, "e2e_lossless_runs")
 
 
 def main(argv=None):

@@ -13,14 +13,11 @@ with that much free: elsewhere it runs on the card's whole memory, its incident 
 (``pristine_error``) is not judged, and it is reported "not reproducible on this card" with the
 figures, never FAIL for that."""
 import time
-from pathlib import Path
 
-from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+from . import e2e_log
+from . import e2e_server
+from . import e2e_pools as pools_mod
 
-HERE = Path(__file__).resolve().parent
-e2e_log = sibling(HERE, "e2e_log")
-e2e_server = sibling(HERE, "e2e_server")
-pools_mod = sibling(HERE, "e2e_pools")
 
 BIG = ["--mm-attention-backend", "triton_attn", "--context-length", "32768", "--tp", "1", "--page-size", "1",
        "--speculative-algorithm", "DFLASH", "--speculative-dflash-block-size", "16"]
@@ -186,7 +183,6 @@ def table(report):
     for c in report["cases"]:
         rows.append(f"- {c['name']}: {verdict_word(c['check'])}: " + "; ".join(c["check"]["why"]))
     return "\n".join(rows) + "\n"
-
 
 
 def with_remedy(flags, rem):

@@ -14,10 +14,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
-
-HERE = Path(__file__).resolve().parent
-GROUPS = sibling(HERE, "process_groups").GROUPS     # pip ends with the check
+from .process_groups import GROUPS     # pip ends with the check
 
 
 def install(bundle, work):

@@ -10,7 +10,8 @@ import json
 import re
 from pathlib import Path
 
-from pathload import load  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+from .pathload import load
+
 
 HERE = Path(__file__).resolve().parent
 GIB = 1 << 30

@@ -7,17 +7,13 @@ requests (exercise_lossless), their order under a budget and their resumption
 the comparisons themselves: e2e_lossless) and their table (tests/gpu/test_e2e_lossless.py)."""
 import json
 import time
-from pathlib import Path
 
-from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
-
-HERE = Path(__file__).resolve().parent
-e2e_log = sibling(HERE, "e2e_log")
-e2e_server = sibling(HERE, "e2e_server")
-e2e_model_dirs = sibling(HERE, "e2e_model_dirs")
-lossless = sibling(HERE, "e2e_lossless")
-models_mod = sibling(HERE, "e2e_models")
-pools_mod = sibling(HERE, "e2e_pools")
+from . import e2e_log
+from . import e2e_server
+from . import e2e_model_dirs
+from . import e2e_lossless as lossless
+from . import e2e_models as models_mod
+from . import e2e_pools as pools_mod
 
 
 def run_id(model, tree, spec, graphs, overlap=True, chain=None):
@@ -247,7 +243,6 @@ def lossless_table(runs):
                 rows.append(f"  - {k} request {m['request']} position {m.get('position')}: reference {m.get('reference')}, "
                             f"got {m.get('got')}, reference margin {m.get('margin')}")
     return "\n".join(rows) + "\n"
-
 
 
 def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port, save=lambda part: None, clock=time.time,

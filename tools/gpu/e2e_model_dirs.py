@@ -10,10 +10,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+from . import PACKAGE, child_pythonpath
+from .process_groups import GROUPS     # the helper interpreters end with the check
 
-HERE = Path(__file__).resolve().parent
-GROUPS = sibling(HERE, "process_groups").GROUPS     # the helper interpreters end with the check
 
 # the cases' dense model (make_models; the lossless runs' models are e2e_models')
 DENSE = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
@@ -89,7 +88,6 @@ print("processor ok")
     return r.returncode == 0
 
 
-
 def make_lossless_models(work, out, device="cuda"):
     """Targets and drafters with real weights, written on this machine (e2e_models),
     with the bundle's transformers; their config.json files are copied to out/models."""
@@ -99,7 +97,7 @@ def make_lossless_models(work, out, device="cuda"):
     if all((p / "model.safetensors").exists() and (p / "config.json").exists() for p in models.values()):
         record_configs(models, out)       # a previous call on this machine wrote them (same seeds)
         return models, {"reused": True, "sha256": _digests(models)}
-    code = ("import json, sys, e2e_models as m\n"
+    code = (f"import json, sys\nfrom {PACKAGE} import e2e_models as m\n"
             "d = sys.argv[1]\n"
             "dev = sys.argv[2]\n"
             "n = {'dense': m.write_target(d + '/dense', m.DENSE, dev), 'hybrid': m.write_target(d + '/hybrid', m.HYBRID, dev)}\n"
@@ -108,7 +106,7 @@ def make_lossless_models(work, out, device="cuda"):
             "print(json.dumps(n))\n")
     extra = os.environ.get("PYTHONPATH")
     r = GROUPS.run([sys.executable, "-c", code, str(d), device], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=f"{HERE}:{work / 'deps'}" + (f":{extra}" if extra else "")))
+                       env=dict(os.environ, PYTHONPATH=child_pythonpath(work / "deps", *filter(None, [extra]))))
     if r.returncode != 0:
         raise SystemExit(f"e2e: writing the lossless models failed:\n{r.stderr[-3000:]}")
     _processor(models["hybrid"], work)

@@ -3,7 +3,7 @@
 its --out; the planner needs the `[harness]` extra, torch 2.13, which a GPU
 machine running SGLang 0.5.12.post1 with torch 2.11 does not have):
 
-  python tools/gpu/e2e_plan.py GPU_OUT [--out DIR] [--patched-tree build/sglang] [--json]
+  python -m tools.gpu.e2e_plan GPU_OUT [--out DIR] [--patched-tree build/sglang] [--json]
 
 For every start-up of the report: the same model (GPU_OUT/models/NAME), the
 same drafter, the same SGLang flags, the GPU by its name and the exact free

@@ -13,11 +13,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+from . import e2e_log
+from .process_groups import GROUPS
 
 HERE = Path(__file__).resolve().parent
-GROUPS = sibling(HERE, "process_groups").GROUPS
-e2e_log = sibling(HERE, "e2e_log")
 
 COMMON = ["--load-format", "dummy", "--skip-tokenizer-init", "--attention-backend", "triton",
           "--disable-cuda-graph", "--disable-piecewise-cuda-graph", "--log-level", "info", "--random-seed", "0"]
@@ -42,7 +41,6 @@ def start_blocker(free_gib):
 
 def stop_blocker(p):
     GROUPS.release(p)
-
 
 
 def post(url, body, timeout=120):

@@ -9,7 +9,7 @@ initial states taken from and written back to a state pool by index, as SGLang's
 GDN backend calls it), with the e2e hybrid's head shapes.  Run it under the
 environment of the run it vouches for (TRITON_F32_DEFAULT is read at import):
 
-    TRITON_F32_DEFAULT=ieee PYTHONPATH=W/patched:W/deps:W/stubs python tools/gpu/gdn_float32_check.py --out DIR
+    TRITON_F32_DEFAULT=ieee PYTHONPATH=W/patched:W/deps:W/stubs python -m tools.gpu.gdn_float32_check --out DIR
 
 (W: the --work folder of an e2e run.)  Writes DIR/gdn_float32_check.json: per
 dtype the largest absolute error of the outputs and of the written states, and
@@ -27,7 +27,7 @@ import os
 import sys
 from pathlib import Path
 
-from pathload import load  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+from . import e2e_models as models
 
 
 def reference(q, k, v, g, beta, scale, h0, cu_seqlens):
@@ -116,8 +116,6 @@ def main(argv=None) -> int:
                     help="float32's largest error allowed, relative to the reference's largest value (outputs and "
                          "states each); unit roundoff: float32 6e-8, TF32 4.9e-4, bfloat16 3.9e-3")
     args = ap.parse_args(argv)
-    here = Path(__file__).resolve().parent
-    models = load(here / "e2e_models.py", "e2e_models")
     t = models.HYBRID["text_config"]
     shapes = {"Hk": t["linear_num_key_heads"], "Hv": t["linear_num_value_heads"], "K": t["linear_key_head_dim"],
               "V": t["linear_value_head_dim"]}

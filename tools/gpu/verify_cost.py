@@ -1,7 +1,7 @@
 """The target model's verify-shaped forward time against verify tokens per
 request, on a real SGLang model runner (issue 16's verify cost curve):
 
-  PYTHONPATH=TREE:DEPS python tools/gpu/verify_cost.py --out DIR \\
+  PYTHONPATH=TREE:DEPS python -m tools.gpu.verify_cost --out DIR \\
       [--batches 1,8,32] [--tokens 1,16,32,64,128,256] [--context 512] [--repeat 10] \\
       -- --model-path MODEL --load-format dummy --attention-backend triton ...
 
