@@ -1,4 +1,4 @@
-"""tools.gpu.spec_value and its modules, imported from the package; the allocation probe loaded by
+"""tools.gpu.spec_value's modules, imported from the package; the allocation probe loaded by
 its path (tools/gpu/probe: a server imports it by its top-level name); and the SpecForge wheel the
 pair's drafter is trained with, fetched once into the test cache."""
 import hashlib
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.by_path import ROOT, load
 from tools.gpu import spec_accept as accept, spec_bench as bench, spec_pair as pair  # noqa: F401
-from tools.gpu import spec_profile as profile, spec_prompts as prompts, spec_value  # noqa: F401
+from tools.gpu import spec_profile as profile, spec_prompts as prompts  # noqa: F401
 
 probe = load(ROOT / "tools/gpu/probe/sglo_probe_logic.py", "sglo_probe_logic")
 

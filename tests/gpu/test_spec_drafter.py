@@ -132,10 +132,10 @@ LlamaForCausalLM(cfg).save_pretrained(sys.argv[1])
     t3 = json.loads((out3 / "drafter.json").read_text())["training"]
     plan = t3["planned"]
     assert plan["calib_steps"] == 10 and plan["steps"] >= 1
-    if t3["stopped_at"] is None or t3["stopped_at"] > 30:       # it got past step 30: the plan was revised there
+    last = t3["stopped_at"] if t3["stopped_at"] is not None else t3["steps"]
+    if last > 30:       # it got past step 30: the plan was revised there (a slow machine may plan fewer steps)
         assert plan["replanned"]["at_step"] == 30 and t3["steps"] == plan["replanned"]["steps"] > 30
-    last = t3["evaluations"][-1]["step"]
-    assert last == (t3["stopped_at"] if t3["stopped_at"] is not None else t3["steps"])
+    assert t3["evaluations"][-1]["step"] == last
 
 
 def test_block_predictions_see_nothing_after_their_anchor(tmp_path):

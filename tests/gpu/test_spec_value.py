@@ -1,4 +1,4 @@
-"""tools/gpu/spec_value.py's command line on a CPU: prepare's input errors and `run --dry-run`
+"""tools.gpu.spec_value's command line on a CPU: prepare's input errors and `run --dry-run`
 (the parts proved, the plan written, nothing started), the stages of the pair's run (train, then
 measure: the trained drafter proved against its record, the record carried into the report), the
 pin's own ServerArgs and scheduler on the planned flags, and exit 2 for what the run cannot use."""
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.by_path import ROOT, load
-from tests.gpu.spec_script import bench, pair, spec_value, tool
+from tests.gpu.spec_script import bench, pair, tool
+from tools.gpu.spec_value import measure, plan
 
 
 def cli(*args):
@@ -36,7 +37,7 @@ def test_dry_run_proves_the_parts_and_writes_the_plan(tmp_path):
     assert rep["dry_run"] and rep["plan"]["target_parts"] == "proved"
     flags = rep["plan"]["servers"]["DDTREE-16"]["flags"]
     assert flags[-4:] == ["--speculative-ddtree-budget", "16", "--nccl-port", "31202"]
-    assert flags[:len(spec_value.PAIR_COMMON)] == spec_value.PAIR_COMMON
+    assert flags[:len(plan.PAIR_COMMON)] == plan.PAIR_COMMON
     assert rep["plan"]["requests"] == {"1": 1, "4": 1} and rep["prompts"]["eval_modules"] == ["e"]
     assert (tmp_path / "w-pair" / "t.gguf").read_bytes() == (tmp_path / "t.gguf").read_bytes()
 
@@ -98,7 +99,7 @@ def trained(tmp_path, b):
               "training_data": {"prompts": 1, "answered": 1, "sequences": 1, "answer_tokens": 7, "s": 0.5},
               "training": {"config": cfg, "sha256": pair.sha256_file(pdir / "drafter" / "model.safetensors"),
                            "steps": 3, "seconds": 1.5, "curve": [{"step": 0, "loss": 9.0}]}}
-    assert spec_value.record_training(pdir, report) == pdir / "training.json"
+    assert pair.record_training(pdir, report) == pdir / "training.json"
     return pdir, report
 
 
@@ -273,7 +274,7 @@ def test_chain_batch_from_a_report(tmp_path):
 
 
 class _Servers:
-    """What one_at_a_time asks of spec_value.Servers, recording each call; `unhealthy` never start."""
+    """What one_at_a_time asks of spec_value.servers.Servers, recording each call; `unhealthy` never start."""
 
     def __init__(self, live=(), unhealthy=()):
         self.live = {n: {"run": {"healthy": True}} for n in live}
@@ -308,7 +309,7 @@ def test_one_at_a_time_runs_each_server_alone():
         left[0] -= 200          # each measurement 200 s: 500 -> 300 (AR) -> 290 -> 90 (DFLASH) -> 80 (DDTREE-63)
         return [{"config": c.name}]
 
-    rows = spec_value.one_at_a_time(srv, cfgs, start, 60, measure_cfg, lambda: left[0], 90, runs,
+    rows = measure.one_at_a_time(srv, cfgs, start, 60, measure_cfg, lambda: left[0], 90, runs,
                                     lambda r: saved.append(len(r)))
     assert srv.calls == [("measure", "AR"), ("stop", "AR"),
                          ("start", "DFLASH/overlap"), ("wait", "DFLASH/overlap"), ("measure", "DFLASH/overlap"),

@@ -23,7 +23,8 @@ PACKAGE = __name__        # what a helper interpreter imports this package's mod
 IMPORT_ROOT = Path(__file__).resolve().parents[__name__.count(".") + 1]
 
 
-def child_pythonpath(*more) -> str:
-    """PYTHONPATH for a helper interpreter that runs ``from <this package> import X``: the folder the
-    package is imported from first, then ``more`` (its dependencies' folders, in order)."""
-    return os.pathsep.join(map(str, (IMPORT_ROOT, *more)))
+def child_pythonpath(*more, first=None) -> str:
+    """PYTHONPATH for a helper interpreter that runs ``from <this package> import X``: ``first`` (a
+    folder that must win over it, if any), the folder the package is imported from, then ``more``
+    (its dependencies' folders, in order)."""
+    return os.pathsep.join(map(str, (*filter(None, [first]), IMPORT_ROOT, *more)))

@@ -23,8 +23,8 @@ in tools/gpu/probe records inside the server).  Every server runs with the
 probe, so its exact free-memory readings are in the report for
 tools/gpu/e2e_plan.py (the planner against reality, run on a CPU machine).
 
-Its modules, siblings in tools/gpu (no package: the GPU machine runs this script
-from a copy of the tree; each loads the others by path, once: pathload.sibling):
+Its modules, in the package tools.gpu (standard library only: the GPU machine runs it from a
+copy of the tree with its own Python, docs/gpu.md):
 e2e_install (the bundle, the stand-ins), e2e_model_dirs (the models' folders),
 e2e_server (a server run, the memory blocker), e2e_log (the start-up log and ledger,
 the outcome), e2e_cases (the cases, their check and table), e2e_lossless_runs (the

@@ -15,6 +15,8 @@ figures, never FAIL for that."""
 import time
 
 from . import e2e_log
+from .e2e_log import Outcome
+from .e2e_server import Tree
 from . import e2e_server
 from . import e2e_pools as pools_mod
 
@@ -32,7 +34,7 @@ SMOKE = BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer
 CASES = {
     "dense": {"model": "dense", "free_gib": None,
               "flags": ["--mem-fraction-static", "0.5", "--context-length", "4096"],
-              "expect": {"pristine": "ok", "patched": ["ok"], "same_outputs": True}},
+              "expect": {"pristine": Outcome.OK, "patched": [Outcome.OK], "same_outputs": True}},
     # tools/sgl_overlay/harness/scenarios/zero-requests-dflash.toml (docs/incidents.md)
     "zero-requests-dflash": {"model": "big", "free_gib": 94.24,
                              "flags": BIG + ["--mamba-scheduler-strategy", "extra_buffer", "--max-running-requests", "4",
@@ -41,11 +43,11 @@ CASES = {
                              # v0.5.12.post1 (kv_cache_configurator.py; the harness: tools/regress.py --scenario
                              # zero-requests-dflash on the pristine tree)
                              "expect": {"pristine_error": "Not enough GPU memory for hybrid (mamba/linear-attention) "
-                                                         "state cache", "patched": ["ok", "refused"]}},
+                                                         "state cache", "patched": [Outcome.OK, Outcome.REFUSED]}},
     # tools/sgl_overlay/harness/scenarios/dflash-smoke.toml: v0.5.12.post1 started it; from v0.5.14 the drafter's
     # weights are in the sizing's reading (below), so the pin refuses it and the patched pin refuses it with a remedy
     "dflash-smoke": {"model": "big", "free_gib": 94.24, "flags": SMOKE + ["--mem-fraction-static", "0.6856901"],
-                     "expect": {"pristine_error": "Loaded weights leave no GPU memory", "patched": ["ok", "refused"]}},
+                     "expect": {"pristine_error": "Loaded weights leave no GPU memory", "patched": [Outcome.OK, Outcome.REFUSED]}},
     # the same flags on a release from v0.5.14 (a pristine bundle: tools/bundle.py --release 0.5.16 --slim-release):
     # from sgl-project/sglang#23862 (v0.5.14) the drafter starts before the KV sizing, so its weights are in the
     # sizing's reading and the release refuses these flags (harness/draft_reading.py, docs/results/regress.md)
@@ -61,13 +63,13 @@ CASES = {
     # (over-budget-start.patch), or refuses it with a remedy that starts
     "dflash-smoke-raised": {"model": "big", "free_gib": 94.24, "flags": SMOKE + ["--mem-fraction-static", "0.725"],
                             "expect": {"pristine_error": "Loaded weights leave no GPU memory",
-                                       "patched": ["ok", "refused"]}},
+                                       "patched": [Outcome.OK, Outcome.REFUSED]}},
     # the H200's own figures: all its free memory (no blocker), SGLang's own --mem-fraction-static
     # for the card, 16 running requests (issue 15)
     "h200-16": {"model": "big", "free_gib": None,
                 "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
                                 "--max-running-requests", "16"],
-                "expect": {"patched": ["ok", "refused"]}},
+                "expect": {"patched": [Outcome.OK, Outcome.REFUSED]}},
     # h200-16's flags with an H100 80GB's memory on a bigger card (issue 40): the free memory an H100's
     # start-up recorded before the weights (82,193,940,480 B) and the --mem-fraction-static SGLang chooses
     # for an H100 80GB (0.7777278906249999: tests/plan/test_default_fraction.py); both trees refuse 16
@@ -75,17 +77,17 @@ CASES = {
     "h100-16": {"model": "big", "free_gib": 76.549,
                 "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
                                 "--max-running-requests", "16", "--mem-fraction-static", "0.7777278906249999"],
-                "expect": {"patched": ["ok", "refused"]}},
+                "expect": {"patched": [Outcome.OK, Outcome.REFUSED]}},
     # the RoPE pre-expansion after "Load weight end" (tools/sgl_overlay/harness/rope_reserve.py, docs/results/regress.md
     # "Where the logs' readings and the sizing's differ"): at the model's own 262,144-token context the release
     # grows the vision tower's RoPE cache to 262,400 rows and the text one's by 256: predicted 41,943,040 B
     # (40 MiB) between load_model's end reading and the sizing's; at 2,048 tokens nothing grows (0 B)
     "rope-262k": {"model": "big", "free_gib": None,
                   "flags": ROPE_FLAGS + ["--max-running-requests", "16"],
-                  "expect": {"patched": ["ok", "refused"]}},
+                  "expect": {"patched": [Outcome.OK, Outcome.REFUSED]}},
     "rope-2k": {"model": "big", "free_gib": None,
                 "flags": ROPE_FLAGS + ["--max-running-requests", "16", "--context-length", "2048"],
-                "expect": {"patched": ["ok", "refused"]}},
+                "expect": {"patched": [Outcome.OK, Outcome.REFUSED]}},
 }
 
 # what a plain run checks (issue 15); the rope-* and dflash-smoke-* cases are measurements, run by name
@@ -119,25 +121,26 @@ def check_case(case, runs, card_note=None):
         hit = any(want["pristine_error"] in e for e in pr["log_figures"]["errors"])
         ok &= hit
         why.append(f"pristine {'shows' if hit else 'does NOT show'} {want['pristine_error']!r}")
-    if pr and want.get("pristine") and e2e_log.outcome(pr) != want["pristine"]:
+    if pr and want.get("pristine") and e2e_log.outcome(pr) is not want["pristine"]:
         ok = False
         why.append(f"pristine {e2e_log.outcome(pr)}, expected {want['pristine']}")
     if pa:
         o = e2e_log.outcome(pa)
-        allowed = want.get("patched", ["ok"])
-        good = o in allowed and (o != "refused" or bool(pa["log_figures"]["remedies"]))
+        allowed = want.get("patched", [Outcome.OK])
+        refused = o is Outcome.REFUSED
+        good = o in allowed and (not refused or bool(pa["log_figures"]["remedies"]))
         ok &= good
-        why.append(f"patched {o}" + (" with remedy " + ", ".join(e2e_log.remedy_words(r) for r in pa["log_figures"]["remedies"]) if o == "refused" else "")
-                   + ("" if good else f" (expected {allowed}{', with a remedy' if o == 'refused' else ''})"))
-        if pr and e2e_log.outcome(pr) == "ok" and o != "ok":
+        why.append(f"patched {o}" + (" with remedy " + ", ".join(e2e_log.remedy_words(r) for r in pa["log_figures"]["remedies"]) if refused else "")
+                   + ("" if good else f" (expected {' or '.join(allowed)}{', with a remedy' if refused else ''})"))
+        if pr and e2e_log.outcome(pr) is Outcome.OK and o is not Outcome.OK:
             ok = False
             why.append("do no harm: the pin starts it, the patched tree does not")
         rr = runs.get("patched+remedy")
         if rr:
-            g = e2e_log.outcome(rr) == "ok"
+            g = e2e_log.outcome(rr) is Outcome.OK
             ok &= g
             why.append(f"remedy re-run {e2e_log.outcome(rr)}")
-        elif o == "refused" and pa["log_figures"]["remedies"]:
+        elif refused and pa["log_figures"]["remedies"]:
             ok = False
             why.append("the remedy was not re-run")
     for k in ("pristine", "patched", "patched+remedy"):
@@ -224,7 +227,7 @@ def run_case(name, trees, work, out, models, port, start_timeout, t0, card_free_
                                         start_timeout)
             print(f"[e2e {time.time() - t0:6.1f}s] {name} {tree}: {e2e_log.outcome(r)} {r['log_figures']['errors'][-1:]}",
                   flush=True)
-            if tree == "patched" and e2e_log.outcome(r) == "refused" and r["log_figures"]["remedies"]:
+            if Tree(tree) is Tree.PATCHED and e2e_log.outcome(r) is Outcome.REFUSED and r["log_figures"]["remedies"]:
                 rem = r["log_figures"]["remedies"][0]
                 port += 1
                 rr = c["runs"]["patched+remedy"] = start(tree, work, models[case["model"]], with_remedy(case_flags, rem),

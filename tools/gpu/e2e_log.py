@@ -8,6 +8,7 @@ The remedy lines are read by the library's one remedy parser
 scripts from a copy of the tree, where sgl_overlay is no installed package."""
 import json
 import re
+from enum import StrEnum
 from pathlib import Path
 
 from .pathload import load
@@ -118,16 +119,23 @@ def remedy_words(entry):
     return " ".join(f"--{x['flag']} {x['value']}" for x in [entry, *entry.get("also", [])])
 
 
+class Outcome(StrEnum):
+    """How a server start ended (outcome): it served, it refused with a stated remedy or bound, or it failed."""
+    OK = "ok"
+    REFUSED = "refused"
+    FAILED = "failed"
+
+
 def outcome(run):
-    """ok / refused / failed, from what the run saw: refused when the log states a remedy
-    (the patched tree's lines, upstream's "Raise --mem-fraction-static above 0.587") or
-    says there is not enough GPU memory."""
+    """The run's Outcome, from what it saw: REFUSED when the log states a remedy (the patched
+    tree's lines, upstream's "Raise --mem-fraction-static above 0.587") or says there is not
+    enough GPU memory."""
     if run.get("healthy"):
-        return "ok"
+        return Outcome.OK
     log = run.get("log_figures", {})
     if log.get("remedies") or any("Not enough GPU memory" in e or stated_bound(e) for e in log.get("errors", [])):
-        return "refused"
-    return "failed"
+        return Outcome.REFUSED
+    return Outcome.FAILED
 
 
 def stated_bound(error):

@@ -7,13 +7,28 @@ requests (exercise_lossless), their order under a budget and their resumption
 the comparisons themselves: e2e_lossless) and their table (tests/gpu/test_e2e_lossless.py)."""
 import json
 import time
+from enum import StrEnum
 
 from . import e2e_log
+from .e2e_log import Outcome
+from .e2e_server import Tree
 from . import e2e_server
 from . import e2e_model_dirs
 from . import e2e_lossless as lossless
 from . import e2e_models as models_mod
 from . import e2e_pools as pools_mod
+
+
+class Model(StrEnum):
+    """The lossless runs' models (e2e_models: DENSE, HYBRID), with real weights written on the GPU machine."""
+    DENSE = "dense"
+    HYBRID = "hybrid"
+
+
+class Send(StrEnum):
+    """How a run's prompts are sent: one by one, or as one batch (the keys of a run's outputs)."""
+    SINGLE = "single"
+    BATCH = "batch"
 
 
 def run_id(model, tree, spec, graphs, overlap=True, chain=None):
@@ -32,29 +47,29 @@ def lossless_runs():
         R.append({"id": run_id(model, tree, spec, graphs, overlap, chain),
                   "model": model, "tree": tree, "spec": spec, "graphs": graphs, "overlap": overlap,
                   "expect": "refused" if refusal else "ok", "refusal": refusal, "chain": chain})
-    for model, specs in (("dense", (None, "DFLASH")), ("hybrid", (None, "DFLASH", "DDTREE"))):
+    for model, specs in ((Model.DENSE, (None, "DFLASH")), (Model.HYBRID, (None, "DFLASH", "DDTREE"))):
         for spec in specs:
-            add(model, "patched", spec, False)
+            add(model, Tree.PATCHED, spec, False)
     # DDTREE's target verify runs in CUDA graphs captured with its tree input (ddtree-cuda-graph.patch)
-    add("hybrid", "patched", "DDTREE", True)
-    add("dense", "patched", "DDTREE", False)
-    add("dense", "patched", "DDTREE", True)
+    add(Model.HYBRID, Tree.PATCHED, "DDTREE", True)
+    add(Model.DENSE, Tree.PATCHED, "DDTREE", False)
+    add(Model.DENSE, Tree.PATCHED, "DDTREE", True)
     # the same worker driven synchronously (--disable-overlap-schedule)
-    add("hybrid", "patched", "DDTREE", True, overlap=False)
-    add("dense", "patched", "DDTREE", True, overlap=False)
+    add(Model.HYBRID, Tree.PATCHED, "DDTREE", True, overlap=False)
+    add(Model.DENSE, Tree.PATCHED, "DDTREE", True, overlap=False)
     # --speculative-ddtree-chain-batch 2: single requests verify the tree, the batch DFlash's chain
     # (its own backend and verify graphs), the worker switching between them as the batch fills and drains
-    add("hybrid", "patched", "DDTREE", True, chain=2)
-    add("dense", "patched", "DDTREE", True, chain=2)
-    add("dense", "patched", "DFLASH", True)
-    add("hybrid", "patched", "DFLASH", True)
-    for model in ("dense", "hybrid"):
-        add(model, "pristine", None, False)
-        add(model, "pristine", "DFLASH", False)
-    for model in ("dense", "hybrid"):
-        add(model, "patched", None, True)
-    add("dense", "pristine", "DFLASH", True)
-    add("hybrid", "pristine", "DFLASH", True)
+    add(Model.HYBRID, Tree.PATCHED, "DDTREE", True, chain=2)
+    add(Model.DENSE, Tree.PATCHED, "DDTREE", True, chain=2)
+    add(Model.DENSE, Tree.PATCHED, "DFLASH", True)
+    add(Model.HYBRID, Tree.PATCHED, "DFLASH", True)
+    for model in (Model.DENSE, "hybrid"):
+        add(model, Tree.PRISTINE, None, False)
+        add(model, Tree.PRISTINE, "DFLASH", False)
+    for model in (Model.DENSE, "hybrid"):
+        add(model, Tree.PATCHED, None, True)
+    add(Model.DENSE, Tree.PRISTINE, "DFLASH", True)
+    add(Model.HYBRID, Tree.PRISTINE, "DFLASH", True)
     return R
 
 
@@ -96,7 +111,7 @@ LOSSLESS_COMMON = ["--skip-tokenizer-init", "--attention-backend", "triton", "--
 def lossless_flags(run, models, dtype):
     # graphs for one request, a few, and the whole batch of prompts (fewer captures than the default list)
     f = ["--dtype", dtype] + (["--cuda-graph-bs", "1", "4", "32"] if run["graphs"] else ["--disable-cuda-graph"])
-    if run["model"] == "hybrid":
+    if Model(run["model"]) is Model.HYBRID:
         f += ["--mm-attention-backend", "triton_attn", "--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer"]
     if run["spec"]:
         f += ["--speculative-algorithm", run["spec"], "--speculative-draft-model-path", str(models[run["model"] + "-draft"])]
@@ -171,19 +186,19 @@ def check_lossless(runs):
             ok = not r.get("healthy") and any(r["refusal"] in e for e in r["log_figures"]["errors"])
             why = [f"refused at start-up: {r['refusal']!r}" if ok else f"{o}, expected the refusal {r['refusal']!r}"]
         else:
-            ok = o == "ok"
+            ok = o is Outcome.OK
             errs = r.get("log_figures", {}).get("errors") or []
-            why = [o + (f": {errs[-1][:200]}" if o != "ok" and errs else "")
+            why = [o + (f": {errs[-1][:200]}" if not ok and errs else "")
                    + (f" (float32 exited first: {r['float32_failed'][:120]})" if r.get("float32_failed") else "")]
         ref = refs.get((r["model"], r["tree"]))
         if r.get("single") and ref:
             m = ref.get("margins")
             noise = lossless.reference_noise(ref["single"], ref.get("batch") or ref["single"], m)
-            for kind in ("single", "batch"):
+            for kind in Send:
                 c = lossless.compare(ref["single"], r[kind], m, noise=noise)
                 chk[kind] = c
                 # the reference's own batch divergence is what defines the noise: reported, not judged
-                ok &= c["lossless"] or (r is ref and kind == "batch")
+                ok &= c["lossless"] or (r is ref and kind is Send.BATCH)
                 near = sum(1 for x in c["mismatches"] if x.get("within_noise"))
                 why.append(f"{kind}: {'equal' if c['equal'] else str(len(c['mismatches'])) + ' requests differ'} "
                            f"({c['n']} requests, {c['tokens']} tokens"
@@ -193,12 +208,13 @@ def check_lossless(runs):
                 c = lossless.compare(ref["single"], r["logprob_batch"], m, noise=noise)
                 chk["logprob_batch"] = c
                 ok &= c["lossless"]
-            other = refs.get((r["model"], "patched"))
-            if r is ref and other and r["tree"] == "pristine" and r.get("dtype") != other.get("dtype"):
+            other = refs.get((r["model"], Tree.PATCHED))
+            pristine_ref = r is ref and other and Tree(r["tree"]) is Tree.PRISTINE
+            if pristine_ref and r.get("dtype") != other.get("dtype"):
                 # outputs of two dtypes are not a lossless comparison: said, not judged
                 why.append(f"pristine reference ({r.get('dtype')}) not compared with the patched one "
                            f"({other.get('dtype')})")
-            elif r is ref and other and r["tree"] == "pristine":
+            elif pristine_ref:
                 c = lossless.compare(other["single"], r["single"], other.get("margins"))
                 chk["pristine_vs_patched"] = c
                 ok &= c["equal"]
@@ -224,13 +240,13 @@ def lossless_table(runs):
             rows.append(f"| {r['id']} | | skipped ({r['skipped']}) | | | | | |")
             continue
         c = r.get("check", {}).get("compare", {})
-        cell = {k: ("=" if c[k]["equal"] else f"{len(c[k]['mismatches'])} differ") if k in c else "" for k in ("single", "batch")}
+        cell = {k: ("=" if c[k]["equal"] else f"{len(c[k]['mismatches'])} differ") if k in c else "" for k in Send}
         acc = r.get("acceptance") or {}
-        al = " / ".join(str((acc.get(k) or {}).get("accept_length", "-")) for k in ("single", "batch")) if r.get("spec") else ""
+        al = " / ".join(str((acc.get(k) or {}).get("accept_length", "-")) for k in Send) if r.get("spec") else ""
         led = ""
         if r.get("pools_vs_ledger") is not None:
             led = "equal" if pools_mod.equal(r["pools_vs_ledger"]) else "DIFFERS"
-        o = "refused" if r.get("refusal") and r.get("check", {}).get("pass") else e2e_log.outcome(r)
+        o = Outcome.REFUSED if r.get("refusal") and r.get("check", {}).get("pass") else e2e_log.outcome(r)
         rows.append(f"| {r['id']} | {r.get('dtype', '')} | {o} | {cell['single']} | "
                     f"{cell['batch']} | {al} | {led} | {r.get('start_s', '')} |")
     rows.append("")
@@ -300,7 +316,7 @@ def run_lossless(selection, work, out, budget_s, t0, start_timeout, dtype, port,
                 port += 1
                 continue
             break
-        if r["tree"] == "patched" and r.get("ledger_raw") and r.get("probe"):
+        if Tree(r["tree"]) is Tree.PATCHED and r.get("ledger_raw") and r.get("probe"):
             r["pools_vs_ledger"] = pools_mod.compare(r["ledger_raw"], r["probe"]["pools"])
         took.append(clock() - started)
         print(f"[e2e {clock() - t0:6.1f}s] {r['id']} ({r['dtype']}): {e2e_log.outcome(r)} "

@@ -20,6 +20,7 @@ uses the target's).  Linear weights normal(0, initializer_range), norms one.
 `drafter_tensors` (names and shapes from a config) is pure and tested on CPU
 (tests/gpu/test_e2e_models.py)."""
 import json
+from enum import StrEnum
 from pathlib import Path
 
 VOCAB = 32768          # small vocabulary: prompts are random ids below PROMPT_ID_MAX
@@ -69,27 +70,33 @@ def drafter_config(target):
             "num_target_layers": n, "dflash_config": {"target_layer_ids": [0, n - 2], "mask_token_id": 32010}}
 
 
+class TensorKind(StrEnum):
+    """How a drafter weight is initialised: a linear layer's (normal), a norm's (ones)."""
+    LINEAR = "linear"
+    NORM = "norm"
+
+
 def drafter_tensors(cfg):
-    """{checkpoint name: (shape, "linear" | "norm")} of a DFlash drafter."""
+    """{checkpoint name: (shape, TensorKind)} of a DFlash drafter."""
     h, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg.get("head_dim", h // nh)
     inter = cfg["intermediate_size"]
     k = len(cfg["dflash_config"]["target_layer_ids"])
-    out = {"fc.weight": ((h, k * h), "linear"), "hidden_norm.weight": ((h,), "norm"), "norm.weight": ((h,), "norm")}
+    out = {"fc.weight": ((h, k * h), TensorKind.LINEAR), "hidden_norm.weight": ((h,), TensorKind.NORM), "norm.weight": ((h,), TensorKind.NORM)}
     for i in range(cfg["num_hidden_layers"]):
         p = f"layers.{i}."
         out.update({
-            p + "input_layernorm.weight": ((h,), "norm"),
-            p + "post_attention_layernorm.weight": ((h,), "norm"),
-            p + "self_attn.q_proj.weight": ((nh * hd, h), "linear"),
-            p + "self_attn.k_proj.weight": ((nkv * hd, h), "linear"),
-            p + "self_attn.v_proj.weight": ((nkv * hd, h), "linear"),
-            p + "self_attn.o_proj.weight": ((h, nh * hd), "linear"),
-            p + "self_attn.q_norm.weight": ((hd,), "norm"),
-            p + "self_attn.k_norm.weight": ((hd,), "norm"),
-            p + "mlp.gate_proj.weight": ((inter, h), "linear"),
-            p + "mlp.up_proj.weight": ((inter, h), "linear"),
-            p + "mlp.down_proj.weight": ((h, inter), "linear"),
+            p + "input_layernorm.weight": ((h,), TensorKind.NORM),
+            p + "post_attention_layernorm.weight": ((h,), TensorKind.NORM),
+            p + "self_attn.q_proj.weight": ((nh * hd, h), TensorKind.LINEAR),
+            p + "self_attn.k_proj.weight": ((nkv * hd, h), TensorKind.LINEAR),
+            p + "self_attn.v_proj.weight": ((nkv * hd, h), TensorKind.LINEAR),
+            p + "self_attn.o_proj.weight": ((h, nh * hd), TensorKind.LINEAR),
+            p + "self_attn.q_norm.weight": ((hd,), TensorKind.NORM),
+            p + "self_attn.k_norm.weight": ((hd,), TensorKind.NORM),
+            p + "mlp.gate_proj.weight": ((inter, h), TensorKind.LINEAR),
+            p + "mlp.up_proj.weight": ((inter, h), TensorKind.LINEAR),
+            p + "mlp.down_proj.weight": ((h, inter), TensorKind.LINEAR),
         })
     return out
 
@@ -101,7 +108,7 @@ def drafter_state(cfg, device="cuda", seed=1):
     out = {}
     for name, (shape, kind) in drafter_tensors(cfg).items():
         t = torch.empty(shape, dtype=torch.float32, device=device)
-        out[name] = t.fill_(1.0) if kind == "norm" else t.normal_(0.0, cfg["initializer_range"], generator=g)
+        out[name] = t.fill_(1.0) if kind is TensorKind.NORM else t.normal_(0.0, cfg["initializer_range"], generator=g)
     return out
 
 

@@ -1,5 +1,5 @@
 """The planner against reality, on the CPU side, from what a GPU run recorded
-(tools/gpu/e2e.py writes e2e.json and the models' config.json files under
+(tools.gpu.e2e writes e2e.json and the models' config.json files under
 its --out; the planner needs the `[harness]` extra, torch 2.13, which a GPU
 machine running SGLang 0.5.12.post1 with torch 2.11 does not have):
 
@@ -26,6 +26,8 @@ from pathlib import Path
 from unittest import mock
 
 from sgl_overlay.harness import environment, reading_gaps
+
+from .e2e_server import Tree
 
 GIB = 1 << 30
 # SGLang flags that name machine-local things or the server's address: not sizing inputs
@@ -154,7 +156,7 @@ def table(results):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("gpu_out", help="the --out folder of a tools/gpu/e2e.py run (e2e.json, models/)")
+    ap.add_argument("gpu_out", help="the --out folder of a tools.gpu.e2e run (e2e.json, models/)")
     ap.add_argument("--patched-tree", default=None, help="the patched tree the GPU ran (default: build/sglang)")
     ap.add_argument("--release", default=None,
                     help="the release the GPU ran as 'pristine' (default: the one of e2e.json's patched wheel)")
@@ -167,7 +169,7 @@ def main(argv=None):
     try:
         report = json.loads((out / "e2e.json").read_text())
     except (OSError, ValueError) as e:
-        print(f"e2e_plan: cannot read {out / 'e2e.json'}: {e}; give the --out folder of a tools/gpu/e2e.py run",
+        print(f"e2e_plan: cannot read {out / 'e2e.json'}: {e}; give the --out folder of a tools.gpu.e2e run",
               file=sys.stderr)
         return 2
     release = args.release or ran_release(report)
@@ -185,15 +187,15 @@ def main(argv=None):
             x["error"] = "no exact free-memory reading recorded (the start-up died before its weights, or no probe)"
             continue
         inp = inputs(run, out)
-        tree = "patched" if ".patched" in rid else "pristine"
+        tree = Tree.PATCHED if ".patched" in rid else Tree.PRISTINE
         x["free"] = list(fb)
         if sizing_env(run):
             x["env"] = sizing_env(run)
         try:
             with mock.patch.dict(os.environ, sizing_env(run)):     # the planner's child interpreters inherit it
                 dep = deployment(inp["model"], gpu=gpu, argv=inp["argv"], draft=inp["draft"],
-                                 tree=args.patched_tree if tree == "patched" else None,
-                                 release=release if tree == "pristine" else None,
+                                 tree=args.patched_tree if tree is Tree.PATCHED else None,
+                                 release=release if tree is Tree.PRISTINE else None,
                                  free_gib=[fb[0] / GIB, fb[1] / GIB], weights_gib=(fb[0] - fb[1]) / GIB)
                 rep = plan(dep, with_suggestions=False, with_sensitivity=False)
         except UsageError as e:

@@ -11,12 +11,20 @@ import subprocess
 import sys
 import time
 import urllib.request
+from enum import StrEnum
 from pathlib import Path
 
 from . import e2e_log
 from .process_groups import GROUPS
 
 HERE = Path(__file__).resolve().parent
+
+
+class Tree(StrEnum):
+    """A tree of --work a server runs from: the release (rebuilt from its wheel) or the overlay's wheel."""
+    PRISTINE = "pristine"
+    PATCHED = "patched"
+
 
 COMMON = ["--load-format", "dummy", "--skip-tokenizer-init", "--attention-backend", "triton",
           "--disable-cuda-graph", "--disable-piecewise-cuda-graph", "--log-level", "info", "--random-seed", "0"]

@@ -1,4 +1,4 @@
-"""Every process a GPU check starts ends with the check (tools/gpu/e2e.py).
+"""Every process a GPU check starts ends with the check (tools.gpu.e2e).
 
 A server is started in a process group of its own (a new session), so that a
 clean shutdown's SIGINT reaches its scheduler and detokenizer processes and

