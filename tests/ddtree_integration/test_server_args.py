@@ -42,7 +42,7 @@ REFUSALS = {
     "topk": (BASE + ["--speculative-eagle-topk", "4"], ["--speculative-eagle-topk 4"]),
     "budget": (BASE + ["--speculative-ddtree-budget", "0"], ["--speculative-ddtree-budget must be >= 1"]),
     "chain-batch": (BASE + ["--speculative-ddtree-chain-batch", "0"],
-                    ["--speculative-ddtree-chain-batch must be >= 1", "spec_value.py chain-batch"]),
+                    ["--speculative-ddtree-chain-batch must be >= 1", "tools.gpu.spec_value chain-batch"]),
     "adaptive-and-chain-batch": (BASE + ["--speculative-ddtree-adaptive", "--speculative-ddtree-chain-batch", "8"],
                                  ["--speculative-ddtree-adaptive and --speculative-ddtree-chain-batch 8",
                                   "Pass one of them"]),

@@ -172,7 +172,7 @@ def validate_ddtree_server_args(args: "ServerArgs") -> None:
         raise ValueError(
             f"--speculative-ddtree-chain-batch must be >= 1 (the batch size from which a step "
             f"verifies DFlash's chain), got {chain_batch}. Set it to the batch size where DFLASH "
-            "overtakes DDTREE (python tools/gpu/spec_value.py chain-batch REPORT tells it from a "
+            "overtakes DDTREE (python3 -m tools.gpu.spec_value chain-batch REPORT tells it from a "
             "measured run), or leave it out to verify the tree at every batch size."
         )
     if getattr(args, "speculative_ddtree_adaptive", False) and int(getattr(args, "tp_size", 1) or 1) > 1:
