@@ -4,7 +4,7 @@
 
 (``module``: the probes' module, default tests.ddtree_integration.probes.)
 
-The targeted loader of the regression harness (tools/sgl_overlay/harness/loader.py)
+The targeted loader of the regression harness (tools/sgl_overlay/harness/child/loader.py)
 executes only the modules a probe names from the tree; every other ``sglang.*``
 module is an inert stand-in.  A fresh interpreter per probe keeps the pristine
 and patched trees (and their registries) apart.  stdout carries one JSON line.

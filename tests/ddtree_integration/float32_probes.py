@@ -58,7 +58,7 @@ def gdn_modules(mods: dict) -> list:
 
 
 def _loader(root: str, real: list[str]):
-    from sgl_overlay.harness import loader
+    from sgl_overlay.harness.child import loader
 
     base = Path(root)
     common = loader.definitions(base, "sglang.srt.utils.common", ["cdiv", "next_power_of_2"], {})
@@ -245,7 +245,7 @@ def forward_extend_embeds(root: str, model_dtype: str, embeds_dtype: str) -> dic
     import torch
     import torch.nn.functional as F
 
-    from sgl_overlay.harness.standins import install_transformers_standin
+    from sgl_overlay.harness.child.standins import install_transformers_standin
 
     install_transformers_standin()
     loader, installed = _loader(root, ["sglang.srt.model_executor.model_runner"])
@@ -290,7 +290,7 @@ def upstream_unit_test(root: str, path: str) -> dict:
     import io
     import unittest
 
-    from sgl_overlay.harness.standins import install_transformers_standin
+    from sgl_overlay.harness.child.standins import install_transformers_standin
 
     install_transformers_standin()
     real = ["sglang.srt.model_executor.model_runner", "sglang.test.ci.ci_register"]

@@ -22,8 +22,8 @@ ARGPARSE_CONSTANTS = {
 
 
 def _install(root: str, real: list[str]):
-    from sgl_overlay.harness import loader
-    from sgl_overlay.harness.standins import install_transformers_standin, install_triton_standin
+    from sgl_overlay.harness.child import loader
+    from sgl_overlay.harness.child.standins import install_transformers_standin, install_triton_standin
 
     install_transformers_standin()
     install_triton_standin()

@@ -9,6 +9,7 @@ import pytest
 
 from sgl_overlay import extras
 from sgl_overlay.harness import outcome
+from sgl_overlay.harness.child import errors
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,7 +67,7 @@ def test_a_module_missing_inside_the_child_is_an_environment_error(tmp_path):
     try:
         import a_package_that_is_not_installed.sub  # noqa: F401  pyflakes: the import is the test
     except ModuleNotFoundError as e:
-        d = outcome.describe_exception(e, tmp_path)
+        d = errors.describe_exception(e, tmp_path)
     assert (d["kind"], d["package"]) == ("environment", "a_package_that_is_not_installed")
 
 
@@ -75,7 +76,7 @@ def test_a_missing_name_inside_sglang_stays_the_trees_problem(tmp_path):
     try:
         raise e
     except ModuleNotFoundError as caught:
-        d = outcome.describe_exception(caught, tmp_path)
+        d = errors.describe_exception(caught, tmp_path)
     assert (d["kind"], d["package"]) == ("import", None)
     assert outcome.classify({"completed": False, "error": d}).outcome is outcome.Outcome.UNTESTABLE
 

@@ -3,7 +3,7 @@ import contextlib
 import os
 
 from sgl_overlay.harness import layout, load_scenario
-from sgl_overlay.harness.drivers import Context
+from sgl_overlay.harness.child.drivers import Context
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""The run's import environment (harness/drivers/context.py), one step at a
+"""The run's import environment (harness/child/drivers/context.py), one step at a
 time: each does its thing and is undone.  The child interpreter is the
 isolation boundary between runs; these show that the steps themselves leave
 nothing behind either, on a real release tree (v0.5.14)."""
@@ -9,10 +9,11 @@ import sys
 
 import pytest
 
-from sgl_overlay.harness import layout, load_scenario, loader, standins
-from sgl_overlay.harness.drivers import context as context_mod
+from sgl_overlay.harness import layout, load_scenario
+from sgl_overlay.harness.child import loader, standins
+from sgl_overlay.harness.child.drivers import context as context_mod
 from sgl_overlay.harness.environment import sglang_settings
-from sgl_overlay.harness.drivers import Context
+from sgl_overlay.harness.child.drivers import Context
 from tests.regress import in_process
 
 TRANSFORMERS = ("transformers", "transformers.configuration_utils", "transformers.utils",

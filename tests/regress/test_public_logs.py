@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 
 from sgl_overlay.harness import Outcome, load_scenario, run_scenario, source_root
-from sgl_overlay.harness import readings, rope_reserve
+from sgl_overlay.harness import readings
+from sgl_overlay.harness.child import rope_reserve
 from sgl_overlay.harness.reading_gaps import GIB, ReadingsError, gaps_of_start, measured_gaps
 from sgl_overlay.harness.scenario import SCENARIO_DIR, ScenarioError, load
 
@@ -154,7 +155,7 @@ def test_an_integrated_gpu_is_not_bounded(runs):
 def test_the_tp2_log_has_no_stream_pool_in_its_window(runs):
     """At TP 2 PyNCCL's communicator (initialize_model_parallel, before the pre reading) made the stream
     pool: the release's code puts nothing of it between the readings, so only the rounding widens the
-    range (v0.5.9's pynccl.py and model_runner.py, read by harness/release_window.py)."""
+    range (v0.5.9's pynccl.py and model_runner.py, read by harness/child/release_window.py)."""
     sc, report, _, _ = runs("public-4090x2-qwen35-397b-kt-v059")
     (pool,) = [t for t in report.readings["terms"] if t["name"] == "stream pool"]
     assert (pool["lo_bytes"], pool["hi_bytes"]) == (0, 0) and "before the pre reading" in pool["source"]

@@ -1,5 +1,5 @@
 """The readings model (sgl_overlay.harness.readings, pure) and the release facts it takes
-(sgl_overlay.harness.release_window, read from real release trees): what the sizing can have read, given
+(sgl_overlay.harness.child.release_window, read from real release trees): what the sizing can have read, given
 a scenario's readings of either kind (docs/scenarios.md, "The readings")."""
 
 import json
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sgl_overlay.harness import readings, release_window, rope_reserve, source_root
+from sgl_overlay.harness import readings, source_root
+from sgl_overlay.harness.child import release_window, rope_reserve
 from sgl_overlay.harness.readings import End, InWindow, ReadingKind, Window, derive
 
 GIB, MIB = 1 << 30, 1 << 20

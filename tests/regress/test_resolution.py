@@ -1,4 +1,4 @@
-"""Each release's own flag resolution (harness/resolution.py): its ServerArgs
+"""Each release's own flag resolution (harness/child/resolution.py): its ServerArgs
 construction, run on the scenario's flags, with only the hardware probes
 answered from the scenario.
 

@@ -1,4 +1,4 @@
-"""The steps of the release's own flag resolution (harness/resolution.py), one
+"""The steps of the release's own flag resolution (harness/child/resolution.py), one
 at a time, each shown to do its thing and to be undone, on a real release's
 code (v0.5.14: its ServerArgs, and its arg_groups/speculative_hook.py, where
 the DFLASH rules live); then ``resolve`` as a whole leaves nothing behind,
@@ -13,10 +13,11 @@ import types
 import pytest
 import torch
 
-from sgl_overlay.harness import layout, loader, resolution
-from sgl_overlay.harness.drivers import inputs
-from sgl_overlay.harness.release_parser import build
-from sgl_overlay.harness.standins import MissingInput
+from sgl_overlay.harness import layout
+from sgl_overlay.harness.child import loader, resolution
+from sgl_overlay.harness.child.drivers import inputs
+from sgl_overlay.harness.child.release_parser import build
+from sgl_overlay.harness.child.standins import MissingInput
 from tests.regress import in_process
 
 H200 = resolution.Hardware("NVIDIA H200", (9, 0), 143_771, 8, "12.8")

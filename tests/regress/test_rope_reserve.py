@@ -1,12 +1,13 @@
 """The RoPE pre-expansion between "Load weight end" and the sizing's reading
-(``sgl_overlay.harness.rope_reserve``), against the releases' own code and PyTorch's
+(``sgl_overlay.harness.child.rope_reserve``), against the releases' own code and PyTorch's
 caching allocator rules (c10/cuda/CUDACachingAllocator.cpp: kSmallSize 1 MiB -> kSmallBuffer
 2 MiB, below kMinLargeAlloc 10 MiB -> kLargeBuffer 20 MiB, else a multiple of kRoundLarge 2 MiB).
 The measured H200 starts and the public logs are in test_public_logs.py."""
 
 import pytest
 
-from sgl_overlay.harness import rope_reserve, source_root
+from sgl_overlay.harness import source_root
+from sgl_overlay.harness.child import rope_reserve
 
 MIB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""harness/scoped.py: each change of the interpreter's state holds for the
+"""harness/child/scoped.py: each change of the interpreter's state holds for the
 block of a ``with`` statement and is undone at its end, also when the block
 raises."""
 
@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from sgl_overlay.harness import scoped
+from sgl_overlay.harness.child import scoped
 
 
 class Boom(Exception):

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from sgl_overlay.harness import loader
+from sgl_overlay.harness.child import loader
 from sgl_overlay.harness.layout import source_root
 
 from .support import DEVICES, simulate, tree_helpers

@@ -33,7 +33,7 @@ from typing import List, Optional, Tuple
 import pytest
 import torch
 
-from sgl_overlay.harness import loader
+from sgl_overlay.harness.child import loader
 
 
 

@@ -5,7 +5,7 @@ import sys
 import pytest
 import torch
 
-from sgl_overlay.harness import loader
+from sgl_overlay.harness.child import loader
 
 from .support import DEVICES, simulate, tree_helpers
 

@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 from sgl_overlay import release_trees
-from sgl_overlay.harness import loader
+from sgl_overlay.harness.child import loader
 from sgl_overlay.harness.layout import source_root
-from sgl_overlay.harness.resolution import _platform
+from sgl_overlay.harness.child.resolution import _platform
 
 from tests import port_tree as port_series
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from ..errors import UsageError
@@ -12,39 +13,68 @@ class NoSource(UsageError):
     """No SGLang source under the given path (usage error, exit 2)."""
 
 
+class Driver(StrEnum):
+    """The child's driver of an era's sizing code (``harness/child/drivers/<value>.py``, its ``drive``)."""
+
+    CONFIGURATOR = "configurator"  # the release's KVCacheConfigurator
+    RUNNER = "runner"  # a ModelRunner-like object and its real methods
+
+
+class Era(StrEnum):
+    """A sizing-code layout, newest first; the files that mark it and the driver that runs it."""
+
+    CONFIGURATOR = "configurator"  # v0.5.16+: mem_cache/kv_cache_configurator.py
+    MIXIN_BYTES = "mixin-bytes"  # the KV-cache mixin and model_executor/pool_configurator.py
+    MIXIN = "mixin"  # model_executor/model_runner_kv_cache_mixin.py
+    RUNNER = "runner"  # model_executor/model_runner.py alone
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The files (under the source root) a tree of this era has, all of them."""
+        return {
+            Era.CONFIGURATOR: (_KV_CONFIGURATOR,),
+            Era.MIXIN_BYTES: (_POOL_CONFIGURATOR, _MIXIN),
+            Era.MIXIN: (_MIXIN,),
+            Era.RUNNER: (_RUNNER,),
+        }[self]
+
+    @property
+    def driver(self) -> Driver:
+        return Driver.CONFIGURATOR if self is Era.CONFIGURATOR else Driver.RUNNER
+
+
+_KV_CONFIGURATOR = "sglang/srt/mem_cache/kv_cache_configurator.py"
+_POOL_CONFIGURATOR = "sglang/srt/model_executor/pool_configurator.py"
+_MIXIN = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"
+_RUNNER = "sglang/srt/model_executor/model_runner.py"
+
+
 @dataclass(frozen=True)
 class Layout:
-    era: str  # "runner" | "mixin" | "mixin-bytes" | "configurator"
+    era: Era
     entry: str  # module that holds the entry point
     real: tuple[str, ...]  # modules executed from the tree for the sizing
 
 
-# Newest first: the first whose marker file exists decides.
+# Newest first: the first whose marker files exist decides.
 ERAS = (
     Layout(
-        "configurator",
+        Era.CONFIGURATOR,
         "sglang.srt.mem_cache.kv_cache_configurator",
         ("sglang.srt.mem_cache.kv_cache_configurator", "sglang.srt.model_executor.pool_configurator"),
     ),
     Layout(
-        "mixin-bytes",
+        Era.MIXIN_BYTES,
         "sglang.srt.model_executor.model_runner_kv_cache_mixin",
         ("sglang.srt.model_executor.model_runner_kv_cache_mixin", "sglang.srt.model_executor.pool_configurator"),
     ),
     Layout(
-        "mixin",
+        Era.MIXIN,
         "sglang.srt.model_executor.model_runner_kv_cache_mixin",
         ("sglang.srt.model_executor.model_runner_kv_cache_mixin",),
     ),
-    Layout("runner", "sglang.srt.model_executor.model_runner", ("sglang.srt.model_executor.model_runner",)),
+    Layout(Era.RUNNER, "sglang.srt.model_executor.model_runner", ("sglang.srt.model_executor.model_runner",)),
 )
-
-_MARKERS = {
-    "configurator": "sglang/srt/mem_cache/kv_cache_configurator.py",
-    "mixin-bytes": "sglang/srt/model_executor/pool_configurator.py",
-    "mixin": "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
-    "runner": "sglang/srt/model_executor/model_runner.py",
-}
 
 
 def source_root(path: str | Path) -> Path:
@@ -66,12 +96,10 @@ def source_root(path: str | Path) -> Path:
 
 def detect(root: Path) -> Layout:
     for layout in ERAS:
-        marker = root / _MARKERS[layout.era]
-        if marker.is_file():
-            if layout.era == "mixin-bytes" and not (root / _MARKERS["mixin"]).is_file():
-                continue
+        if all((root / m).is_file() for m in layout.era.markers):
             return layout
-    raise NoSource(f"{root}/sglang/srt has none of {', '.join(_MARKERS.values())}")
+    raise NoSource(f"{root}/sglang/srt has none of "
+                   f"{', '.join((_KV_CONFIGURATOR, _POOL_CONFIGURATOR, _MIXIN, _RUNNER))}")
 
 
 def version_of(root: Path) -> str | None:

@@ -17,13 +17,11 @@ run stops with extras.MissingDependency (exit 2) naming it.
 
 from __future__ import annotations
 
-import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 
-from ..extras import third_party_missing
-
+from .protocol import DELIBERATE, Origin, SizingResult
 
 
 class Outcome(StrEnum):
@@ -45,69 +43,13 @@ class Classification:
     message: str | None = None
 
 
-# Exception types upstream raises on purpose to refuse a configuration.
-DELIBERATE = ("ValueError", "RuntimeError", "NotImplementedError")
-
-
-def describe_exception(e: BaseException, root: Path) -> dict:
-    """Plain-data description of an exception: where it came from and why."""
-    from . import loader
-    from .drivers import Untestable
-    from .standins import MissingInput
-
-    tb = traceback.extract_tb(e.__traceback__)
-    root_s = str(Path(root).resolve())
-    in_tree = [f for f in tb if f.filename.startswith(root_s)]
-    last = tb[-1] if tb else None
-    origin = "harness"
-    if last is not None:
-        if last.filename.startswith(root_s):
-            origin = "tree"
-        elif "<sglang stand-in" in last.filename or "/harness/loader.py" in last.filename:
-            origin = "standin"
-    raise_stmt = False
-    if last is not None and origin == "tree":
-        import linecache
-
-        raise_stmt = linecache.getline(last.filename, last.lineno).strip().startswith("raise")
-    where = None
-    if in_tree:
-        f = in_tree[-1]
-        where = f"{Path(f.filename).relative_to(root_s)}:{f.lineno} ({f.name})"
-    text = str(e)
-    stub_involved = "stand-in" in text or "_StubMeta" in text or "_StubInstance" in text
-    if not stub_involved:
-        short = {n.rsplit(".", 1)[-1] for n in loader.StubRegistry.touched}
-        stub_involved = any(f"'{n}'" in text for n in short)
-    kind = "exception"
-    if isinstance(e, MissingInput):
-        kind = "missing-input"
-    elif isinstance(e, Untestable):
-        kind = "untestable"
-    elif isinstance(e, ModuleNotFoundError) and third_party_missing(e.name):
-        kind = "environment"  # a package missing here, not a property of the tree
-    elif isinstance(e, ImportError):
-        kind = "import"
-    return {
-        "type": type(e).__name__,
-        # the class and its bases: a tree's own RuntimeError subclass is still deliberate
-        "mro": [c.__name__ for c in type(e).__mro__],
-        "message": text,
-        "kind": kind,
-        "package": third_party_missing(e.name) if kind == "environment" else None,
-        "origin": origin,
-        "where": where,
-        "stub_involved": stub_involved,
-        "raise_statement": raise_stmt,
-        "traceback": "".join(traceback.format_exception(e))[-4000:],
-        "standins_touched_sample": sorted(loader.StubRegistry.touched)[-10:] if stub_involved else [],
-    }
-
-
-def classify(child: dict) -> Classification:
-    """Outcome of one child run (no remedy verification)."""
-    if child.get("completed"):
-        f = child.get("figures", {})
+def classify(child: SizingResult | Mapping) -> Classification:
+    """Outcome of one child run (no remedy verification); ``child`` as read (``SizingResult``) or as
+    written (its JSON)."""
+    if not isinstance(child, SizingResult):
+        child = SizingResult.parse(child)
+    if child.completed:
+        f = child.figures
         tokens = f.get("max_total_num_tokens")
         reqs = f.get("max_running_requests")
         slots = f.get("max_mamba_cache_size")
@@ -124,21 +66,18 @@ def classify(child: dict) -> Classification:
             return Classification(Outcome.BROKEN, "sizing completed with " + ", ".join(problems))
         return Classification(Outcome.OK, f"{tokens} KV tokens, {reqs} running requests"
                               + (f", {slots} Mamba slots" if slots is not None else ""))
-    err = child.get("error") or {}
-    etype, origin = err.get("type"), err.get("origin")
-    if etype not in DELIBERATE and any(b in DELIBERATE for b in err.get("mro", ())):
-        etype = next(b for b in err["mro"] if b in DELIBERATE)
-    if err.get("kind") in ("missing-input", "untestable", "import") or err.get("stub_involved"):
-        return Classification(Outcome.UNTESTABLE, f"{etype}: {err.get('message')}")
-    if origin == "tree" and etype == "AssertionError":
-        return Classification(Outcome.BROKEN,
-                              f"assertion in upstream code at {err.get('where')}: {err.get('message')}")
-    if origin == "tree" and etype in DELIBERATE and not err.get("raise_statement", True):
+    err = child.error
+    if err is None:
+        return Classification(Outcome.UNTESTABLE, "None from None at harness: None")
+    etype, in_tree = err.deliberate_type, err.origin is Origin.TREE
+    if err.kind.harness_cannot_drive or err.stub_involved:
+        return Classification(Outcome.UNTESTABLE, f"{etype}: {err.message}")
+    if in_tree and etype == "AssertionError":
+        return Classification(Outcome.BROKEN, f"assertion in upstream code at {err.where}: {err.message}")
+    if in_tree and etype in DELIBERATE and not err.raise_statement:
         return Classification(Outcome.UNTESTABLE,
-                              f"{etype} inside upstream code at {err.get('where')} but not at a raise statement "
-                              f"(most likely a stand-in value): {err.get('message')}")
-    if origin == "tree" and etype in DELIBERATE:
-        return Classification(Outcome.REFUSED, f"{etype} at {err.get('where')}: {err.get('message')}",
-                              err.get("message"))
-    return Classification(Outcome.UNTESTABLE,
-                          f"{etype} from {origin} at {err.get('where') or 'harness'}: {err.get('message')}")
+                              f"{etype} inside upstream code at {err.where} but not at a raise statement "
+                              f"(most likely a stand-in value): {err.message}")
+    if in_tree and etype in DELIBERATE:
+        return Classification(Outcome.REFUSED, f"{etype} at {err.where}: {err.message}", err.message)
+    return Classification(Outcome.UNTESTABLE, f"{etype} from {err.origin} at {err.where or 'harness'}: {err.message}")

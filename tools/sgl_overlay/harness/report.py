@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import FAILED, OK, UNTESTABLE
 from .case import Case
 from .outcome import Outcome
+from .protocol import SizingResult
 from .readings import SizingReadings
 from .remedy import Remedy
 
@@ -98,11 +99,11 @@ class EndRun:
     readings: dict | None
 
     @classmethod
-    def of(cls, child: dict) -> EndRun:
+    def of(cls, child: SizingResult) -> EndRun:
         from .outcome import classify
 
         c = classify(child)
-        return cls(c.outcome, c.reason, child.get("figures", {}) or {}, child.get("readings"))
+        return cls(c.outcome, c.reason, child.figures, child.readings)
 
 
 # The figures a range is given in (the start-up log's own three)

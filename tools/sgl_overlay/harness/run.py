@@ -1,4 +1,7 @@
-"""Parent side: run a scenario on a tree in a fresh interpreter, verify remedies, judge."""
+"""Parent side: run a scenario on a tree in a fresh interpreter, verify remedies, judge.
+
+The child (``harness/child``) is only started, never imported: its result is read through
+``protocol`` (``SizingResult``, ``FlagsResult``)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from . import outcome as outcome_mod
 from .case import Case
 from .judgement import judge
 from .outcome import Outcome
+from .protocol import ErrorKind, ErrorRecord, FlagsResult, Job, SizingResult
 from .remedy import Relation, Remedy, from_ledger, parse_remedies
 from .readings import End
 from .report import EndRun, Findings, RemedyCheck, Report, Rerun
@@ -30,7 +34,8 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
     """One fresh interpreter, one sizing run; returns the child's JSON.
 
     ``module`` is the child entry point (``python -m MODULE``, request JSON on
-    stdin, one result JSON line on stdout); the planner's flag parser uses it too.
+    stdin, one result JSON line on stdout): the harness's child (its jobs: ``protocol.Job``), or a
+    test's own.
     ``path``: folders put first on the child's sys.path (a test's own child module);
     the current directory never is (``-P``), so a folder the user stands in cannot
     shadow a module the child imports.
@@ -64,38 +69,39 @@ def run_child(root: Path, request: dict, timeout: float = 120.0,
         _stop_on_missing_package(root, None, proc.stderr)
         return {
             "completed": False,
-            "error": {
-                "type": "ChildFailed",
-                "kind": "untestable",
-                "origin": "harness",
-                "where": None,
-                "message": f"the child interpreter exited {proc.returncode} without a result; "
-                f"its stderr ends: {proc.stderr[-1500:]}",
-            },
+            "error": ErrorRecord.child_failed(proc.returncode, proc.stderr).to_json(),
             "timing": {"wall_s": round(wall, 4)},
             "environment": settings,
         }
     result = json.loads(lines[-1])
-    _stop_on_missing_package(root, result.get("error"), "")
+    err = result.get("error")
+    _stop_on_missing_package(root, ErrorRecord.parse(err) if isinstance(err, dict) else None, "")
     result.setdefault("timing", {})["wall_s"] = round(wall, 4)
     result["stderr_tail"] = proc.stderr[-2000:]
     result["environment"] = settings
     return result
 
 
-def _stop_on_missing_package(root, err, stderr: str) -> None:
+def run_sizing(root: Path, request: dict, launch=None) -> SizingResult:
+    """One sizing run (``Job.SIZING``) of the request on the tree at ``root``, as read."""
+    return SizingResult.parse(run_child(root, dict(request, job=Job.SIZING.value), launch=launch))
+
+
+def run_flags(root: Path, argv: list[str]) -> FlagsResult:
+    """SGLang's server flags ``argv`` parsed by the tree's own ServerArgs (``Job.FLAGS``, child/flags.py)."""
+    return FlagsResult.parse(run_child(root, {"job": Job.FLAGS.value, "argv": list(argv)}))
+
+
+def _stop_on_missing_package(root, err: ErrorRecord | None, stderr: str) -> None:
     """A package missing from this environment stops the run (exit 2,
     naming it): neither the tree nor the scenario is at fault.  ``err`` is a
-    completed child's error (the flag parser's child reports a plain message
-    string), ``stderr`` a child's that ended without a result."""
-    if not isinstance(err, dict):
-        err = {}
-    package = err.get("package") if err.get("kind") == "environment" else None
+    completed child's error record, ``stderr`` a child's that ended without a result."""
+    package = err.package if err is not None and err.kind is ErrorKind.ENVIRONMENT else None
     if package is None and stderr:
         m = re.search(r"^ModuleNotFoundError: No module named '([\w.]+)'", stderr, re.M)
         package = third_party_missing(m.group(1)) if m else None
     if package:
-        where = err.get("where") or "the harness's child interpreter"
+        where = (err.where if err is not None else None) or "the harness's child interpreter"
         raise MissingDependency(package, f"running {layout_mod.version_of(root) or root}'s sizing code ({where})")
 
 
@@ -105,23 +111,23 @@ def _stop_on_missing_package(root, err, stderr: str) -> None:
 SPAN_DEPTH = 12
 
 
-def _slots(child: dict):
+def _slots(child: SizingResult):
     c = outcome_mod.classify(child)
-    return (child.get("figures") or {}).get("max_mamba_cache_size") if c.outcome is Outcome.OK else None
+    return child.figures.get("max_mamba_cache_size") if c.outcome is Outcome.OK else None
 
 
-def run_span(root: Path, request: dict, both: bool = True, launch=None) -> list[dict]:
+def run_span(root: Path, request: dict, both: bool = True, launch=None) -> list[SizingResult]:
     """The sizing along the readings' span (readings.py): ``[pessimistic end, optimistic end, runs either
     side of each step]``, child results; one run (the pessimistic end) where the readings are exact or
     ``both`` is false.  The budget grows along the span, and with it the KV tokens, except where the
     release's hybrid sizing adds a Mamba slot, whose state the tokens then lose: where the ends' slot
     counts differ, each step is placed by bisection (``SPAN_DEPTH``) and the runs on both sides of it
     are kept, so the figures' least and most values over the span are among the runs."""
-    first = run_child(root, dict(request, span_at=End.PESSIMISTIC.position), launch=launch)
-    derived = first.get("readings") or {}
+    first = run_sizing(root, dict(request, span_at=End.PESSIMISTIC.position), launch=launch)
+    derived = first.readings or {}
     if not both or not derived or derived.get("exact"):
         return [first]
-    last = run_child(root, dict(request, span_at=End.OPTIMISTIC.position), launch=launch)
+    last = run_sizing(root, dict(request, span_at=End.OPTIMISTIC.position), launch=launch)
 
     def steps(t0, r0, t1, r1, depth):
         if None in (_slots(r0), _slots(r1)) or _slots(r0) == _slots(r1):
@@ -129,7 +135,7 @@ def run_span(root: Path, request: dict, both: bool = True, launch=None) -> list[
         if depth == 0:
             return [r0, r1]
         tm = (t0 + t1) / 2
-        rm = run_child(root, dict(request, span_at=tm), launch=launch)
+        rm = run_sizing(root, dict(request, span_at=tm), launch=launch)
         return steps(t0, r0, tm, rm, depth - 1) + steps(tm, rm, t1, r1, depth - 1)
 
     return [first, last] + steps(0.0, first, 1.0, last, SPAN_DEPTH)
@@ -151,7 +157,7 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
         request["measure_allocation"] = True
     child, *others = run_span(root, request, launch=launch)
     c = outcome_mod.classify(child)
-    ledger = child.get("ledger")
+    ledger = child.ledger
     case = Case.of(ledger)
     remedy, remedies, warning = None, (), None
     if c.outcome is Outcome.REFUSED:
@@ -172,21 +178,21 @@ def run_scenario(tree: str | Path, scenario: Scenario, verify_remedy: bool = Tru
         layout=lay.era,
         outcome=c.outcome,
         reason=c.reason,
-        figures=child.get("figures", {}),
-        error=_public_error(child.get("error")),
-        notes=child.get("notes", []),
+        figures=child.figures,
+        error=child.error.public() if child.error else None,
+        notes=child.notes,
         # from v0.5.14 the sizing's reading holds the drafter's weights (draft_reading.py)
-        drafter_reading=child.get("drafter_reading"),
+        drafter_reading=child.drafter_reading,
         # the sizing's readings (readings.py) and, where they span a width, the run at the other end
-        readings=child.get("readings"),
+        readings=child.readings,
         optimistic=EndRun.of(others[0]) if others else None,
         inside=tuple(EndRun.of(x) for x in others[1:]),
-        timing=child.get("timing", {}),
-        reads=child.get("reads", []),
+        timing=child.timing,
+        reads=child.reads,
         ledger=ledger,
-        log=child.get("log", []),
+        log=child.log,
         # the SGLang settings (SGLANG_*) the child ran under: the caller's, honoured as the server would
-        environment=child.get("environment", {}),
+        environment=child.environment,
         case=case,
         remedy=remedy,
         remedies=remedies,
@@ -204,12 +210,6 @@ def _check_remedies(root: Path, scenario: Scenario, stated: list[Remedy], verify
     return (checked[0] if checked else RemedyCheck.none_stated(none_stated)), checked
 
 
-def _public_error(err):
-    if not err:
-        return None
-    return {k: err.get(k) for k in ("type", "message", "kind", "origin", "where", "traceback") if k in err}
-
-
 def _verify(root: Path, scenario: Scenario, remedy: Remedy,
             measure_allocation: bool = False, want_case: Case | None = None,
             launch=None) -> RemedyCheck:
@@ -224,10 +224,10 @@ def _verify(root: Path, scenario: Scenario, remedy: Remedy,
     request = scenario.to_request(remedy.changes)
     if measure_allocation:
         request["measure_allocation"] = True
-    rerun = run_child(root, request, launch=launch)
+    rerun = run_sizing(root, request, launch=launch)
     v = outcome_mod.classify(rerun)
-    again = Rerun(remedy.changes, v.outcome, v.reason, rerun.get("figures", {}), rerun.get("ledger"),
-                  Case.of(rerun.get("ledger")), want_case is not None)
+    again = Rerun(remedy.changes, v.outcome, v.reason, rerun.figures, rerun.ledger,
+                  Case.of(rerun.ledger), want_case is not None)
     works = v.outcome is Outcome.OK
     why = f"re-run with {remedy.flags}: {v.outcome} ({v.reason})"
     if want_case is not None:

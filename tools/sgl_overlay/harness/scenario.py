@@ -13,6 +13,7 @@ from pathlib import Path
 from ..errors import UsageError
 from .case import Case
 from .flag_renames import respell
+from .model_shape import ModelKind, text_config
 from .outcome import Outcome
 from .readings import ReadingKind
 from .scenario_types import wrong_types
@@ -175,10 +176,10 @@ def _check_readings(path: Path, gpu: dict, model: dict) -> None:
         if gpu.get(key, 0) < 0:
             raise ScenarioError(f"{path}: [gpu] {key} must not be negative (a half-width in GiB), not {gpu[key]!r}")
     if kind is ReadingKind.LOGGED:
-        text = model.get("text_config", {}) if model.get("kind") == "qwen3_5" else model
+        text = text_config(model)
         missing = [k for k in ("max_position_embeddings", "head_dim") if k not in text]
         if missing:
-            table = "[model.text_config]" if model.get("kind") == "qwen3_5" else "[model]"
+            table = ModelKind.of(model).text_table
             raise ScenarioError(f"{path}: readings = \"logged\" derives the RoPE pre-expansion after \"Load weight "
                                 f"end\", which needs {table} {', '.join(missing)} (the published config.json's)")
 

@@ -60,7 +60,7 @@ def verdict_report(dep: Deployment) -> tuple[dict, Sizing]:
         "readings": base.readings,
         "range": base.range,
         "error": base.to_dict()["error"],
-        # every flag the release's own ServerArgs resolution changed (harness/resolution.py)
+        # every flag the release's own ServerArgs resolution changed (harness/child/resolution.py)
         "resolution": base.figures.get("resolution") or [],
     }
     return out, base

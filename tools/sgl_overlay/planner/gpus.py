@@ -37,7 +37,7 @@ class Gpu:
     source: str
     aliases: tuple[str, ...] = ()
     # What torch.cuda reports for the card (the release's own flag resolution
-    # reads both: harness/resolution.py): get_device_name, get_device_capability
+    # reads both: harness/child/resolution.py): get_device_name, get_device_capability
     device_name: str = ""
     capability: tuple[int, int] = (0, 0)
 

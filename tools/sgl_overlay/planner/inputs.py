@@ -10,7 +10,8 @@ from pathlib import Path
 from ..errors import UsageError
 from ..harness import layout as layout_mod
 from ..harness.readings import ReadingKind
-from ..harness.run import run_child
+from ..harness.protocol import FlagsFailure
+from ..harness.run import run_flags
 from .. import project
 from . import gpus as gpus_mod
 from . import model as model_mod
@@ -157,19 +158,18 @@ def _staleness(path: Path, checkout: Path) -> str | None:
 
 
 def parse_flags(tree: Tree, argv: list[str]) -> tuple[dict, list[str]]:
-    """SGLang's flags, parsed by that tree's own ServerArgs (see flags.py)."""
-    res = run_child(tree.root, {"argv": list(argv)}, module="sgl_overlay.planner.flags")
-    if res.get("ok"):
-        return res["fields"], res.get("dropped", [])
-    if res.get("kind") == "flag":
-        hints = "; ".join(res.get("hints") or [])
+    """SGLang's flags, parsed by that tree's own ServerArgs (harness/child/flags.py)."""
+    res = run_flags(tree.root, argv)
+    if res.ok:
+        return res.fields, res.dropped
+    if res.failure is FlagsFailure.FLAG:
+        hints = "; ".join(res.hints)
         raise UsageError(
-            f"SGLang {tree.label} rejects the server flags: {res['error']}"
+            f"SGLang {tree.label} rejects the server flags: {res.error}"
             + (f" ({hints})" if hints else ""),
-            hint=f"this release declares {res.get('known_flags')} flags; see `python -m sglang.launch_server "
+            hint=f"this release declares {res.known_flags} flags; see `python -m sglang.launch_server "
                  f"--help` for that release, or plan another release with --release")
-    err = res.get("error") or res.get("error", {})
-    raise UsageError(f"cannot parse flags with SGLang {tree.label}'s own ServerArgs: {err}",
+    raise UsageError(f"cannot parse flags with SGLang {tree.label}'s own ServerArgs: {res.error}",
                      hint="the planner parses flags with each release's own ServerArgs (v0.5.5-v0.5.23, patched "
                           "trees of the pin); plan another release with --release")
 

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
+from ..harness.model_shape import ModelKind
 from . import weights as weights_mod
 
 GIB = 1 << 30
 
 # How the harness builds each architecture the planner accepts (the harness
-# model kinds, tools/sgl_overlay/harness/drivers/inputs.model).
+# model kinds, harness/model_shape.ModelKind, built by harness/child/drivers/inputs.model).
 HYBRID_QWEN3_5 = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM")
 # Full attention on every layer, one KV head group per layer, standard config
 # fields (num_hidden_layers, num_key_value_heads, head_dim or hidden/heads).
@@ -34,7 +35,7 @@ class ModelInput:
     path: Path  # the config.json read
     config: dict
     architecture: str
-    kind: str  # harness model kind: "dense" | "qwen3_5"
+    kind: ModelKind  # how the harness builds it
     weights_bytes: int | None
     weights_source: str
     weights_method: str = ""  # given | index | config (weights.py)
@@ -54,22 +55,22 @@ class ModelInput:
         t = self.text_config()
         dtype = str(t.get("torch_dtype") or self.config.get("torch_dtype") or t.get("dtype")
                     or self.config.get("dtype") or "bfloat16")
-        if self.kind == "qwen3_5":
-            out = {"kind": "qwen3_5", "architectures": [self.architecture], "context_len": context_len,
+        if self.kind is ModelKind.QWEN3_5:
+            out = {"kind": self.kind.value, "architectures": [self.architecture], "context_len": context_len,
                    "dtype": dtype, "text_config": dict(t)}
             if isinstance(self.config.get("vision_config"), dict):   # its RoPE cache (else the release's default)
                 out["vision_config"] = dict(self.config["vision_config"])
             return out
         heads = int(t["num_attention_heads"])
         out = {
-            "kind": "dense",
+            "kind": self.kind.value,
             "architectures": [self.architecture],
             "num_hidden_layers": int(t["num_hidden_layers"]),
             "num_key_value_heads": int(t.get("num_key_value_heads") or heads),
             "head_dim": int(t.get("head_dim") or int(t["hidden_size"]) // heads),
             "context_len": context_len,
             "dtype": dtype,
-            # the RoPE cache the release pre-expands after "Load weight end" (harness/rope_reserve.py)
+            # the RoPE cache the release pre-expands after "Load weight end" (harness/child/rope_reserve.py)
             "max_position_embeddings": int(t.get("max_position_embeddings") or 2048),
         }
         for key in ("partial_rotary_factor", "rope_scaling", "rope_parameters"):
@@ -132,9 +133,9 @@ def load(model: str | Path, root: Path, release: str, weights_gib: float | None 
             + (f"; closest: {', '.join(close)}" if close else "") + ")",
             hint="check the model's config.json, or plan against a release that supports it (--release)")
     if arch in HYBRID_QWEN3_5:
-        kind = "qwen3_5"
+        kind = ModelKind.QWEN3_5
     elif arch in DENSE:
-        kind = "dense"
+        kind = ModelKind.DENSE
     else:
         raise UsageError(
             f"{path}: SGLang {release} knows {arch!r}, but the planner cannot build its sizing inputs yet",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..harness.case import Case
 from ..harness.outcome import Outcome, classify
+from ..harness.protocol import ErrorRecord
 from ..harness.report import EndRun, figure_range
 from ..harness.run import run_span
 from .inputs import Deployment, Memory
@@ -25,7 +26,7 @@ class Sizing:
     outcome: Outcome
     reason: str
     figures: dict
-    error: dict | None
+    error: ErrorRecord | None
     verdict: Verdict
     why: list[str]
     ledger: dict
@@ -49,7 +50,8 @@ class Sizing:
         return {"overrides": self.overrides, "outcome": self.outcome, "reason": self.reason,
                 "verdict": self.verdict, "case": self.case, "shortfall": self.shortfall,
                 "why": self.why, "ledger": self.ledger,
-                "error": {k: (self.error or {}).get(k) for k in ("type", "message", "where")} if self.error else None}
+                "error": {"type": self.error.type, "message": self.error.message, "where": self.error.where}
+                if self.error else None}
 
 
 def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None = None, span: bool = False) -> Sizing:
@@ -61,12 +63,12 @@ def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None =
     with _SLOTS:
         child, *others = run_span(dep.tree.root, dep.request(overrides, memory), both=span)
     c = classify(child)
-    figures = child.get("figures", {}) or {}
+    figures = child.figures
     m = memory or dep.memory
     ctx = dep.context_len(overrides)
     explicit = (overrides.get("max_running_requests") or dep.fields.get("max_running_requests")) is not None
-    tree_ledger = child.get("ledger") or {}
-    verdict, why = judge(c.outcome, c.reason, figures, ctx, child.get("error"), explicit, tree_ledger)
+    tree_ledger = child.ledger or {}
+    verdict, why = judge(c.outcome, c.reason, figures, ctx, child.error, explicit, tree_ledger)
     short = shortfall(figures, ctx, explicit) if c.outcome is Outcome.OK else []
     rng = None
     if others:
@@ -74,18 +76,18 @@ def size(dep: Deployment, overrides: dict | None = None, memory: Memory | None =
         started = [e.figures for e in [EndRun.of(child), *ends] if e.outcome is Outcome.OK]
         rng = {"optimistic": {"outcome": ends[0].outcome, "reason": ends[0].reason},
                "runs": 1 + len(ends), "figures": figure_range(started)}
-    return Sizing(overrides, c.outcome, c.reason, figures, child.get("error"), verdict, why,
+    return Sizing(overrides, c.outcome, c.reason, figures, child.error, verdict, why,
                   ledger(figures, m, ctx, overrides.get("mem_fraction_static", dep.fields.get("mem_fraction_static"))
                          if "mem_fraction_static" in overrides or dep.fields.get("mem_fraction_static") is not None
                          else resolved(figures, "mem_fraction_static"),
-                         child.get("readings")),
-                  Case.of(tree_ledger), short, child.get("environment", {}),
-                  child.get("drafter_reading"), child.get("readings"), rng)
+                         child.readings),
+                  Case.of(tree_ledger), short, child.environment,
+                  child.drafter_reading, child.readings, rng)
 
 
 def resolution_of(figures: dict, field_name: str) -> dict:
     """The release's own ServerArgs resolution's change of a field ({flag, given, resolved, rule}: the
-    harness's record, harness/resolution.py), or {} where it did not change it."""
+    harness's record, harness/child/resolution.py), or {} where it did not change it."""
     return next((c for c in figures.get("resolution") or [] if c.get("flag") == field_name), {})
 
 

@@ -104,7 +104,7 @@ def tree_remedies(dep: Deployment, base: Sizing) -> list[dict]:
     if base.outcome is not Outcome.REFUSED or not base.error:
         return []
     out = []
-    for r in remedy.parse_remedies(base.error.get("message", "")):
+    for r in remedy.parse_remedies(base.error.message or ""):
         s = size(dep, r.changes)
         out.append({"argv": r.argv(), "changes": r.changes, "stated_as": r.source, "verdict": s.verdict,
                     "case": s.case, "shortfall": s.shortfall, "why": s.why, "ledger": s.ledger,

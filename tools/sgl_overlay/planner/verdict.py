@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from ..harness.case import Case
 from ..harness.outcome import Outcome
+from ..harness.protocol import ErrorRecord
 from .inputs import GIB, Memory
 
 # Suggestion targets: 2 starts with everything asked, 1 starts short of it (fewer
@@ -110,7 +111,7 @@ class Verdict:
 STARTS, WONT, UNKNOWN, REJECTED = (Verdict(k) for k in (Kind.STARTS, Kind.WONT, Kind.UNKNOWN, Kind.REJECTED))
 
 
-def judge(outcome: Outcome, reason: str, f: dict, context_len: int, error: dict | None,
+def judge(outcome: Outcome, reason: str, f: dict, context_len: int, error: ErrorRecord | None,
           requests_given: bool = True, tree_ledger: dict | None = None) -> tuple[Verdict, list[str]]:
     """The verdict in the memory topic's three answers.  A tree that writes the
     memory ledger (the patched tree) decides it: its ``figures.case`` fits /
@@ -126,8 +127,8 @@ def judge(outcome: Outcome, reason: str, f: dict, context_len: int, error: dict 
     if outcome is Outcome.UNTESTABLE:
         return UNKNOWN, [f"the harness could not drive this tree for these inputs: {reason}"]
     if outcome is Outcome.REFUSED:
-        return WONT, [f"SGLang refuses at start-up: {(error or {}).get('message') or reason}"
-                      + (f" ({error.get('where')})" if error and error.get("where") else "")]
+        return WONT, [f"SGLang refuses at start-up: {(error.message if error else None) or reason}"
+                      + (f" ({error.where})" if error and error.where else "")]
     if outcome is Outcome.BROKEN:
         why = []
         reqs, tokens, slots = f.get("max_running_requests"), f.get("max_total_num_tokens"), f.get("max_mamba_cache_size")

@@ -151,7 +151,7 @@ def _release_configurator(ctx: Context, kmod, runner: View, accessors: dict):
     return object.__getattribute__(runner, "kv_cache_configurator")
 
 
-def _drive_configurator(ctx: Context) -> dict:
+def drive(ctx: Context) -> dict:
     """Era configurator (v0.5.16+): the real KVCacheConfigurator dataclass.
 
     Built by the release's own ``ModelRunner.init_kv_cache_configurator``

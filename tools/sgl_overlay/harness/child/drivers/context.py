@@ -5,7 +5,7 @@ completely by the constructor; the run's inputs are computed from it by
 
 The constructor installs the run's import environment, one named step each
 (``standins.transformers_standin``, ``standins.triton_standin``,
-``loader.installed`` with the scenario's GPU answers), and ``close`` undoes
+``loader.installed`` with the scenario's GPU answers: ``setup.import_environment``), and ``close`` undoes
 them.  The child interpreter, which runs one scenario and exits, is the
 isolation boundary between runs; it closes its context when the result is
 complete, so that nothing is left to the interpreter's exit.  What the tree's
@@ -19,9 +19,11 @@ import contextlib
 import types
 from pathlib import Path
 
-from .. import draft_reading, loader, readings, release_window, rope_reserve
-from ..layout import Layout
-from ..standins import GPU, transformers_standin, triton_standin
+from ... import draft_reading, readings
+from .. import loader, release_window, rope_reserve
+from ...layout import Layout
+from ..setup import arg_group_modules, import_environment
+from ..standins import GPU
 
 
 class Untestable(Exception):
@@ -59,11 +61,7 @@ def real_modules(root: Path, layout: Layout) -> list[str]:
     """The modules the finder runs from the tree: the layout's, ``EXTRA_REAL``
     and every module of the release's flag-resolution package (v0.5.13+),
     those the tree has."""
-    extra = list(EXTRA_REAL)
-    groups = root / "sglang" / "srt" / "arg_groups"
-    if groups.is_dir():
-        extra += sorted(".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-                        for p in groups.rglob("*.py"))
+    extra = list(EXTRA_REAL) + arg_group_modules(root)
     return [m for m in list(layout.real) + extra if module_exists(root, m)]
 
 
@@ -111,10 +109,9 @@ class Context:
         self.pre_load = float(gpu["pre_load_free_gib"])
         self.readings: dict | None = None
         with contextlib.ExitStack() as installing:  # unwound only when a step fails: nothing is left half done
-            self.transformers_standin = installing.enter_context(transformers_standin())
-            installing.enter_context(triton_standin())  # GPU compiler: imported at module level from v0.5.18
-            self.finder = installing.enter_context(
-                loader.installed(root, real_modules(root, layout), scenario_fakes(self.gpu, request)))
+            env = installing.enter_context(
+                import_environment(root, real_modules(root, layout), scenario_fakes(self.gpu, request)))
+            self.transformers_standin, self.finder = env.transformers_standin, env.finder
             self._installed = installing.pop_all()
 
     def take_readings(self, sa) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import rope_reserve
-from .readings import InWindow, Window
+from ..readings import InWindow, Window
 
 RUNNER = Path("sglang", "srt", "model_executor", "model_runner.py")
 BOOTSTRAP = Path("sglang", "srt", "distributed", "bootstrap.py")

@@ -1,7 +1,11 @@
-"""The child interpreter: run one scenario request against one tree, print JSON.
+"""The child interpreter: run one request against one tree, print JSON (``protocol``).
 
     python -m sgl_overlay.harness.child < request.json > result.json
 
+A request is one job (``protocol.Job``): a sizing of a scenario's tables (``run``, the result a
+``protocol.SizingResult``) or a parse of server flags with the release's own ServerArgs (``flags``, a
+``protocol.FlagsResult``).  Both run in the same set-up: this entry, the harness's own code compiled
+once, and the import environment of ``setup.import_environment``.
 stdout carries only the result; upstream's logging goes to stderr.
 
 The process does one sizing and exits, so the cyclic garbage collector is off
@@ -33,8 +37,13 @@ def main() -> int:
     out = sys.stdout
     sys.stdout = sys.stderr  # upstream prints go to stderr
     req = json.load(sys.stdin)
-    result = run(req)
-    result["timing"]["child_total_s"] = round(time.perf_counter() - T0, 4)
+    from ..protocol import Job
+
+    if Job.of(req) is Job.FLAGS:
+        result = flags(req)
+    else:
+        result = run(req)
+        result["timing"]["child_total_s"] = round(time.perf_counter() - T0, 4)
     out.write(json.dumps(result, default=_jsonable) + "\n")
     out.flush()
     gc.freeze()  # the interpreter's final collection at exit would walk every object torch made
@@ -42,14 +51,22 @@ def main() -> int:
 
 
 def _jsonable(o):
-    try:
-        import torch
-
-        if isinstance(o, torch.dtype):
-            return str(o)
-    except Exception:
-        pass
+    torch = sys.modules.get("torch")  # a flag parse does not import it
+    if torch is not None and isinstance(o, torch.dtype):
+        return str(o)
     return repr(o)
+
+
+def flags(req: dict) -> dict:
+    """A flag parse (``Job.FLAGS``): the ServerArgs fields ``req["argv"]`` sets (``flags.parse``)."""
+    from pathlib import Path
+
+    from . import loader
+
+    loader.cache_own_code()
+    from .flags import parse
+
+    return parse(Path(req["root"]), req["argv"]).to_json()
 
 
 def run(req: dict) -> dict:
@@ -62,13 +79,15 @@ def run(req: dict) -> dict:
     from . import loader
 
     loader.cache_own_code()
-    from . import drivers, layout, outcome
+    from .. import layout
+    from . import drivers
+    from .errors import describe_exception
 
     root = Path(req["root"])
     lay = layout.detect(root)
     ledger_file = _ledger_file()
     log = _capture_log(root)
-    result = {"layout": lay.era, "entry_module": lay.entry, "timing": {"import_torch_s": round(torch_s, 4)}}
+    result = {"layout": lay.era.value, "entry_module": lay.entry, "timing": {"import_torch_s": round(torch_s, 4)}}
     ctx = None
     t = time.perf_counter()
     try:
@@ -79,7 +98,7 @@ def run(req: dict) -> dict:
     except BaseException as e:  # noqa: BLE001 - every failure is classified
         result["completed"] = False
         result["figures"] = ctx.figures if ctx else {}
-        result["error"] = outcome.describe_exception(e, root)
+        result["error"] = describe_exception(e, root)
     result["timing"]["sizing_s"] = round(time.perf_counter() - t, 4)
     # The ledger file (the memory-ledger patch), else the tree's in-memory ledger.
     result["ledger"] = _read_ledger(ledger_file) or (ctx.ledger if ctx is not None else None)

@@ -40,6 +40,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..model_shape import ModelKind, text_config
+
 MIB = 1 << 20
 SMALL_SIZE = 1 * MIB          # kSmallSize
 SMALL_BUFFER = 2 * MIB        # kSmallBuffer
@@ -126,15 +128,15 @@ def model_caches(model: dict, rel: ReleaseRope) -> list[RopeCache]:
     """The RoPE caches of a scenario's ``[model]`` table: the text model's (its
     ``max_position_embeddings`` rows; ``head_dim x partial_rotary_factor``) and, for a
     Qwen3.5-family model, the vision tower's (``vision_config`` hidden_size / num_heads)."""
-    kind = model.get("kind", "dense")
-    text = model.get("text_config", model) if kind == "qwen3_5" else model
+    kind = ModelKind.of(model)
+    text = text_config(model)
     rows = text.get("max_position_embeddings")
     if rows is None:
         raise RopeInputsError(f"model {model.get('architectures')}: max_position_embeddings is needed for the "
                               "RoPE cache's rows (the published config.json value)")
-    partial = text.get("partial_rotary_factor", QWEN3_5_PARTIAL_ROTARY if kind == "qwen3_5" else 1.0)
+    partial = text.get("partial_rotary_factor", QWEN3_5_PARTIAL_ROTARY if kind is ModelKind.QWEN3_5 else 1.0)
     caches = [RopeCache("text", int(rows), int(text["head_dim"] * partial))]
-    if kind == "qwen3_5":
+    if kind is ModelKind.QWEN3_5:
         vision = model.get("vision_config")
         if vision is None and rel.vision_default is not None:
             vision = {"hidden_size": rel.vision_default[0], "num_heads": rel.vision_default[1]}
@@ -155,7 +157,7 @@ PLAIN_ROPE_TYPES = (None, "default", "llama3", "mrope")
 
 def rope_type(model: dict) -> str | None:
     """The text model's rope type: ``rope_scaling`` / ``rope_parameters`` ``rope_type`` (or ``type``)."""
-    text = model.get("text_config", model) if model.get("kind") == "qwen3_5" else model
+    text = text_config(model)
     for key in ("rope_scaling", "rope_parameters"):
         d = text.get(key) or model.get(key)
         if isinstance(d, dict) and (d.get("rope_type") or d.get("type")):

@@ -1,7 +1,7 @@
 """A release's own command-line parser: its ``ServerArgs.add_cli_args`` run on an ``argparse`` parser
 behind the harness's targeted loader (``sglang.srt.server_args`` and, from v0.5.13, ``arg_groups``
 real; every other ``sglang.*`` module an inert stand-in).  The planner parses the user's flags with it
-(``planner/flags.py``), the harness resolves a scenario's ``[server]`` keys that are not fields of the
+(``child/flags.py``), the harness resolves a scenario's ``[server]`` keys that are not fields of the
 release's ``ServerArgs`` with it (``resolution.py``): what the release's parser refuses is refused,
 with its own message.
 

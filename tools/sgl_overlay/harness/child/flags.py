@@ -1,7 +1,8 @@
 """SGLang's own server flags, parsed by the release's own ``ServerArgs.add_cli_args``.
 
-The parse runs in a fresh interpreter (``python -m sgl_overlay.planner.flags``,
-request JSON on stdin, result JSON on stdout), behind the harness's targeted
+The parse runs in the harness's child interpreter (``python -m sgl_overlay.harness.child``,
+a request of ``Job.FLAGS``, the result a ``protocol.FlagsResult``), in the child's
+import environment (``setup.import_environment``), behind the harness's targeted
 loader: the tree's ``server_args`` module (and, from v0.5.16, its
 ``arg_groups`` package, where the flag tables moved) is executed for real,
 every other ``sglang.*`` module is an inert stand-in.
@@ -18,21 +19,20 @@ value differs from the value parsed from no flags), keyed by ServerArgs field.
 
 from __future__ import annotations
 
-import json
-import sys
+import argparse
+import dataclasses
+from pathlib import Path
 
-from ..harness.flag_renames import renamed
-from ..harness.release_parser import FlagError, build
+from ..flag_renames import renamed
+from ..protocol import FlagsFailure, FlagsResult
+from . import loader
+from .release_parser import FlagError, build
+from .setup import arg_group_modules, import_environment
 
 
-def _modules(root) -> list[str]:
-    mods = ["sglang.srt.server_args"]
-    ag = root / "sglang" / "srt" / "arg_groups"
-    if ag.is_dir():  # v0.5.13+: the flag declarations live here (v0.5.16+: add_cli_args_from_dataclass)
-        for p in sorted(ag.rglob("*.py")):
-            name = ".".join(p.relative_to(root).with_suffix("").parts)
-            mods.append(name.removesuffix(".__init__"))
-    return mods
+def _modules(root: Path) -> list[str]:
+    # v0.5.13+: the flag declarations live in arg_groups (v0.5.16+: add_cli_args_from_dataclass)
+    return ["sglang.srt.server_args", *arg_group_modules(root)]
 
 
 def flag_hints(argv: list[str], options: list[str]) -> list[str]:
@@ -54,47 +54,43 @@ def flag_hints(argv: list[str], options: list[str]) -> list[str]:
     return hints
 
 
-def parse_in_child(root_s: str, argv: list[str]) -> dict:
-    """Runs in the child interpreter."""
-    import argparse
-    from pathlib import Path
+def parse(root: Path, argv: list[str]) -> FlagsResult:
+    """The ServerArgs fields ``argv`` sets on the tree at ``root``, or why there are none."""
+    with import_environment(root, _modules(root)):
+        try:
+            return _parse(root, argv)
+        except Exception as e:  # noqa: BLE001
+            return FlagsResult(failure=FlagsFailure.UNSUPPORTED, error=f"{type(e).__name__}: {e}")
 
-    from ..harness import loader
-    from ..harness.standins import install_transformers_standin, install_triton_standin
 
-    root = Path(root_s)
-    install_transformers_standin()
-    install_triton_standin()
-    loader.install(root, _modules(root))
+def _parse(root: Path, argv: list[str]) -> FlagsResult:
     try:
         sa = loader.load("sglang.srt.server_args")
     except Exception as e:  # noqa: BLE001
-        return {"ok": False, "kind": "unsupported",
-                "error": f"the release's sglang/srt/server_args.py does not load with stand-ins "
-                f"({type(e).__name__}: {e})"}
+        return FlagsResult(failure=FlagsFailure.UNSUPPORTED,
+                           error=f"the release's sglang/srt/server_args.py does not load with stand-ins "
+                                 f"({type(e).__name__}: {e})")
     for k, v in list(sa.__dict__.items()):  # constant tables from modules not under test
         if loader.is_stub(v) and k.isupper():
             sa.__dict__[k] = []
     try:
         rp = build(root, sa.ServerArgs)
     except Exception as e:  # noqa: BLE001
-        return {"ok": False, "kind": "unsupported",
-                "error": f"the release's ServerArgs.add_cli_args does not run with stand-ins "
-                f"({type(e).__name__}: {e})"}
+        return FlagsResult(failure=FlagsFailure.UNSUPPORTED,
+                           error=f"the release's ServerArgs.add_cli_args does not run with stand-ins "
+                                 f"({type(e).__name__}: {e})")
     options = rp.options
     try:
         base = rp.parse([])
         given = rp.parse(list(argv))
     except FlagError as e:
-        return {"ok": False, "kind": "flag", "error": str(e), "hints": flag_hints(argv, options),
-                "known_flags": len(options)}
+        return FlagsResult(failure=FlagsFailure.FLAG, error=str(e), hints=flag_hints(argv, options),
+                           known_flags=len(options))
     note = None
     try:
         # The release's own from_cli_args (argparse dests -> ServerArgs fields, e.g.
         # --tp-size's tensor_parallel_size -> tp_size), with __post_init__ (GPU
         # detection, model loading) not run.
-        import dataclasses
-
         cls = sa.ServerArgs
         cls.__post_init__ = lambda self, *a, **k: None
 
@@ -106,22 +102,4 @@ def parse_in_child(root_s: str, argv: list[str]) -> dict:
     except Exception as e:  # noqa: BLE001
         note = f"ServerArgs.from_cli_args did not run ({type(e).__name__}: {e}); argparse names used"
     explicit = {k: v for k, v in given.items() if k != "model_path" and base.get(k) != v}
-    return {"ok": True, "fields": explicit, "dropped": rp.dropped, "known_flags": len(options),
-            "note": note}
-
-
-def main() -> int:
-    out = sys.stdout
-    sys.stdout = sys.stderr  # upstream prints (deprecation notes) go to stderr
-    req = json.load(sys.stdin)
-    try:
-        result = parse_in_child(req["root"], req["argv"])
-    except Exception as e:  # noqa: BLE001
-        result = {"ok": False, "kind": "unsupported", "error": f"{type(e).__name__}: {e}"}
-    out.write(json.dumps(result, default=repr) + "\n")
-    out.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return FlagsResult(fields=explicit, dropped=rp.dropped, known_flags=len(options), note=note)

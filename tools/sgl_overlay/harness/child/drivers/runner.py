@@ -3,6 +3,7 @@ object built without its constructor, and its real methods."""
 
 from __future__ import annotations
 
+from ...layout import Era
 from ..standins import MissingInput
 from .context import Context
 from .inputs import runner_inputs
@@ -36,11 +37,11 @@ def _make_runner(base, attrs: dict, ctx: Context, shadow: tuple = ()):
     return r
 
 
-def _drive_runner(ctx: Context) -> dict:
+def drive(ctx: Context) -> dict:
     """Eras runner / mixin / mixin-bytes: a ModelRunner-like object and its real methods."""
     mod = ctx.load(ctx.layout.entry)
     _install_pool_recorders(mod, ctx)
-    if ctx.layout.era == "runner":
+    if ctx.layout.era is Era.RUNNER:
         base = mod.ModelRunner
         shadow = tuple(
             n for n in ("mambaish_config", "hybrid_gdn_config", "mamba2_config", "kimi_linear_config",
@@ -51,7 +52,7 @@ def _drive_runner(ctx: Context) -> dict:
         base = mod.ModelRunnerKVCacheMixin
         shadow = ()
     pool_cfg = None
-    if ctx.exists("sglang.srt.model_executor.pool_configurator") and ctx.layout.era == "mixin-bytes":
+    if ctx.exists("sglang.srt.model_executor.pool_configurator") and ctx.layout.era is Era.MIXIN_BYTES:
         pool_cfg = ctx.load("sglang.srt.model_executor.pool_configurator")
         _wrap_configurator_factory(pool_cfg, ctx)
     inputs = runner_inputs(ctx)

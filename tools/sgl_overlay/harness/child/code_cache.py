@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..project import cache_dir
+from ...project import cache_dir
 
 
 def cached(path: Path, key: tuple, build):

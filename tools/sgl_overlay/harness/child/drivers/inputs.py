@@ -9,6 +9,7 @@ import dataclasses
 
 import torch
 
+from ...model_shape import ModelKind
 from .. import loader
 from ..standins import GIB, ModelConfigView, View
 from .context import Context, Untestable
@@ -231,11 +232,15 @@ def kv_cache_dtype(ctx: Context):
 def model(ctx: Context):
     """(model_config view, mambaish text config or None, num attention layers)."""
     m = ctx.req["model"]
-    kind = m.get("kind", "dense")
-    if kind == "dense":
+    try:
+        kind = ModelKind.of(m)
+    except ValueError:
+        raise Untestable(f"model kind {m.get('kind')!r} is not one the harness builds "
+                         f"({', '.join(ModelKind)})") from None
+    if kind is ModelKind.DENSE:
         hf = View("hf_config", ctx.reads, architectures=list(m["architectures"]),
                   num_hidden_layers=m["num_hidden_layers"], num_key_value_heads=m["num_key_value_heads"],
-                  head_dim=m["head_dim"], model_type="dense")
+                  head_dim=m["head_dim"], model_type=kind.value)
         mc = ModelConfigView(
             "model_config", ctx.reads, hf_config=hf, hf_text_config=hf,
             num_hidden_layers=m["num_hidden_layers"], num_attention_layers=m["num_hidden_layers"],
@@ -249,7 +254,7 @@ def model(ctx: Context):
             has_asymmetric_kv=False,
         )
         return mc, None, m["num_hidden_layers"]
-    if kind == "qwen3_5":
+    if kind is ModelKind.QWEN3_5:
         if not ctx.exists("sglang.srt.configs.qwen3_5"):
             raise Untestable("this tree has no sglang/srt/configs/qwen3_5.py (Qwen3.5/3.6 config class)")
         q = ctx.load("sglang.srt.configs.qwen3_5")
@@ -261,7 +266,7 @@ def model(ctx: Context):
         # ServerArgs.adjust_mem_fraction_for_vlm scales SGLang's own --mem-fraction-static by it)
         vision = q.Qwen3_5VisionConfig(**(m.get("vision_config") or {}))
         hf = View("hf_config", ctx.reads, architectures=list(m["architectures"]), text_config=text,
-                  vision_config=vision, model_type="qwen3_5")
+                  vision_config=vision, model_type=kind.value)
         object.__setattr__(hf, "get_text_config", lambda *a, **k: text)
         layers = text.full_attention_layer_ids
         mc = ModelConfigView(
@@ -277,7 +282,6 @@ def model(ctx: Context):
             has_asymmetric_kv=False,
         )
         return mc, text, text.num_hidden_layers
-    raise Untestable(f"model kind {kind!r} is not one the harness builds (dense, qwen3_5)")
 
 
 def runner_inputs(ctx: Context) -> RunnerInputs:

@@ -1,7 +1,7 @@
 """Changes of the interpreter's state for the block of a ``with`` statement,
 each undone when the block ends (also when it raises).
 
-The harness's child interpreter (``child.py``) is the isolation boundary of a
+The harness's child interpreter (``child/__main__.py``) is the isolation boundary of a
 run: it sizes one scenario and exits.  Inside it the harness still makes each
 change to shared state (a module's attribute, ``sys.modules``) through one of
 these, so that every step says what it changes and can be shown to undo it.

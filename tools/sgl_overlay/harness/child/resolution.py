@@ -50,7 +50,7 @@ import torch
 
 from . import loader, scoped
 from .drivers.context import Untestable
-from .flag_renames import renamed
+from ..flag_renames import renamed
 from .release_parser import FlagError, argv_of, build
 from .standins import MissingInput, missing_scenario_keys
 
@@ -637,7 +637,7 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
     and rules run (each step below undoes itself at the end of the block,
     also when the release refuses)."""
     names = _fields(cls)
-    from .layout import version_of
+    from ..layout import version_of
 
     flags = scenario_flags(ctx.req["server"], names, lambda: build(ctx.root, cls),
                            f"v{version_of(ctx.root)}" if version_of(ctx.root) else "this tree")
