@@ -16,7 +16,7 @@ from .flag_renames import respell
 from .model_shape import ModelKind, text_config
 from .outcome import Outcome
 from .readings import ReadingKind
-from .scenario_types import wrong_types
+from .scenario_tables import wrong_types
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 LOGGED_FIGURES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size")
