@@ -219,6 +219,12 @@ class SizingReadings:
                 "bounded": self.bounded, "terms": [t.to_json() for t in self.terms], "notes": list(self.notes)}
 
 
+def given_exactly(readings: dict | None) -> bool:
+    """Whether a run's readings (their JSON, ``SizingReadings.to_json``) are the sizing's own, used as given
+    (kind ``sizing``, exact): nothing between the given readings and the ones the sizing used."""
+    return bool(readings) and ReadingKind(readings["kind"]) is ReadingKind.SIZING and bool(readings.get("exact"))
+
+
 def _rounding_term(reading: Reading, gib: float, what: str) -> list[Term]:
     if not gib:
         return []

@@ -13,17 +13,17 @@ from pathlib import Path
 from ..errors import UsageError
 from .case import Case
 from .flag_renames import respell
-from .model_shape import ModelKind, text_config
+from .model_shape import ModelShape
 from .outcome import Outcome
 from .readings import ReadingKind
-from .scenario_tables import wrong_types
+from .scenario_tables import (DraftTable, ExpectTable, FileTop, GpuTable, SourceTable, TableError, WrongType,
+                              WrongTypes, one_of)
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 LOGGED_FIGURES = ("max_total_num_tokens", "max_running_requests", "max_mamba_cache_size")
-# how a public log's figures compare with the harness's range from the log's own readings
-# (docs/scenarios.md, "Public start-up logs"): "holds" (every logged figure within it) or "open" (not)
-SOURCE_STATUSES = ("holds", "open")
-ROUNDING_KEYS = ("pre_rounding_gib", "post_rounding_gib")
+# the file's tables, in the order their values' types are checked ("" the file's top level)
+TABLES = (("", FileTop), ("gpu", GpuTable), ("model", ModelShape), ("draft", DraftTable), ("expect", ExpectTable),
+          ("source", SourceTable))
 
 
 class ScenarioError(UsageError):
@@ -40,10 +40,19 @@ class RemedyExpect(StrEnum):
 def _one_of(enum, value, path: Path, what: str):
     """``enum(value)``, or a ScenarioError naming the file, the key and the values allowed."""
     try:
-        return enum(value)
-    except ValueError:
-        allowed = ", ".join(f'"{m}"' for m in enum)
-        raise ScenarioError(f"{path}: {what} is {value!r}, not one of {allowed}") from None
+        return one_of(enum, value, what)
+    except TableError as e:
+        raise ScenarioError(f"{path}: {e}") from None
+
+
+def wrong_types(data: dict) -> list[WrongType]:
+    """Every declared key of the parsed file whose value is not of its type, table by table (``TABLES``)."""
+    out = []
+    for key, table in TABLES:
+        values = data.get(key) if key else data
+        if isinstance(values, dict):
+            out += table.wrong_types_of(values)
+    return out
 
 
 @dataclass
@@ -60,21 +69,29 @@ class Expect:
 
 @dataclass
 class Scenario:
+    """A scenario file, its tables typed (``scenario_tables``, ``model_shape``); a table given as a plain
+    dict (``dataclasses.replace(sc, gpu={...})``) is read into its type, and checked, here."""
+
     name: str
     description: str
-    gpu: dict
-    model: dict
+    gpu: GpuTable
+    model: ModelShape
     server: dict
-    draft: dict | None
+    draft: DraftTable | None
     expect: Expect
     path: Path
     # where a scenario's figures come from (public-*.toml): url, release, hf_id, status ...
-    source: dict | None = None
+    source: SourceTable | None = None
+
+    def __post_init__(self):
+        self.gpu, self.model = _typed(GpuTable, self.gpu), _typed(ModelShape, self.model)
+        self.draft = None if self.draft is None else _typed(DraftTable, self.draft)
+        self.source = None if self.source is None else _typed(SourceTable, self.source)
 
     @property
     def reading_kind(self) -> ReadingKind:
         """What the [gpu] readings are (``[gpu] readings``; default ``sizing``, what they were before the key)."""
-        return ReadingKind(self.gpu.get("readings") or ReadingKind.SIZING)
+        return self.gpu.readings
 
     def respelled(self) -> Scenario:
         """This scenario with its renamed [server] keys in their new spelling (``flag_renames``), as a
@@ -92,6 +109,10 @@ class Scenario:
             "server": server,
             "draft": self.draft,
         }
+
+
+def _typed(table, values):
+    return values if isinstance(values, table) else table(values)
 
 
 def names() -> list[str]:
@@ -119,13 +140,16 @@ def load(name_or_path: str) -> Scenario:
             raise ScenarioError(f"{path}: missing [{section}] table; see docs/scenarios.md")
     wrong = wrong_types(data)
     if wrong:
-        raise ScenarioError(f"{path}: " + "; ".join(w.message() for w in wrong),
+        raise ScenarioError(f"{path}: {WrongTypes(wrong)}",
                             hint="fix the value in the file (the type each key takes: docs/scenarios.md, "
                                  "\"Tables and keys\")")
-    for key in ("pre_load_free_gib", "post_load_free_gib"):
-        if key not in data["gpu"]:
-            raise ScenarioError(f"{path}: [gpu] needs {key} (GiB free; see docs/scenarios.md)")
-    _check_readings(path, data["gpu"], data["model"])
+    try:
+        gpu, model = GpuTable(data["gpu"]), ModelShape(data["model"])
+        _check_readings(gpu, model)
+        draft = None if data.get("draft") is None else DraftTable(data["draft"])
+        source = None if data.get("source") is None else SourceTable(data["source"])
+    except TableError as e:
+        raise ScenarioError(f"{path}: {e}") from None
     exp = data["expect"]
     passing = exp.get("pass")
     if not passing or not isinstance(passing, list):
@@ -135,26 +159,17 @@ def load(name_or_path: str) -> Scenario:
     remedy = None if exp.get("remedy") is None else _one_of(RemedyExpect, exp["remedy"], path,
                                                             "[expect] remedy (or leave it out)")
     case = None if exp.get("case") is None else _one_of(Case, exp["case"], path, "[expect] case")
-    # [draft] weights_gib: the drafter's footprint on one GPU at the sizing's free-memory reading,
-    # its weights and what its start allocates after them before that reading (the key keeps its
-    # name); releases that start the drafter first take it out of the reading (draft_reading.py)
-    w = (data.get("draft") or {}).get("weights_gib")
-    if w is not None and w <= 0:
-        raise ScenarioError(f"{path}: [draft] weights_gib must be a positive number of GiB "
-                            f"(the drafter's footprint on one GPU: its weights and what its start "
-                            f"allocates after them), not {w!r}")
-    source = data.get("source")
     logged = exp.get("logged", {})
-    _check_source(path, source, logged)
-    if source is not None and data["gpu"].get("readings") != ReadingKind.LOGGED:
+    _check_logged(path, source, logged)
+    if source is not None and gpu.readings is not ReadingKind.LOGGED:
         raise ScenarioError(f"{path}: a [source] scenario gives a log's readings: [gpu] readings = \"logged\"")
     return Scenario(
         name=data.get("name", path.stem),
         description=data.get("description", ""),
-        gpu=data["gpu"],
-        model=data["model"],
+        gpu=gpu,
+        model=model,
         server=data["server"],
-        draft=data.get("draft"),
+        draft=draft,
         expect=Expect(
             passing=passing,
             remedy=remedy,
@@ -168,25 +183,19 @@ def load(name_or_path: str) -> Scenario:
     )
 
 
-def _check_readings(path: Path, gpu: dict, model: dict) -> None:
-    """[gpu] readings (the kind), the readings' rounding and ``integrated``; logged readings need what the
-    RoPE pre-expansion reads (docs/scenarios.md, "The readings")."""
-    kind = _one_of(ReadingKind, gpu.get("readings") or ReadingKind.SIZING, path, "[gpu] readings")
-    for key in ROUNDING_KEYS:
-        if gpu.get(key, 0) < 0:
-            raise ScenarioError(f"{path}: [gpu] {key} must not be negative (a half-width in GiB), not {gpu[key]!r}")
-    if kind is ReadingKind.LOGGED:
-        text = text_config(model)
-        missing = [k for k in ("max_position_embeddings", "head_dim") if k not in text]
+def _check_readings(gpu: GpuTable, model: ModelShape) -> None:
+    """Logged readings need what the RoPE pre-expansion reads (docs/scenarios.md, "The readings")."""
+    if gpu.readings is ReadingKind.LOGGED:
+        missing = [k for k in ("max_position_embeddings", "head_dim") if k not in model.text]
         if missing:
-            table = ModelKind.of(model).text_table
-            raise ScenarioError(f"{path}: readings = \"logged\" derives the RoPE pre-expansion after \"Load weight "
-                                f"end\", which needs {table} {', '.join(missing)} (the published config.json's)")
+            raise TableError(f"readings = \"logged\" derives the RoPE pre-expansion after \"Load weight "
+                             f"end\", which needs {model.kind.text_table} {', '.join(missing)} (the published "
+                             f"config.json's)")
 
 
-def _check_source(path: Path, source: dict | None, logged: dict) -> None:
-    """A [source] table (a public log) needs its address, the release it runs on and
-    a status; [expect.logged] holds only figures the harness reports."""
+def _check_logged(path: Path, source: SourceTable | None, logged: dict) -> None:
+    """[expect.logged] holds only figures the harness reports, and only in a [source] scenario (a public
+    log), which needs them."""
     unknown = sorted(set(logged) - set(LOGGED_FIGURES))
     if unknown:
         raise ScenarioError(f"{path}: [expect.logged] has {', '.join(unknown)}; "
@@ -195,22 +204,5 @@ def _check_source(path: Path, source: dict | None, logged: dict) -> None:
         if logged:
             raise ScenarioError(f"{path}: [expect.logged] needs a [source] table saying where the log is")
         return
-    for key in ("url", "release", "status"):
-        if not isinstance(source.get(key), str) or not source[key]:
-            raise ScenarioError(f"{path}: [source] needs {key} (a string); see docs/scenarios.md")
-    if not source["url"].startswith("https://"):
-        raise ScenarioError(f"{path}: [source] url must be an https address, not {source['url']!r}")
-    if source["status"] not in SOURCE_STATUSES:
-        raise ScenarioError(f"{path}: [source] status must be one of {', '.join(SOURCE_STATUSES)}")
-    if source["status"] == "open" and not source.get("reason"):
-        raise ScenarioError(f"{path}: [source] status \"open\" needs a reason (why the log's figures lie outside "
-                            "the harness's range)")
     if not logged:
         raise ScenarioError(f"{path}: a [source] scenario needs [expect.logged] figures")
-    moved = [k for k in ROUNDING_KEYS if k in source]
-    if moved:
-        raise ScenarioError(f"{path}: [source] {', '.join(moved)} now belong in [gpu] (the readings' rounding, "
-                            "read by every run); see docs/scenarios.md")
-    if not isinstance(source.get("witness_post_load_free_gib"), (int, float)):
-        raise ScenarioError(f"{path}: [source] needs witness_post_load_free_gib (the post-load reading "
-                            "at which the release gives every logged figure); see docs/scenarios.md")

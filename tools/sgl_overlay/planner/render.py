@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..cli import table
 from ..harness.environment import describe
+from ..harness.readings import given_exactly
 from .verdict import Kind
 
 ROWS = (
@@ -64,7 +65,7 @@ def resolution_line(c: dict) -> str:
 def readings_lines(r: dict) -> list[str]:
     """The readings' span in words: what widens it, and each figure's least and most over it."""
     rd, rng = r.get("readings") or {}, r.get("range")
-    if not rd or (rd.get("kind") == "sizing" and rd.get("exact")):
+    if not rd or given_exactly(rd):
         return []
     out = ["", "the sizing's own readings, from the given ones (the ledger: the pessimistic end, the smallest budget):"]
     out += [f"  {t['reading']} {t['name']}: {t['lo_bytes'] / (1 << 20):+g} to {t['hi_bytes'] / (1 << 20):+g} MiB "

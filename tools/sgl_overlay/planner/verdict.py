@@ -11,6 +11,7 @@ from enum import StrEnum
 from ..harness.case import Case
 from ..harness.outcome import Outcome
 from ..harness.protocol import ErrorRecord
+from ..harness.readings import given_exactly
 from .inputs import GIB, Memory
 
 # Suggestion targets: 2 starts with everything asked, 1 starts short of it (fewer
@@ -176,7 +177,7 @@ def ledger(f: dict, m: Memory, context_len: int, mfs, readings: dict | None = No
         "mem_fraction_static": mfs,
     }
     post = m.post_free_gib
-    if readings and (readings.get("kind") != "sizing" or not readings.get("exact")):
+    if readings and not given_exactly(readings):
         # the sizing's own readings at the span's pessimistic end, which this run used
         out["sizing_pre_reading_gib"] = round(readings["pre_used_gib"], 4)
         out["sizing_post_reading_gib"] = round(readings["post_used_gib"], 4)

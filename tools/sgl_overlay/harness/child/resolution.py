@@ -51,6 +51,7 @@ import torch
 from . import loader, scoped
 from .drivers.context import Untestable
 from ..flag_renames import renamed
+from ..scenario_tables import GpuTable
 from .release_parser import FlagError, argv_of, build
 from .standins import MissingInput, missing_scenario_keys
 
@@ -87,7 +88,7 @@ class Hardware:
     cuda: str = "12.9"
 
     @classmethod
-    def of(cls, gpu: dict, world_size: int) -> "Hardware":
+    def of(cls, gpu: GpuTable, world_size: int) -> "Hardware":
         """From a scenario's [gpu] table.  Each of device_name, capability and
         total_mib must be present; an explicit null (the planner without --gpu)
         is a device the probes cannot name: name "", capability (0, 0), no
@@ -97,10 +98,10 @@ class Hardware:
             raise missing_scenario_keys("gpu", missing, DEVICE_EXAMPLE,
                                         "the release's flag rules probe the device's name, compute "
                                         "capability and memory")
-        cap = gpu["capability"]
-        return cls(str(gpu["device_name"] or ""), tuple(int(x) for x in cap) if cap else (0, 0),
-                   int(gpu["total_mib"]) if gpu["total_mib"] is not None else None,
-                   int(gpu.get("gpu_count", world_size)), str(gpu.get("cuda", "12.9")))
+        cap = gpu.capability
+        return cls(str(gpu.device_name or ""), tuple(int(x) for x in cap) if cap else (0, 0),
+                   int(gpu.total_mib) if gpu.total_mib is not None else None,
+                   world_size if gpu.gpu_count is None else gpu.gpu_count, gpu.cuda)
 
 
 def torch_cuda_answers(hw: Hardware, free_bytes: int):
@@ -674,7 +675,7 @@ def resolve(ctx, cls, model_config, hf_configs: dict):
         scope.enter_context(standins_answered(fakes))
         scope.enter_context(hooks_traced(rec))
         scope.enter_context(loader.registered_fakes(fakes))  # names imported lazily inside the rules
-        scope.enter_context(torch_cuda_answers(hw, int(float(ctx.req["gpu"]["pre_load_free_gib"]) * (1 << 30))))
+        scope.enter_context(torch_cuda_answers(hw, int(float(ctx.req["gpu"].pre_load_free_gib) * (1 << 30))))
         try:
             post_init = getattr(cls, "__post_init__", None)
 

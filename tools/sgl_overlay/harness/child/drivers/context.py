@@ -22,6 +22,8 @@ from pathlib import Path
 from ... import draft_reading, readings
 from .. import loader, release_window, rope_reserve
 from ...layout import Layout
+from ...model_shape import ModelShape
+from ...scenario_tables import DraftTable, GpuTable
 from ..setup import arg_group_modules, import_environment
 from ..standins import GPU
 
@@ -84,29 +86,33 @@ class Context:
     def __init__(self, root: Path, layout: Layout, request: dict):
         self.root = root
         self.layout = layout
-        self.req = request
+        # the request's tables read once, into their types (scenario_tables, model_shape): every reader
+        # of ``req["gpu"]``, ``req["model"]``, ``req["draft"]`` reads their keys as declared there
+        draft = request.get("draft")
+        self.req = dict(request, gpu=GpuTable(request["gpu"]), model=ModelShape(request["model"]),
+                        draft=None if draft is None else DraftTable(draft))
         self.reads: set[str] = set()
         self.figures: dict = {}
         self.notes: list[str] = []
         # The sizing's own ledger where the tree keeps it in memory (the memory
         # topic's v0.5.23 port: KVCacheConfigurator.memory_ledger), as a dict.
         self.ledger: dict | None = None
-        gpu = request["gpu"]
+        gpu: GpuTable = self.req["gpu"]
         server = request["server"]
         tp = int(server.get("tp_size", 1))
         # From v0.5.14 the drafter's weights are on the GPU at the sizing's reading (draft_reading.py).
         self.drafter_reading = draft_reading.decide(
             draft_reading.drafter_loads_before_sizing(root), bool(server.get("speculative_algorithm")),
-            (request.get("draft") or {}).get("weights_gib"))
+            self.req["draft"].weights_gib if self.req["draft"] is not None else None)
         lowered = self.drafter_reading["lowered_by_gib"]
-        per_rank = gpu.get("post_load_free_gib_per_rank")
-        self.gpu = GPU(float(gpu["post_load_free_gib"]) - lowered, int(gpu.get("world_size", tp)), tp,
+        per_rank = gpu.post_load_free_gib_per_rank
+        self.gpu = GPU(float(gpu.post_load_free_gib) - lowered, tp if gpu.world_size is None else gpu.world_size, tp,
                        per_rank=[float(x) - lowered for x in per_rank] if per_rank else None)
         if self.drafter_reading["note"]:
             self.notes.append(self.drafter_reading["note"])
         # the given pre-load reading; for a scenario's "logged" readings take_readings replaces it (and
         # shifts the post-load one) by the sizing's own, once the release has resolved its flags
-        self.pre_load = float(gpu["pre_load_free_gib"])
+        self.pre_load = float(gpu.pre_load_free_gib)
         self.readings: dict | None = None
         with contextlib.ExitStack() as installing:  # unwound only when a step fails: nothing is left half done
             env = installing.enter_context(
@@ -118,28 +124,27 @@ class Context:
         """The sizing's own readings (``readings.derive``), at the request's position along their span
         (``span_at``: 0, the default, the pessimistic end; 1 the optimistic end), from the scenario's and the release's resolved flags (``sa``: the context
         length and the speculative rows its RoPE pre-expansion reads)."""
-        gpu, server = self.req["gpu"], self.req["server"]
-        kind = readings.ReadingKind(gpu.get("readings") or readings.ReadingKind.SIZING)
+        gpu: GpuTable = self.req["gpu"]
+        server = self.req["server"]
+        kind = gpu.readings
         tp = int(server.get("tp_size", 1))
         window = None
         if kind is readings.ReadingKind.LOGGED:
             model = self.req["model"]
-            context = getattr(sa, "context_length", None) or model["context_len"]
+            context = getattr(sa, "context_length", None) or model.context_len
             try:
                 window = release_window.window(self.root, model, int(context), tp,
                                                getattr(sa, "speculative_num_steps", 0),
                                                getattr(sa, "speculative_num_draft_tokens", 0))
             except rope_reserve.RopeInputsError as e:
                 raise Untestable(f"logged readings: the RoPE pre-expansion cannot be derived: {e}") from None
-        rounding = kind.default_rounding_gib
         derived = readings.derive(
-            kind, float(gpu["pre_load_free_gib"]), float(gpu["post_load_free_gib"]),
-            float(gpu.get("pre_rounding_gib", rounding)), float(gpu.get("post_rounding_gib", rounding)),
-            device_name=gpu.get("device_name"), tp=tp, window=window, integrated=bool(gpu.get("integrated")))
+            kind, float(gpu.pre_load_free_gib), float(gpu.post_load_free_gib), *gpu.rounding_gib,
+            device_name=gpu.device_name, tp=tp, window=window, integrated=gpu.integrated)
         position = float(self.req.get("span_at", readings.End.PESSIMISTIC.position))
         pre, post = derived.at(position)
         self.pre_load = pre
-        self.gpu.shift(post - float(gpu["post_load_free_gib"]))
+        self.gpu.shift(post - float(gpu.post_load_free_gib))
         self.readings = dict(derived.to_json(), span_at=position, pre_used_gib=pre, post_used_gib=post)
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ import dataclasses
 
 import torch
 
-from ...model_shape import ModelKind
+from ...model_shape import ModelKind, ModelShape
 from .. import loader
 from ..standins import GIB, ModelConfigView, View
 from .context import Context, Untestable
@@ -213,7 +213,7 @@ def _runtime_context_predicates(ctx: Context, accessors: dict) -> dict:
 def weights_module(ctx: Context):
     """The loaded model as far as memory goes: one buffer of the scenario's
     weight bytes on torch's meta device (no memory is taken), or None."""
-    gib = ctx.req["gpu"].get("weights_gib")
+    gib = ctx.req["gpu"].weights_gib
     if gib is None:
         return None
     module = torch.nn.Module()
@@ -226,17 +226,13 @@ def kv_cache_dtype(ctx: Context):
     if name not in KV_DTYPES:
         raise Untestable(f"kv_cache_dtype {name!r} is not one the harness maps ({', '.join(KV_DTYPES)})")
     dt = KV_DTYPES[name]
-    return dt if dt is not None else getattr(torch, ctx.req["model"].get("dtype", "bfloat16"))
+    return dt if dt is not None else getattr(torch, ctx.req["model"].dtype)
 
 
 def model(ctx: Context):
     """(model_config view, mambaish text config or None, num attention layers)."""
-    m = ctx.req["model"]
-    try:
-        kind = ModelKind.of(m)
-    except ValueError:
-        raise Untestable(f"model kind {m.get('kind')!r} is not one the harness builds "
-                         f"({', '.join(ModelKind)})") from None
+    m: ModelShape = ctx.req["model"]
+    kind = m.kind
     if kind is ModelKind.DENSE:
         hf = View("hf_config", ctx.reads, architectures=list(m["architectures"]),
                   num_hidden_layers=m["num_hidden_layers"], num_key_value_heads=m["num_key_value_heads"],
@@ -247,7 +243,7 @@ def model(ctx: Context):
             num_key_value_heads=m["num_key_value_heads"], head_dim=m["head_dim"], v_head_dim=m["head_dim"],
             context_len=m["context_len"], is_hybrid_swa=False, is_multimodal=False,
             full_attention_layer_ids=list(range(m["num_hidden_layers"])), attention_arch="MHA",
-            dtype=getattr(torch, m.get("dtype", "bfloat16")), is_hybrid_swa_compress=False,
+            dtype=getattr(torch, m.dtype), is_hybrid_swa_compress=False,
             swa_attention_layer_ids=[],
             # v0.5.17+ ModelConfig.has_asymmetric_kv: K and V rows of one width here (v_head_dim is
             # head_dim, no sliding-window layers)
@@ -275,7 +271,7 @@ def model(ctx: Context):
             num_key_value_heads=text.num_key_value_heads, head_dim=text.head_dim, v_head_dim=text.head_dim,
             context_len=m["context_len"], is_hybrid_swa=False, is_multimodal=True,
             full_attention_layer_ids=layers, attention_arch="MHA",
-            dtype=getattr(torch, m.get("dtype", "bfloat16")), is_hybrid_swa_compress=False,
+            dtype=getattr(torch, m.dtype), is_hybrid_swa_compress=False,
             swa_attention_layer_ids=[],
             # v0.5.17+ ModelConfig.has_asymmetric_kv: K and V rows of one width here (v_head_dim is
             # head_dim, no sliding-window layers)
