@@ -78,7 +78,7 @@ CASES = {
                 "flags": BIG + ["--disable-radix-cache", "--mamba-scheduler-strategy", "no_buffer",
                                 "--max-running-requests", "16", "--mem-fraction-static", "0.7777278906249999"],
                 "expect": {"patched": [Outcome.OK, Outcome.REFUSED]}},
-    # the RoPE pre-expansion after "Load weight end" (tools/sgl_overlay/harness/rope_reserve.py, docs/results/regress.md
+    # the RoPE pre-expansion after "Load weight end" (tools/sgl_overlay/harness/child/rope_reserve.py, docs/results/regress.md
     # "Where the logs' readings and the sizing's differ"): at the model's own 262,144-token context the release
     # grows the vision tower's RoPE cache to 262,400 rows and the text one's by 256: predicted 41,943,040 B
     # (40 MiB) between load_model's end reading and the sizing's; at 2,048 tokens nothing grows (0 B)
