@@ -356,7 +356,7 @@ def _roll(args, progress, root):
                                   progress=progress, shown=shown, tool=tool, replace=True)
             s = pr.session
             r = dataclasses.replace(r, branch=roll.Branch(
-                topic, releases[-1], str(pr.outcome), shown(pr.places.session),
+                topic, releases[-1], pr.outcome, shown(pr.places.session),
                 s.stop.patch if s and s.stop else "", port_text(pr, tool)))
         else:
             progress(f"--branch: every topic's series carries onto v{releases[-1]}: no session started")

@@ -185,7 +185,7 @@ def export_port(root, lock, port, onto, out_dir, cache=None, progress=None, run_
                "patches": [], "files": []}
         if required:
             out["requires"] = [{"topic": t, "patches": n} for t, n in required]
-        commits = [gitcmd.out(tree, "rev-parse", "HEAD")]
+        commits = [gitcmd.head(tree)]
         for p in port.patches:
             say(f"git am {p.index}/{total} {p.name}")
             entry = {"patch": p.name, "index": p.index, "subject": p.subject, "topic": p.topic,
@@ -197,7 +197,7 @@ def export_port(root, lock, port, onto, out_dir, cache=None, progress=None, run_
                 out["status"] = ExportStatus.DOES_NOT_APPLY
                 return out
             entry["status"] = Status.APPLIED
-            commits.append(gitcmd.out(tree, "rev-parse", "HEAD"))
+            commits.append(gitcmd.head(tree))
             entry["commit"] = commits[-1]
             entry["text"] = format_patch(tree, commits[-1])
         if run_tests:

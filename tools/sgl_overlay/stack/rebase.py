@@ -3,7 +3,6 @@ classified; with --write, the new lock and the refreshed patches."""
 import dataclasses
 import re
 import shutil
-import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
@@ -36,10 +35,9 @@ def new_base(lock, onto, repo_dir, cache, progress, bare=None):
         raise UsageError("--onto COMMIT needs --repo URL_OR_PATH", hint="or give a release version")
     if bare is None:
         bare, _ = clones.fresh_clone(onto.repo, cache, progress)
-    r = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{onto.commit}^{{commit}}", check=False)
-    if r.returncode:
+    commit = gitcmd.commit_of(bare, onto.commit)
+    if commit is None:
         raise UsageError(f"{onto.repo} has no commit {onto.commit!r}", hint="give a commit, tag or branch of it")
-    commit = r.stdout.strip()
     gitcmd.init(repo_dir)
     gitcmd.run(repo_dir, "fetch", "--quiet", "--depth=1",
                "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack", "file://" + str(bare), commit)
@@ -73,11 +71,6 @@ def prepare_tree(lock, stack, onto, dest, cache=None, progress=None, bare=None):
     return base
 
 
-def _am(repo_dir, patch, *args, path=None):
-    return gitcmd.run(repo_dir, "am", "--quiet", "--committer-date-is-author-date", "--keep-non-patch", *args,
-                      str(path or patch.path), check=False)
-
-
 # git am --3way's words when the patch's index lines name blobs the tree lacks
 NO_PREIMAGE = ("could not build fake ancestor", "sha1 information is lacking")
 
@@ -85,9 +78,7 @@ NO_PREIMAGE = ("could not build fake ancestor", "sha1 information is lacking")
 def old_commit_of(repo_dir, patch, total):
     """The commit of ``patch`` in the old stack fetched as ``OLD`` (patch i of
     n is ``OLD~(n - i)``), or None where the tree has no ``OLD``."""
-    r = gitcmd.run(repo_dir, "rev-parse", "--verify", "--quiet", f"{OLD}~{total - patch.index}^{{commit}}",
-                   check=False)
-    return r.stdout.strip() if r.returncode == 0 else None
+    return gitcmd.commit_of(repo_dir, f"{OLD}~{total - patch.index}")
 
 
 def _am_3way_from_old(repo_dir, patch, total, args):
@@ -102,11 +93,7 @@ def _am_3way_from_old(repo_dir, patch, total, args):
     with tempfile.TemporaryDirectory(prefix="sgl-overlay-old-") as tmp:
         f = Path(tmp) / patch.name
         f.write_text(format_patch(repo_dir, old))
-        return _am(repo_dir, patch, "--3way", *args, path=f)
-
-
-def _am_abort(repo_dir):
-    gitcmd.run(repo_dir, "am", "--abort", check=False)
+        return gitcmd.am(repo_dir, f, "--3way", *args)
 
 
 def unmerged(repo_dir):
@@ -132,9 +119,9 @@ def attempt(repo_dir, patch, total, upstream_commit=None, keep_conflict=False):
     is committed.  A 3-way merge that fails is aborted, or, with
     ``keep_conflict``, left as git am stopped (the conflict markers in the
     files, the index unmerged) for a person to resolve."""
-    if _am(repo_dir, patch, "--no-3way").returncode == 0:
+    if gitcmd.am(repo_dir, patch.path, "--no-3way").returncode == 0:
         return Attempt(Status.APPLIED)
-    _am_abort(repo_dir)
+    gitcmd.am_abort(repo_dir)
     failure = builder.diagnose(repo_dir, patch, total)
     rev = failure["applies_in_reverse"]
     tw = tw_empty = rev_reduced = stopped = False
@@ -143,10 +130,10 @@ def attempt(repo_dir, patch, total, upstream_commit=None, keep_conflict=False):
         rev_reduced = gitcmd.run(repo_dir, "apply", "--check", "--reverse", "-C1", str(patch.path),
                                  check=False).returncode == 0
         extra = ["--rerere-autoupdate"] if keep_conflict else []
-        t = _am(repo_dir, patch, "--3way", *extra)
+        t = gitcmd.am(repo_dir, patch.path, "--3way", *extra)
         if t.returncode and any(w in t.stdout + t.stderr for w in NO_PREIMAGE) and \
                 old_commit_of(repo_dir, patch, total):
-            _am_abort(repo_dir)
+            gitcmd.am_abort(repo_dir)
             t = _am_3way_from_old(repo_dir, patch, total, extra)
         tw = t.returncode == 0
         tw_empty = not tw and "No changes" in (t.stdout + t.stderr)
@@ -157,7 +144,7 @@ def attempt(repo_dir, patch, total, upstream_commit=None, keep_conflict=False):
             if keep_conflict and not tw_empty:
                 stopped, conflicted, said = True, unmerged(repo_dir), (t.stderr.strip() or t.stdout.strip())
             else:
-                _am_abort(repo_dir)
+                gitcmd.am_abort(repo_dir)
     status = classify(False, rev, bool(upstream_commit), tw, tw_empty, rev_reduced)
     return Attempt(status, failure, upstream_commit, stopped, conflicted, said)
 
@@ -174,9 +161,7 @@ def _upstream_patch_ids(onto, lock, bare):
                      lock.subdir, check=False)
     if log.returncode:
         return {}
-    p = subprocess.run(gitcmd.argv("patch-id", "--stable"), input=log.stdout, capture_output=True, text=True,
-                       env=gitcmd.clean_env())
-    return {pid: c for pid, c in (l.split() for l in p.stdout.splitlines())}
+    return dict(gitcmd.patch_ids(log.stdout))
 
 
 def merged_upstream(stack, onto, lock, bare):
@@ -208,9 +193,9 @@ def reuse_resolution(tree, a):
     --continue``) and return the paths they resolved; else abort git am's
     stopped state and return ()."""
     reused = tuple(REUSED.findall(a.git_am))
-    if reused and not unmerged(tree) and gitcmd.run(tree, "am", "--continue", check=False).returncode == 0:
+    if reused and not unmerged(tree) and gitcmd.am_continue(tree).returncode == 0:
         return reused
-    _am_abort(tree)
+    gitcmd.am_abort(tree)
     return ()
 
 
@@ -242,7 +227,7 @@ def rebase(lock, stack, onto, cache=None, progress=None, keep=None, rr_cache=Non
                     entry["reused"] = list(reused)
             entry["status"] = a.status
             if a.status in APPLIES:
-                entry["commit"] = gitcmd.out(new, "rev-parse", "HEAD")
+                entry["commit"] = gitcmd.head(new)
                 entry["text"] = format_patch(new, entry["commit"])
                 entry["changed"] = noise_free(entry["text"]) != noise_free(p.raw.decode())
             if a.upstream_commit:
@@ -268,10 +253,9 @@ def new_lock(lock, onto, cache=None, progress=None, bare=None):
     if bare is None:
         bare, _ = clones.fresh_clone(repo, cache, progress)
     tag = f"v{onto.version}"
-    c = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{tag}^{{commit}}", check=False)
-    if c.returncode:
+    commit = gitcmd.commit_of(bare, tag)
+    if commit is None:
         raise UsageError(f"{repo} has no tag {tag}", hint="pass --repo with SGLang's history")
-    commit = c.stdout.strip()
     tree = gitcmd.out(bare, "rev-parse", f"{commit}:{lock.subdir}")
     date = gitcmd.out(bare, "log", "-1", "--format=%cs", commit)
     artifact = artifacts.release(onto.version, cache, progress)

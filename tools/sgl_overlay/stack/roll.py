@@ -30,6 +30,7 @@ from ..errors import UsageError
 from . import evidence as evidencemod, ports
 from .classify import Status
 from .export import ExportStatus, export_port
+from .port.state import Outcome
 from .ranges import Choice, Why, series_for
 from .rebase import Onto, rebase
 
@@ -124,7 +125,7 @@ class TopicSeries:
 class Checked:
     """What check --against (a pinned patch) or export --check (a topic's port series) reported."""
     name: str
-    status: str
+    status: Status | ExportStatus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +157,7 @@ class Branch:
     release, for a person to finish with ``port --continue``."""
     topic: str
     release: str
-    outcome: str             # port.Outcome: stopped (waits for the person) or finished
+    outcome: Outcome         # stopped (waits for the person) or finished
     session: str             # build/port
     stopped_at: str = ""     # the patch it waits at
     text: str = ""           # the port session's report, as port --status prints it
@@ -335,8 +336,8 @@ def roll_release(root, lock, stack, version, cache=None, progress=None, repo=Non
     order = {p.name: p.index for p in stack.patches}
     cells.sort(key=lambda x: (order.get(x[1], len(order) + 1)))
     return ReleaseRoll(version, tuple(TopicSeries(t, c) for t, c in choices), tuple(Placed(*x) for x in cells),
-                       tuple(Checked(e["patch"], str(e["status"])) for e in report["patches"]),
-                       tuple(Checked(t, str(s)) for t, s in exports), round(time.monotonic() - t0, 1))
+                       tuple(Checked(e["patch"], Status(e["status"])) for e in report["patches"]),
+                       tuple(Checked(t, s) for t, s in exports), round(time.monotonic() - t0, 1))
 
 
 def roll(root, lock, releases, cache=None, progress=None, repo=None, run_evidence=True, rr_cache=None,
@@ -417,7 +418,7 @@ def markdown(r, command="python tools/stack.py roll"):
         lines += ["", "## Branch", "",
                   f"Topic {b.topic} onto v{b.release}: a port session in `{b.session}` (the tree's branch "
                   "`patched`), " + (f"stopped at {b.stopped_at}: finish it with `python tools/stack.py port "
-                                    "--continue` (docs/stack.md, \"Topic port\")." if b.outcome == "stopped"
+                                    "--continue` (docs/stack.md, \"Topic port\")." if b.outcome is Outcome.STOPPED
                                     else f"{b.outcome}."), "", "```", *b.text.splitlines(), "```"]
     fails = [(x.release, p.cell) for x in r.releases for p in x.cells if p.cell.failure or
              p.cell.health is Health.EVIDENCE_FAILS]
