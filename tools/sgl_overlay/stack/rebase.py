@@ -8,8 +8,9 @@ import zipfile
 from pathlib import Path
 
 from .. import archive, artifacts, base_tree, builder, clones, gitcmd, lock as lockmod, series, versions
-from ..errors import ApplyError, UsageError
+from ..errors import FAILED, OK, ApplyError, UsageError
 from .classify import APPLIES, LEAVES_SERIES, RESOLVED, UNRESOLVED, Status, classify
+from .json_form import Result, hidden, optional
 from .refresh import write_patches
 from .texts import format_patch, noise_free, patch_id
 
@@ -199,6 +200,52 @@ def reuse_resolution(tree, a):
     return ()
 
 
+@dataclasses.dataclass(frozen=True)
+class RebasedPatch(Result):
+    """One patch of a rebase (or check --against): what git reported and what became of it."""
+    patch: str
+    index: int
+    subject: str
+    topic: str
+    status: Status
+    reused: tuple | None = optional()          # paths a recorded resolution resolved
+    commit: str | None = optional()            # its commit in the rebased tree (where it applies)
+    text: str | None = hidden()                # that commit as a mail
+    changed: bool | None = optional()          # the mail differs from the patch file beyond noise
+    upstream_commit: str | None = optional()   # the upstream commit with its patch-id
+    failure: dict | None = optional()          # builder.diagnose()'s report, where it does not resolve
+    git_status: Status | None = optional()     # ported: what git reported
+    ported: dict | None = optional()           # ported: the port patch that carries it (ports.coverage)
+    not_ported: dict | None = optional()       # a port series says why it does not carry it
+    covered: dict | None = optional()          # check --against: the port that carries it
+
+
+@dataclasses.dataclass(frozen=True)
+class Written(Result):
+    """What ``rebase --write`` wrote: the new lock and the patch files."""
+    lock: dict
+    written: tuple             # the patch files rewritten
+    dropped: tuple             # the patches that left the series
+
+
+@dataclasses.dataclass(frozen=True)
+class RebaseReport(Result):
+    """``rebase`` / ``check --against``: every patch of the stack on the new upstream."""
+    onto: str
+    base: dict                 # the new upstream's facts (new_base)
+    patches: tuple             # RebasedPatch, in series order
+    resolved: bool             # every patch resolved: --write may write
+    ported: int | None = optional()            # how many patches a port series covers
+    port_series: tuple | None = optional()     # the port series folders made for that upstream
+    port_line: str | None = optional()         # ports.covering_line
+    written: Written | None = optional()
+
+    @property
+    def exit_code(self):
+        """0 every patch resolved; 1 one does not (or a port series replaces it)."""
+        return OK if self.resolved else FAILED
+
+
 def rebase(lock, stack, onto, cache=None, progress=None, keep=None, rr_cache=None):
     """Apply the stack onto ``onto`` and classify every patch.  Returns the
     report; with ``keep`` (a directory) the rebased tree is left there.
@@ -218,25 +265,21 @@ def rebase(lock, stack, onto, cache=None, progress=None, keep=None, rr_cache=Non
         results = []
         for p in stack.patches:
             say(f"patch {p.index}/{total} {p.name}")
-            entry = {"patch": p.name, "index": p.index, "subject": p.subject, "topic": p.topic}
             a = attempt(new, p, total, merged.get(p.name), keep_conflict=rerere)
+            reused = None
             if a.stopped:
-                reused = reuse_resolution(new, a)
+                reused = reuse_resolution(new, a) or None
                 if reused:
                     a = dataclasses.replace(a, status=Status.APPLIED_3WAY, stopped=False)
-                    entry["reused"] = list(reused)
-            entry["status"] = a.status
+            commit = text = changed = None
             if a.status in APPLIES:
-                entry["commit"] = gitcmd.head(new)
-                entry["text"] = format_patch(new, entry["commit"])
-                entry["changed"] = noise_free(entry["text"]) != noise_free(p.raw.decode())
-            if a.upstream_commit:
-                entry["upstream_commit"] = a.upstream_commit
-            if a.status in UNRESOLVED and a.failure:
-                entry["failure"] = a.failure
-            results.append(entry)
-        return {"onto": onto.label, "base": base, "patches": results,
-                "resolved": all(r["status"] in RESOLVED for r in results)}
+                commit = gitcmd.head(new)
+                text = format_patch(new, commit)
+                changed = noise_free(text) != noise_free(p.raw.decode())
+            results.append(RebasedPatch(p.name, p.index, p.subject, p.topic, a.status, reused, commit, text, changed,
+                                        a.upstream_commit or None,
+                                        a.failure if a.status in UNRESOLVED and a.failure else None))
+        return RebaseReport(onto.label, base, tuple(results), all(r.status in RESOLVED for r in results))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -296,31 +339,31 @@ def new_lock(lock, onto, cache=None, progress=None, bare=None):
                          f"{base['tree']}, the tag's is {shipped_tree}"
                          + (f" (less {', '.join(excluded)}, which the artifact does not ship)" if excluded else ""),
                          hint="the release artifact differs from its tag")
-    for dep in ("torch", "transformers", "sglang-kernel", "flashinfer_python"):
-        if dep not in deps:
-            raise UsageError(f"release {onto.version}: METADATA pins no {dep}",
-                             hint="record it by hand in [dependencies] after --write")
+    dep = lockmod.missing_dependency(deps)
+    if dep:
+        raise UsageError(f"release {onto.version}: METADATA pins no {dep}",
+                         hint="record it by hand in [dependencies] after --write")
     return candidate
 
 
 def write_rebase(root, lock, stack, report, onto, cache=None, progress=None):
     """Write the new lock and the refreshed patches (only when every patch
     is resolved); merged-upstream and emptied patches leave the series."""
-    if not report["resolved"]:
-        bad = [f"{r['patch']} ({r['status']})" for r in report["patches"] if r["status"] not in RESOLVED]
+    if not report.resolved:
+        bad = [f"{r.patch} ({r.status})" for r in report.patches if r.status not in RESOLVED]
         raise ApplyError(f"not writing: {len(bad)} patch(es) unresolved: {', '.join(bad)}",
                          hint="resolve conflicts (refresh the patch on the new upstream) and confirm "
                               "probably-upstream patches by dropping them, then run again; a ported patch's "
                               "port series (patches/ports/) replaces it there, by hand")
     new = new_lock(lock, onto, cache, progress)
     written, dropped, texts = [], [], {}
-    for r in report["patches"]:
-        if r["status"] in LEAVES_SERIES:
-            dropped.append(r["patch"])
-        elif r.get("changed"):
-            texts[r["patch"]] = r["text"]
-            written.append(r["patch"])
+    for r in report.patches:
+        if r.status in LEAVES_SERIES:
+            dropped.append(r.patch)
+        elif r.changed:
+            texts[r.patch] = r.text
+            written.append(r.patch)
     keep = [n for n in series.read_series(Path(root) / "patches") if n not in dropped] if dropped else None
     write_patches(root, texts, keep, dropped)      # patches/ in one swap, then the lock (atomic replace)
     lockmod.write(new, Path(root) / "upstream.lock")
-    return {"lock": new.as_dict(), "written": written, "dropped": dropped}
+    return Written(new.as_dict(), tuple(written), tuple(dropped))

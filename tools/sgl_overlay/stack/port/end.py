@@ -16,13 +16,14 @@ from .decisions import Put, Refusal, finish_steps, port_mails, work_of
 from .gitfacts import lines_of, parse_range_diff, range_diff
 from .report import Report
 from .state import Outcome, Phase, Staged
-from .store import atomic_write, dir_digest, file_digest, save
+from . import store
+from .store import atomic_write, dir_digest, file_digest
 
 def finish(places, s, stack, say):
     """Every patch done: stage the new patches/ (a topic port: its port
     folder), then put it (and the lock) in place."""
     s = (stage_port if s.topic else stage_end)(places, s, stack, say)
-    s = save(places, dataclasses.replace(s, phase=Phase.FINISHING))
+    s = store.save(places, dataclasses.replace(s, phase=Phase.FINISHING))
     return roll_forward(places, s, say)
 
 
@@ -162,5 +163,5 @@ def roll_forward(places, s, say):
         else:
             say(f"upstream.lock: v{s.onto}")
             replace_lock(places)
-    s = save(places, dataclasses.replace(s, phase=Phase.DONE))
+    s = store.save(places, dataclasses.replace(s, phase=Phase.DONE))
     return Report(Outcome.FINISHED, places, s, lint=tuple(lint(places.root)))

@@ -22,7 +22,8 @@ from .end import finish, roll_forward
 from .gitfacts import am_in_progress, configure_rerere, facts, record_resolutions, uncommitted
 from .report import Report
 from .state import Carried, Outcome, PatchResult, Phase, Resolution, Session, Stop
-from .store import Places, dir_digest, file_digest, load, remove_session, save, write_state
+from . import store
+from .store import Places, dir_digest, file_digest, load, remove_session, write_state
 
 
 def _check_unchanged(places, s):
@@ -234,7 +235,7 @@ def _advance(places, s, stack, say, shown, tool):
             stop = Stop(p.index, p.name, p.subject, a.status, s.head, a.stopped, a.conflicted,
                         reused if a.stopped else (), a.failure, a.git_am,
                         gitcmd.out(tree, "rev-parse", f"{OLD}~{total - p.index}"))
-            s = save(places, dataclasses.replace(s, phase=Phase.STOPPED, stop=stop))
+            s = store.save(places, dataclasses.replace(s, phase=Phase.STOPPED, stop=stop))
             say(f"patch {at} {p.name}: {a.status}, stopped for you")
             return Report(Outcome.STOPPED, places, s, facts(tree, s.head) if a.stopped else None)
         if result is None:
@@ -246,7 +247,7 @@ def _advance(places, s, stack, say, shown, tool):
                 result = PatchResult(p.name, p.index, p.subject, a.status, Resolution.GIT,
                                      (Carried(p.name, gitcmd.head(tree), p.subject),))
                 say(f"patch {at} {p.name}: {a.status}")
-        s = save(places, dataclasses.replace(s, results=s.results + (result,),
+        s = store.save(places, dataclasses.replace(s, results=s.results + (result,),
                                              head=gitcmd.head(tree)))
     return finish(places, s, stack, say)
 
@@ -304,7 +305,7 @@ def continue_(root, cache=None, progress=None, shown=str, tool="python tools/sta
     extra = [c.name for c in named if c.name != stop.patch]
     say(f"patch {place_of(s, stack, stop.index)} {stop.patch}: resolved by you"
         + (f"; new patch(es) after it: {', '.join(extra)}" if extra else ""))
-    s = save(places, dataclasses.replace(s, phase=Phase.APPLYING, stop=None, results=s.results + (result,),
+    s = store.save(places, dataclasses.replace(s, phase=Phase.APPLYING, stop=None, results=s.results + (result,),
                                          head=gitcmd.head(tree)))
     return _advance(places, s, stack, say, shown, tool)
 
@@ -360,7 +361,7 @@ def skip(root, reason, cache=None, progress=None, shown=str, tool="python tools/
     gitcmd.run(tree, "reset", "--quiet", "--hard", stop.head)
     result = PatchResult(stop.patch, stop.index, stop.subject, stop.status, Resolution.SKIPPED, (), reason)
     say(f"patch {place_of(s, stack, stop.index)} {stop.patch}: skipped ({reason})")
-    s = save(places, dataclasses.replace(s, phase=Phase.APPLYING, stop=None, results=s.results + (result,),
+    s = store.save(places, dataclasses.replace(s, phase=Phase.APPLYING, stop=None, results=s.results + (result,),
                                          head=stop.head))
     return _advance(places, s, stack, say, shown, tool)
 
