@@ -161,6 +161,17 @@ def am_quit(cwd):
     run(cwd, "am", "--quit")
 
 
+def reset_hard(cwd, rev):
+    """HEAD, the index and the work tree at ``rev`` (``git reset --hard``)."""
+    run(cwd, "reset", "--quiet", "--hard", rev)
+
+
+def rerere_on(cwd):
+    """Recorded conflict resolutions (git rerere) on, a resolution they give staged."""
+    run(cwd, "config", "rerere.enabled", "true")
+    run(cwd, "config", "rerere.autoUpdate", "true")
+
+
 def head(cwd):
     """The commit HEAD names."""
     return out(cwd, "rev-parse", "HEAD")

@@ -43,7 +43,7 @@ def new_base(lock, onto, repo_dir, cache, progress, bare=None):
     gitcmd.run(repo_dir, "fetch", "--quiet", "--depth=1",
                "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack", "file://" + str(bare), commit)
     gitcmd.run(repo_dir, "update-ref", "refs/heads/upstream", commit)
-    gitcmd.run(repo_dir, "reset", "--quiet", "--hard", commit)
+    gitcmd.reset_hard(repo_dir, commit)
     return {"source": "git", "repo": onto.repo, "base_commit": commit,
             "tree_normalized": base_tree.normalized_tree(repo_dir, gitcmd.out(repo_dir, "rev-parse", f"{commit}:{lock.subdir}"))}
 
@@ -139,7 +139,7 @@ def attempt(repo_dir, patch, total, upstream_commit=None, keep_conflict=False):
         tw = t.returncode == 0
         tw_empty = not tw and "No changes" in (t.stdout + t.stderr)
         if tw and not gitcmd.out(repo_dir, "diff", "--name-only", "HEAD~1", "HEAD"):
-            gitcmd.run(repo_dir, "reset", "--quiet", "--hard", "HEAD~1")
+            gitcmd.reset_hard(repo_dir, "HEAD~1")
             tw, tw_empty = False, True
         if not tw:
             if keep_conflict and not tw_empty:
@@ -183,8 +183,7 @@ def use_resolutions(tree, rr_cache):
     if not rr_cache or not Path(rr_cache).is_dir() or not any(Path(rr_cache).iterdir()):
         return False
     shutil.copytree(rr_cache, Path(tree) / ".git" / "rr-cache", dirs_exist_ok=True)
-    gitcmd.run(tree, "config", "rerere.enabled", "true")
-    gitcmd.run(tree, "config", "rerere.autoUpdate", "true")
+    gitcmd.rerere_on(tree)
     return True
 
 

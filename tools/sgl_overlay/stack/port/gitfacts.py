@@ -73,8 +73,7 @@ def facts(tree, since):
 def configure_rerere(tree, places):
     """rerere on, its recorded resolutions kept outside the session (a
     relative link, so that the checkout may move)."""
-    gitcmd.run(tree, "config", "rerere.enabled", "true")
-    gitcmd.run(tree, "config", "rerere.autoUpdate", "true")
+    gitcmd.rerere_on(tree)
     places.rr_cache.mkdir(parents=True, exist_ok=True)
     git_dir = Path(tree) / ".git"
     link = git_dir / "rr-cache"

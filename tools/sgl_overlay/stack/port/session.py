@@ -257,7 +257,7 @@ def _reconcile(places, s):
     tree = places.tree
     if am_in_progress(tree):
         gitcmd.am_abort(tree)
-    gitcmd.run(tree, "reset", "--quiet", "--hard", s.head)
+    gitcmd.reset_hard(tree, s.head)
 
 
 def continue_(root, cache=None, progress=None, shown=str, tool="python tools/stack.py port"):
@@ -358,7 +358,7 @@ def skip(root, reason, cache=None, progress=None, shown=str, tool="python tools/
         raise refusal.error()
     if am_in_progress(tree):
         gitcmd.am_abort(tree)
-    gitcmd.run(tree, "reset", "--quiet", "--hard", stop.head)
+    gitcmd.reset_hard(tree, stop.head)
     result = PatchResult(stop.patch, stop.index, stop.subject, stop.status, Resolution.SKIPPED, (), reason)
     say(f"patch {place_of(s, stack, stop.index)} {stop.patch}: skipped ({reason})")
     s = store.save(places, dataclasses.replace(s, phase=Phase.APPLYING, stop=None, results=s.results + (result,),
