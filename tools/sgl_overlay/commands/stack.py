@@ -229,16 +229,14 @@ def main(argv):
         raise UsageError(f"--wait must be 0 or more seconds, got {args.wait:g}", hint="e.g. --wait 600")
     progress = cli.Progress("stack", quiet=args.quiet)
     root = project.find_root(args.root)
+    verb = VERBS[args.verb]
     with contextlib.ExitStack() as held:
-        writes = (args.verb == "refresh" and not args.check) or (args.verb == "rebase" and args.write) or \
-            args.verb == "port" or (args.verb == "roll" and args.branch is not None)
-        if writes:
+        if verb.writes_series(args):
             held.enter_context(series_lock(root, args.wait, progress))
-        if args.verb == "refresh" and args.tree:
-            held.enter_context(builder.lock_dest(args.tree, args.wait, progress))
-        if args.verb == "export" and not args.check:
-            held.enter_context(builder.lock_dest(args.out, args.wait, progress))
-        return VERBS[args.verb](args, progress, root)
+        dest = verb.writes_tree(args)
+        if dest:
+            held.enter_context(builder.lock_dest(dest, args.wait, progress))
+        return verb.handler(args, progress, root)
 
 
 def _lint(args, progress, root):
@@ -248,10 +246,17 @@ def _lint(args, progress, root):
 
 
 def _rebase(args, progress, root):
-    """rebase --onto (and --write) and check --against: the same run, told apart by the verb."""
+    return _rebase_or_check(args, progress, root, args.onto, rebasing=True)
+
+
+def _check(args, progress, root):
+    return _rebase_or_check(args, progress, root, args.against, rebasing=False)
+
+
+def _rebase_or_check(args, progress, root, spec, rebasing):
+    """rebase --onto (and --write) and check --against: the same run, told apart by ``rebasing``."""
     lock = lockmod.load(root / "upstream.lock")
-    rebasing = args.verb == "rebase"
-    onto = onto_of(args.onto if rebasing else args.against, args.repo)
+    onto = onto_of(spec, args.repo)
     cover = stack.coverage(root, onto)           # a bad port: exit 2 before work
     said = stack.not_ported_in(root, onto) if rebasing else {}
     report = stack.rebase(lock, series.load(root), onto, args.cache, progress)
@@ -428,8 +433,23 @@ def _port(args, progress, root):
     return r.exit_code
 
 
-VERBS = {"rebase": _rebase, "check": _rebase, "refresh": _refresh, "export": _export, "lint": _lint,
-         "roll": _roll, "port": _port}       # verb -> handler(args, progress, root) -> exit code
+@dataclasses.dataclass(frozen=True)
+class Verb:
+    """What a verb runs and what it writes, so that ``main`` holds the right locks first."""
+    handler: object                                   # (args, progress, root) -> exit code
+    writes_series: object = lambda args: False        # args -> whether it writes patches/ or upstream.lock
+    writes_tree: object = lambda args: None           # args -> the folder it writes (held with builder.lock_dest)
+
+
+VERBS = {
+    "rebase": Verb(_rebase, writes_series=lambda args: args.write),
+    "check": Verb(_check),
+    "refresh": Verb(_refresh, writes_series=lambda args: not args.check, writes_tree=lambda args: args.tree),
+    "export": Verb(_export, writes_tree=lambda args: None if args.check else args.out),
+    "lint": Verb(_lint),
+    "roll": Verb(_roll, writes_series=lambda args: args.branch is not None),
+    "port": Verb(_port, writes_series=lambda args: True),
+}
 
 
 RESOLVED_BY = {port.Resolution.RERERE: ", resolution reused (rerere)", port.Resolution.PERSON: ", resolved by you"}
