@@ -6,8 +6,13 @@ a clean series for an upstream pull request, lint.
 Classification is a pure function of what git reported for a patch
 (``classify``); everything else is I/O around the tree builder.  One module
 per concept: ``classify`` (the patch statuses), ``texts`` (patch texts modulo
-noise), ``rebase``, ``port``, ``refresh``, ``lint``, ``export``, ``ports`` (the ported
+noise), ``rebase``, ``port`` (a package: the session's state, decisions,
+store, git facts, verbs, end and report), ``refresh``, ``lint``, ``export``,
+``roll``, ``ranges`` (which series a release takes), ``ports`` (the ported
 series' layout and trailers), ``evidence`` (their tests, run before/after).
+Every verb returns a typed result with its exit code; its JSON is derived in
+one place: ``json_form`` (rebase, check, export, refresh, lint, roll) and
+``port.report`` (the port session's verbs).
 """
 
 from .classify import APPLIES, LEAVES_SERIES, RESOLVED, UNRESOLVED, Status, classify
