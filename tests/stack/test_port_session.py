@@ -93,8 +93,10 @@ def make_checkout(dest):
 
 
 def run(root, *args, tool=STACK, timeout=900):
+    # run from a folder that holds no test folder: the tool shows a path inside the current directory
+    # relative to it (commands.stack.shown), and the tests' folders may lie in this checkout's build/
     p = subprocess.run([sys.executable, str(tool), *args, "--root", str(root)], capture_output=True, text=True,
-                       timeout=timeout)
+                       timeout=timeout, cwd=Path(__file__).parent)
     p.data = json.loads(p.stdout) if "--json" in args and p.stdout.strip().startswith("{") else None
     return p
 

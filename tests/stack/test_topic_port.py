@@ -74,8 +74,9 @@ def trailer(path, name):
 
 
 def run(root, *args, timeout=900):
+    # run from a folder that holds no test folder (as test_port_session.run)
     p = subprocess.run([sys.executable, str(STACK), "port", *args, "--root", str(root)], capture_output=True,
-                       text=True, timeout=timeout)
+                       text=True, timeout=timeout, cwd=Path(__file__).parent)
     p.data = json.loads(p.stdout) if "--json" in args and p.stdout.strip().startswith("{") else None
     return p
 
