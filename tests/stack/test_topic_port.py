@@ -12,6 +12,7 @@ tests commit is the one the project made by hand: the files as the existing
 port patch has them.  A scratch checkout holds the repository's patches/,
 upstream.lock, overlay/ and the evidence files the port series name.
 """
+import dataclasses
 import hashlib
 import json
 import re
@@ -327,7 +328,7 @@ def test_port_mails_names_and_trailers():
         ("sm120-pdmux-green-context.patch", [("Ports", "sm120-kernel-tables.patch"), ("Requires", ""),
                                              ("Evidence", pdmux.trailers["Evidence"])])]
     # no old port: the pinned patch's own trailers; the series applied first named on the first patch
-    debug = port.port_mails(port.dataclasses.replace(s, topic="debug", requires=(("memory", 4),)), stack,
+    debug = port.port_mails(dataclasses.replace(s, topic="debug", requires=(("memory", 4),)), stack,
                             [(LEDGER, port.Carried(LEDGER, "1" * 40, "a"))], None)
     assert debug == [(LEDGER, [("Ports", LEDGER), ("Requires", "memory"), ("Evidence", "")])]
 
