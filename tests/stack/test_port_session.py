@@ -93,8 +93,10 @@ def make_checkout(dest):
 
 
 def run(root, *args, tool=STACK, timeout=900):
+    # run from a folder that holds no test folder: the tool shows a path inside the current directory
+    # relative to it (commands.stack.shown), and the tests' folders may lie in this checkout's build/
     p = subprocess.run([sys.executable, str(tool), *args, "--root", str(root)], capture_output=True, text=True,
-                       timeout=timeout)
+                       timeout=timeout, cwd=Path(__file__).parent)
     p.data = json.loads(p.stdout) if "--json" in args and p.stdout.strip().startswith("{") else None
     return p
 
@@ -309,29 +311,30 @@ from sgl_overlay.stack import port
 point, root = sys.argv[1], sys.argv[2]
 
 
-def kill_after(name, when=lambda *a: True):
-    real = getattr(port, name)
+def kill_after(module, name, when=lambda *a: True):
+    real = getattr(module, name)
 
     def step(*a, **k):
         out = real(*a, **k)
         if when(*a):
             os.kill(os.getpid(), signal.SIGKILL)
         return out
-    setattr(port, name, step)
+    setattr(module, name, step)
 
 
+# each step where the port package's modules look it up: the state saved (store), the end (end)
 if point == "recorded":        # the resolution taken, the last patch not yet applied
-    kill_after("save", lambda places, s: s.phase is port.Phase.APPLYING and len(s.results) == 2)
+    kill_after(port.store, "save", lambda places, s: s.phase is port.Phase.APPLYING and len(s.results) == 2)
 elif point == "staged":        # the new patches/ copied and changed in build/port/stage, nothing recorded
-    kill_after("stage_patches")
+    kill_after(port.end, "stage_patches")
 elif point == "finishing":     # the phase 'finishing' recorded
-    kill_after("save", lambda places, s: s.phase is port.Phase.FINISHING)
+    kill_after(port.store, "save", lambda places, s: s.phase is port.Phase.FINISHING)
 elif point == "swapped":       # patches/ new, the lock old
-    kill_after("swap_patches")
+    kill_after(port.end, "swap_patches")
 elif point == "locked":        # both new, 'done' not yet recorded
-    kill_after("replace_lock")
+    kill_after(port.end, "replace_lock")
 elif point == "done":
-    kill_after("save", lambda places, s: s.phase is port.Phase.DONE)
+    kill_after(port.store, "save", lambda places, s: s.phase is port.Phase.DONE)
 sys.exit(cli.run(command.main, ["port", "--continue", "--root", root, "-q"]))
 '''
 POINTS = ("recorded", "staged", "finishing", "swapped", "locked", "done")

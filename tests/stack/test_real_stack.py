@@ -39,17 +39,17 @@ def test_real_stack_classification(repo_stack, version):
     assert FUSION_SLOT not in (tree / "srt" / "server_args.py").read_text()
     report = stack.rebase(lock, st, stack.Onto(version=version))
     by_topic = {}
-    for r in report["patches"]:
-        by_topic.setdefault(r["topic"], []).append(r)
+    for r in report.patches:
+        by_topic.setdefault(r.topic, []).append(r)
     for r in by_topic["memory"] + by_topic["debug"]:
-        assert r["status"] in ("conflict", "probably-upstream"), (version, r["patch"], r["status"])
-        if r["status"] == "conflict":
-            assert r["failure"]["file"].startswith("python/sglang/")
-    comm = [r for r in by_topic["sm120"] if "communication" in r["patch"]]
-    assert len(comm) == 1 and comm[0]["status"] == "conflict", comm
-    assert comm[0]["failure"]["file"] == "python/sglang/srt/server_args.py", comm[0]["failure"]
-    assert not any(r["status"] == "merged-upstream" for r in by_topic["sm120"])
-    assert report["resolved"] is False
+        assert r.status in ("conflict", "probably-upstream"), (version, r.patch, r.status)
+        if r.status == "conflict":
+            assert r.failure["file"].startswith("python/sglang/")
+    comm = [r for r in by_topic["sm120"] if "communication" in r.patch]
+    assert len(comm) == 1 and comm[0].status == "conflict", comm
+    assert comm[0].failure["file"] == "python/sglang/srt/server_args.py", comm[0].failure
+    assert not any(r.status == "merged-upstream" for r in by_topic["sm120"])
+    assert report.resolved is False
 
 
 def first_patch_applies(release_dir, topic):
@@ -75,10 +75,10 @@ def test_export_onto_0_5_23_refuses_what_git_apply_refuses(repo_stack, topic, tm
     assert applies is False, f"{name} applies to 0.5.23 with plain git apply"
     out = stack.export(ROOT, lock, topic, stack.Onto(version="0.5.23"), tmp_path / "pr", run_tests=False,
                        use_port=False)        # the pinned patches, even where patches/ports/v0.5.23/ has the topic
-    assert out["status"] == "does-not-apply"
-    first = out["patches"][0]
-    assert first["patch"] == name and first["status"] == "conflict", first
-    assert first["failure"]["file"].startswith("python/sglang/") and first["failure"]["hunk"], first
+    assert out.status == "does-not-apply"
+    first = out.patches[0]
+    assert first.patch == name and first.status == "conflict", first
+    assert first.failure["file"].startswith("python/sglang/") and first.failure["hunk"], first
     assert not (tmp_path / "pr").exists()          # nothing written for a series that does not apply
 
 
@@ -152,16 +152,16 @@ def test_real_port_applies_and_its_evidence_holds(repo_stack, topic, tmp_path):
         pytest.skip(f"the ddtree port's kernel evidence needs Triton's front end: {_kernel_deps()}")
     lock, _ = repo_stack
     out = stack.export(ROOT, lock, topic, stack.Onto(version="0.5.23"), tmp_path / "pr", check_only=True)
-    assert out["status"] == "checked", {k: out.get(k) for k in ("status", "failed", "warnings")}
+    assert out.status == "checked", (out.status, out.failed, out.warnings)
     assert not (tmp_path / "pr").exists()
     memory = len(_evidence_nodes("memory"))
-    assert out.get("requires", []) == ([{"topic": "memory", "patches": memory}] if topic == "debug" else [])
+    assert list(out.requires or ()) == ([{"topic": "memory", "patches": memory}] if topic == "debug" else [])
     nodes = _evidence_nodes(topic)
-    assert [p["patch"] for p in out["patches"]] == list(nodes)
-    for p in out["patches"]:
-        assert p["status"] == "applied", p
-        got = {t["node"]: t["verdict"] for t in p["evidence"]["tests"]}
-        assert got == {n: "fails on pristine, passes patched" for n in nodes[p["patch"]]}, (p["patch"], got)
+    assert [p.patch for p in out.patches] == list(nodes)
+    for p in out.patches:
+        assert p.status == "applied", p
+        got = {t["node"]: t["verdict"] for t in p.evidence["tests"]}
+        assert got == {n: "fails on pristine, passes patched" for n in nodes[p.patch]}, (p.patch, got)
 
 
 def test_3way_takes_the_preimage_from_the_old_stack_where_index_lines_are_stale(repo_stack, tmp_path):

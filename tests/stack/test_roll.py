@@ -20,6 +20,8 @@ import yaml
 from sgl_overlay.commands import stack as stack_cmd
 from sgl_overlay.stack import ranges, roll
 from sgl_overlay.stack.classify import Status
+from sgl_overlay.stack.export import PortPatch
+from sgl_overlay.stack.rebase import RebasedPatch
 from sgl_overlay.stack.lint import lint_ranges
 from tests.apply.support import ROOT
 from tests.stack.test_topic_port import hashes, make_checkout
@@ -177,20 +179,27 @@ def cell(health, patch="a.patch", series="patches/series", **kw):
     return roll.Cell(health, patch, series, **kw)
 
 
+def rebased(patch, status, **kw):
+    return RebasedPatch(patch, 1, "s", "t", status, **kw)
+
+
+def ported(patch, status, **kw):
+    return PortPatch(patch, 1, "s", "t", (), (), status, **kw)
+
+
 def test_cells_from_git_and_the_evidence():
-    e = {"patch": "a.patch", "status": "merged-upstream", "upstream_commit": "0123456789abcdef"}
+    e = rebased("a.patch", Status.MERGED_UPSTREAM, upstream_commit="0123456789abcdef")
     c = roll.pinned_cell(e)
     assert c.health is roll.Health.UPSTREAM and c.word() == "upstream at 0123456789"
-    assert roll.pinned_cell({"patch": "a.patch", "status": "applied-3way"}).health is roll.Health.THREE_WAY
-    fail = {"patch": "b.patch", "status": "conflict", "failure": {"file": "f.py"}}
+    assert roll.pinned_cell(rebased("a.patch", Status.APPLIED_3WAY)).health is roll.Health.THREE_WAY
+    fail = rebased("b.patch", Status.CONFLICT, failure={"file": "f.py"})
     assert roll.pinned_cell(fail).failure == {"file": "f.py"}
     t = lambda b, a, v: {"node": "t::x", "before": b, "after": a, "verdict": v, "after_reason": "E: no",  # noqa: E731
                          "before_reason": ""}
-    entries = [{"patch": "p1.patch", "status": "applied",
-                "evidence": {"tests": [t("failed", "passed", "fails on pristine, passes patched")]}},
-               {"patch": "p2.patch", "status": "applied",
-                "evidence": {"tests": [t("failed", "failed", "fails patched")]}},
-               {"patch": "p3.patch", "status": "conflict", "failure": {"file": "g.py"}}]
+    entries = [ported("p1.patch", Status.APPLIED,
+                      evidence={"tests": [t("failed", "passed", "fails on pristine, passes patched")]}),
+               ported("p2.patch", Status.APPLIED, evidence={"tests": [t("failed", "failed", "fails patched")]}),
+               ported("p3.patch", Status.CONFLICT, failure={"file": "g.py"})]
     got = roll.port_cells("patches/ports/v0.5.23/t", entries, 4)
     assert [c.health for c in got] == [roll.Health.APPLIED, roll.Health.EVIDENCE_FAILS, roll.Health.CONFLICT]
     assert got[0].word() == "applied, evidence 1/1" and got[1].evidence[0].why == "E: no"

@@ -183,3 +183,17 @@ def test_write_updates_the_lock_verified_against_the_tag(project, patches, lock,
 ])
 def test_classify_precedence(tried, status):
     assert stack.classify(*tried) == status
+
+
+def test_a_results_json_leaves_out_what_it_does_not_know_and_never_shows_the_mail():
+    """A verb's --json has a patch's keys only where they are known (as the
+    verbs always wrote them) and never the whole mail text (json_form)."""
+    p = stack.RebasedPatch("a.patch", 1, "a: b", "t", stack.Status.APPLIED, commit="c0ffee", text="From c0ffee ...",
+                           changed=False)
+    assert p.to_json() == {"patch": "a.patch", "index": 1, "subject": "a: b", "topic": "t", "status": "applied",
+                           "commit": "c0ffee", "changed": False}
+    r = stack.RebaseReport("0.5.23", {"base_commit": "c0ffee"}, (p,), True, ported=0, port_line="")
+    assert json.loads(json.dumps(r, default=lambda v: v.to_json())) == {
+        "onto": "0.5.23", "base": {"base_commit": "c0ffee"}, "resolved": True, "ported": 0, "port_line": "",
+        "patches": [p.to_json()]}
+    assert (r.exit_code, stack.RebaseReport("0.5.23", {}, (), False).exit_code) == (0, 1)

@@ -12,6 +12,7 @@ tests commit is the one the project made by hand: the files as the existing
 port patch has them.  A scratch checkout holds the repository's patches/,
 upstream.lock, overlay/ and the evidence files the port series name.
 """
+import dataclasses
 import hashlib
 import json
 import re
@@ -74,8 +75,9 @@ def trailer(path, name):
 
 
 def run(root, *args, timeout=900):
+    # run from a folder that holds no test folder (as test_port_session.run)
     p = subprocess.run([sys.executable, str(STACK), "port", *args, "--root", str(root)], capture_output=True,
-                       text=True, timeout=timeout)
+                       text=True, timeout=timeout, cwd=Path(__file__).parent)
     p.data = json.loads(p.stdout) if "--json" in args and p.stdout.strip().startswith("{") else None
     return p
 
@@ -326,7 +328,7 @@ def test_port_mails_names_and_trailers():
         ("sm120-pdmux-green-context.patch", [("Ports", "sm120-kernel-tables.patch"), ("Requires", ""),
                                              ("Evidence", pdmux.trailers["Evidence"])])]
     # no old port: the pinned patch's own trailers; the series applied first named on the first patch
-    debug = port.port_mails(port.dataclasses.replace(s, topic="debug", requires=(("memory", 4),)), stack,
+    debug = port.port_mails(dataclasses.replace(s, topic="debug", requires=(("memory", 4),)), stack,
                             [(LEDGER, port.Carried(LEDGER, "1" * 40, "a"))], None)
     assert debug == [(LEDGER, [("Ports", LEDGER), ("Requires", "memory"), ("Evidence", "")])]
 

@@ -224,12 +224,10 @@ def format_failure(r):
 def apply_patch(repo_dir, patch, total, three_way=False):
     """Commit ``patch`` with git am (strict unless three_way); on failure
     abort and return the diagnosis, else None."""
-    args = ["am", "--quiet", "--committer-date-is-author-date", "--keep-non-patch"]
-    args.append("--3way" if three_way else "--no-3way")
-    p = gitcmd.run(repo_dir, *args, str(patch.path), check=False)
+    p = gitcmd.am(repo_dir, patch.path, "--3way" if three_way else "--no-3way")
     if p.returncode == 0:
         return None
-    gitcmd.run(repo_dir, "am", "--abort", check=False)
+    gitcmd.am_abort(repo_dir)
     report = diagnose(repo_dir, patch, total)
     if three_way:
         report["git_am"] = p.stderr.strip() or p.stdout.strip()
@@ -265,7 +263,7 @@ def apply_overlay(repo_dir, lock, stack):
            + "".join(f"{'replaces' if o.replaces else 'adds'} {o.rel}\n" for o in stack.overlay))
     gitcmd.run(repo_dir, "commit", "--quiet", "--no-verify", "-m", msg,
                env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
-    return gitcmd.out(repo_dir, "rev-parse", "HEAD")
+    return gitcmd.head(repo_dir)
 
 
 def prepare_base(lock, repo_dir, repo, cache, progress):
@@ -414,7 +412,7 @@ def _build(lock, stack, dest, repo, cache, three_way, force, progress):
         if stack.overlay:
             say(f"laying {len(stack.overlay)} overlay file(s)")
         apply_overlay(repo_dir, lock, stack)
-        head = gitcmd.out(repo_dir, "rev-parse", "HEAD")
+        head = gitcmd.head(repo_dir)
         data = manifest_data(lock, stack, base, head)
         (repo_dir / MANIFEST).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
         with open(repo_dir / ".git" / "info" / "exclude", "a") as f:

@@ -126,3 +126,76 @@ def popen(cwd, *args, env=None):
     """A git process reading from a pipe (stdout/stderr discarded)."""
     return subprocess.Popen(argv(*args), cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env=clean_env(env))
+
+
+# --------------------------------------------------------------------------
+# the verbs the tools share, each git command's flags written once
+
+AM_FLAGS = ("--quiet", "--committer-date-is-author-date", "--keep-non-patch")
+
+
+def am(cwd, mail, *flags):
+    """``git am`` of the mail file ``mail`` with ``AM_FLAGS`` (the commit
+    keeps the mail's author date as its committer date; a subject's
+    ``[...]`` prefixes other than ``[PATCH]`` are kept) and ``flags``
+    (``--3way`` or ``--no-3way``, ``--rerere-autoupdate``).  Not checked: a
+    failure leaves git am stopped, for ``am_continue``, ``am_abort`` or a
+    person; the CompletedProcess says what git said."""
+    return run(cwd, "am", *AM_FLAGS, *flags, str(mail), check=False)
+
+
+def am_continue(cwd):
+    """``git am --continue``: commit the resolution staged in a stopped git
+    am (not checked: the CompletedProcess says whether it did)."""
+    return run(cwd, "am", "--continue", check=False)
+
+
+def am_abort(cwd):
+    """``git am --abort``: HEAD and the tree back where git am started
+    (nothing to abort is no error)."""
+    run(cwd, "am", "--abort", check=False)
+
+
+def am_quit(cwd):
+    """``git am --quit``: forget a stopped git am's state, HEAD and the tree kept."""
+    run(cwd, "am", "--quit")
+
+
+def reset_hard(cwd, rev):
+    """HEAD, the index and the work tree at ``rev`` (``git reset --hard``)."""
+    run(cwd, "reset", "--quiet", "--hard", rev)
+
+
+def rerere_on(cwd):
+    """Recorded conflict resolutions (git rerere) on, a resolution they give staged."""
+    run(cwd, "config", "rerere.enabled", "true")
+    run(cwd, "config", "rerere.autoUpdate", "true")
+
+
+def head(cwd):
+    """The commit HEAD names."""
+    return out(cwd, "rev-parse", "HEAD")
+
+
+def commit_of(cwd, rev):
+    """The commit ``rev`` names in ``cwd``, or None where it names none."""
+    p = run(cwd, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+    return p.stdout.strip() if p.returncode == 0 else None
+
+
+def format_patch(cwd, commit):
+    """One commit as a mail (``git format-patch -1 --stdout``, no signature)."""
+    return run(cwd, "format-patch", "-1", "--stdout", "--no-signature", commit).stdout
+
+
+def range_diff(cwd, old, new):
+    """``git range-diff`` of the range ``old`` against the range ``new``
+    (text, no colour)."""
+    return run(cwd, "range-diff", "--no-color", old, new).stdout
+
+
+def patch_ids(text):
+    """``[(stable patch-id, commit)]`` of the patches in ``text`` (a mail,
+    or ``git log -p`` output), in order; no repository is read."""
+    p = subprocess.run(argv("patch-id", "--stable"), input=text, capture_output=True, text=True, env=clean_env())
+    return [tuple(l.split()) for l in p.stdout.splitlines() if l.strip()]

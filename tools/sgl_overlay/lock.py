@@ -199,11 +199,20 @@ def load(path):
         raise UsageError(f"{where}: field 'artifact.filename' is for version {wheel_version}, "
                          f"but 'upstream.version' is {lock.version}",
                          hint="the artifact must be the release the commit was tagged as")
-    for dep in ("torch", "transformers", "sglang-kernel", "flashinfer_python"):
-        if dep not in deps:
-            raise UsageError(f"{where}: missing field 'dependencies.{dep}'",
-                             hint="record the release's own pin from its METADATA (Requires-Dist)")
+    dep = missing_dependency(deps)
+    if dep:
+        raise UsageError(f"{where}: missing field 'dependencies.{dep}'",
+                         hint="record the release's own pin from its METADATA (Requires-Dist)")
     return lock
+
+
+# the runtime pins a lock must record (its [dependencies]), from the release's METADATA
+REQUIRED_DEPENDENCIES = ("torch", "transformers", "sglang-kernel", "flashinfer_python")
+
+
+def missing_dependency(deps):
+    """The first of ``REQUIRED_DEPENDENCIES`` that ``deps`` lacks, or None."""
+    return next((d for d in REQUIRED_DEPENDENCIES if d not in deps), None)
 
 
 # The standard layout of upstream.lock, its comments included; render()

@@ -79,7 +79,7 @@ import tempfile
 from pathlib import Path
 
 from .. import builder, cli, lock as lockmod, locking, project, release_list, series, stack, versions
-from ..errors import FAILED, OK, UsageError
+from ..errors import UsageError
 from ..stack import port, ports, roll
 
 
@@ -186,34 +186,30 @@ def onto_of(spec, repo):
 
 
 def rebase_text(report):
-    lines = [f"onto {report['onto']}:"]
-    for r in report["patches"]:
+    lines = [f"onto {report.onto}:"]
+    for r in report.patches:
         extra = ""
-        if r.get("upstream_commit"):
-            extra = f" (upstream {r['upstream_commit'][:12]})"
-        if r.get("ported"):
-            pt = r["ported"]
+        if r.upstream_commit:
+            extra = f" (upstream {r.upstream_commit[:12]})"
+        if r.ported:
+            pt = r.ported
             extra = (f" by {pt['port']}" if "dropped" not in pt else
-                     f" ({pt['port']}: dropped, {pt['dropped']})") + f" (git: {r['git_status']})"
-        if r["status"] == stack.Status.APPLIED and not r.get("changed"):
+                     f" ({pt['port']}: dropped, {pt['dropped']})") + f" (git: {r.git_status})"
+        if r.status is stack.Status.APPLIED and not r.changed:
             extra = " (unchanged)"
-        if r.get("not_ported"):
-            extra += f" (not ported by {r['not_ported']['port']}: {r['not_ported']['not_ported']})"
-        if r.get("covered"):
-            extra += f" (a port carries it: {r['covered'].get('port')})"
-        lines.append(f"  {r['index']:>2} {r['patch']:<40} {r['status']}{extra}")
-        if r.get("failure") and r["status"] == stack.Status.CONFLICT:
-            lines += ["     " + l for l in builder.format_failure(r["failure"]).splitlines()[1:]]
-    lines.append("every patch resolved" if report["resolved"] else "unresolved patches: not writable")
-    if report.get("ported"):
-        lines.append(f"{report['ported']} patch(es) covered by the ported series in patches/ports/")
-    if report.get("port_line"):
-        lines.append(report["port_line"])
+        if r.not_ported:
+            extra += f" (not ported by {r.not_ported['port']}: {r.not_ported['not_ported']})"
+        if r.covered:
+            extra += f" (a port carries it: {r.covered.get('port')})"
+        lines.append(f"  {r.index:>2} {r.patch:<40} {r.status}{extra}")
+        if r.failure and r.status is stack.Status.CONFLICT:
+            lines += ["     " + l for l in builder.format_failure(r.failure).splitlines()[1:]]
+    lines.append("every patch resolved" if report.resolved else "unresolved patches: not writable")
+    if report.ported:
+        lines.append(f"{report.ported} patch(es) covered by the ported series in patches/ports/")
+    if report.port_line:
+        lines.append(report.port_line)
     return "\n".join(lines)
-
-
-def strip_texts(report):
-    return {**report, "patches": [{k: v for k, v in r.items() if k != "text"} for r in report["patches"]]}
 
 
 SERIES_LOCK = ".sgl-overlay-series.lock"
@@ -233,76 +229,80 @@ def main(argv):
         raise UsageError(f"--wait must be 0 or more seconds, got {args.wait:g}", hint="e.g. --wait 600")
     progress = cli.Progress("stack", quiet=args.quiet)
     root = project.find_root(args.root)
+    verb = VERBS[args.verb]
     with contextlib.ExitStack() as held:
-        writes = (args.verb == "refresh" and not args.check) or (args.verb == "rebase" and args.write) or \
-            args.verb == "port" or (args.verb == "roll" and args.branch is not None)
-        if writes:
+        if verb.writes_series(args):
             held.enter_context(series_lock(root, args.wait, progress))
-        if args.verb == "refresh" and args.tree:
-            held.enter_context(builder.lock_dest(args.tree, args.wait, progress))
-        if args.verb == "export" and not args.check:
-            held.enter_context(builder.lock_dest(args.out, args.wait, progress))
-        return _main(args, progress, root)
+        dest = verb.writes_tree(args)
+        if dest:
+            held.enter_context(builder.lock_dest(dest, args.wait, progress))
+        return verb.handler(args, progress, root)
 
 
-def _main(args, progress, root):
-    if args.verb == "port":
-        return _port(args, progress, root)
-    if args.verb == "roll":
-        return _roll(args, progress, root)
-    if args.verb == "lint":
-        problems = stack.lint(root, roll_json(args.roll) if args.roll else None)
-        return cli.emit({"status": "ok" if not problems else "findings", "problems": problems}, args.json,
-                        "\n".join(f"{p['error']}\n  hint: {p['hint']}" for p in problems) or "lint: clean",
-                        exit_code=FAILED if problems else OK)
+def _lint(args, progress, root):
+    r = stack.lint_report(root, roll_json(args.roll) if args.roll else None)
+    return cli.emit(r, args.json, "\n".join(f"{p['error']}\n  hint: {p['hint']}" for p in r.problems)
+                    or "lint: clean", exit_code=r.exit_code)
+
+
+def _rebase(args, progress, root):
+    return _rebase_or_check(args, progress, root, args.onto, rebasing=True)
+
+
+def _check(args, progress, root):
+    return _rebase_or_check(args, progress, root, args.against, rebasing=False)
+
+
+def _rebase_or_check(args, progress, root, spec, rebasing):
+    """rebase --onto (and --write) and check --against: the same run, told apart by ``rebasing``."""
     lock = lockmod.load(root / "upstream.lock")
-    if args.verb in ("rebase", "check"):
-        spec = args.onto if args.verb == "rebase" else args.against
-        onto = onto_of(spec, args.repo)
-        cover = stack.coverage(root, onto)           # a bad port: exit 2 before work
-        said = stack.not_ported_in(root, onto) if args.verb == "rebase" else {}
-        report = stack.rebase(lock, series.load(root), onto, args.cache, progress)
-        if cover and args.verb == "rebase":
-            stack.mark_ported(report, cover)
-        elif cover:                                  # check: what git reported, the port named beside it
-            stack.mark_covered(report, cover)
-        if said:
-            stack.mark_not_ported(report, said)
-        if cover:
-            report["port_series"] = ports.covering(root, onto)
-            report["port_line"] = ports.covering_line(root, onto)
-        if args.verb == "rebase" and args.write:
-            report["written"] = stack.write_rebase(root, lock, series.load(root), report, onto, args.cache, progress)
-        return cli.emit(strip_texts(report), args.json, rebase_text(report),
-                        exit_code=OK if report["resolved"] else FAILED)
-    if args.verb == "refresh":
-        if args.tree:
-            r = stack.refresh(root, args.tree, write=not args.check)
-        else:
-            with tempfile.TemporaryDirectory(prefix="sgl-overlay-refresh-") as t:
-                builder.build(lock, series.load(root), Path(t) / "sglang", cache=args.cache, progress=progress)
-                r = stack.refresh(root, Path(t) / "sglang", write=not args.check)
-        changed = bool(r["changes"]) or r["series_changed"]
-        text = "\n".join(f"  {c['change']}: {c['patch']}" for c in r["changes"]) or "  nothing to change"
-        return cli.emit({"status": "changes" if changed else "clean", **r}, args.json,
-                        ("would change:\n" if args.check else "refreshed:\n") + text,
-                        exit_code=FAILED if (args.check and changed) else OK)
-    if args.verb == "export":
-        test_python = test_python_of(args)
-        spec = args.onto
-        if not spec:
-            if args.repo:
-                raise UsageError("export with --repo needs --onto COMMIT", hint="e.g. --onto main")
-            spec = release_list.list_releases(progress)[-1]       # the newest release
-        r = stack.export(root, lock, args.topic, onto_of(spec, args.repo), args.out, args.cache, progress,
-                         run_tests=not args.no_tests, test_python=test_python, use_port=not args.pinned,
-                         check_only=args.check)
-        if args.pinned and ports.covering(root, onto_of(spec, args.repo)):
-            r["port_line"] = ports.covering_line(root, onto_of(spec, args.repo)) + " (--pinned: not used)"
-        return cli.emit(strip_texts(r), args.json, export_text(r),
-                        exit_code=OK if r["status"] in (stack.ExportStatus.EXPORTED, stack.ExportStatus.CHECKED)
-                        else FAILED)
-    return OK
+    onto = onto_of(spec, args.repo)
+    cover = stack.coverage(root, onto)           # a bad port: exit 2 before work
+    said = stack.not_ported_in(root, onto) if rebasing else {}
+    report = stack.rebase(lock, series.load(root), onto, args.cache, progress)
+    if cover and rebasing:
+        report = stack.mark_ported(report, cover)
+    elif cover:                                  # check: what git reported, the port named beside it
+        report = stack.mark_covered(report, cover)
+    if said:
+        report = stack.mark_not_ported(report, said)
+    if cover:
+        report = dataclasses.replace(report, port_series=tuple(ports.covering(root, onto)),
+                                     port_line=ports.covering_line(root, onto))
+    if rebasing and args.write:
+        report = dataclasses.replace(report, written=stack.write_rebase(root, lock, series.load(root), report, onto,
+                                                                        args.cache, progress))
+    return cli.emit(report, args.json, rebase_text(report), exit_code=report.exit_code)
+
+
+def _refresh(args, progress, root):
+    lock = lockmod.load(root / "upstream.lock")
+    if args.tree:
+        r = stack.refresh(root, args.tree, write=not args.check)
+    else:
+        with tempfile.TemporaryDirectory(prefix="sgl-overlay-refresh-") as t:
+            builder.build(lock, series.load(root), Path(t) / "sglang", cache=args.cache, progress=progress)
+            r = stack.refresh(root, Path(t) / "sglang", write=not args.check)
+    text = "\n".join(f"  {c.change}: {c.patch}" for c in r.changes) or "  nothing to change"
+    return cli.emit(r, args.json, ("would change:\n" if args.check else "refreshed:\n") + text,
+                    exit_code=r.exit_code)
+
+
+def _export(args, progress, root):
+    lock = lockmod.load(root / "upstream.lock")
+    test_python = test_python_of(args)
+    spec = args.onto
+    if not spec:
+        if args.repo:
+            raise UsageError("export with --repo needs --onto COMMIT", hint="e.g. --onto main")
+        spec = release_list.list_releases(progress)[-1]       # the newest release
+    r = stack.export(root, lock, args.topic, onto_of(spec, args.repo), args.out, args.cache, progress,
+                     run_tests=not args.no_tests, test_python=test_python, use_port=not args.pinned,
+                     check_only=args.check)
+    if args.pinned and ports.covering(root, onto_of(spec, args.repo)):
+        r = dataclasses.replace(r, port_line=ports.covering_line(root, onto_of(spec, args.repo))
+                                + " (--pinned: not used)")
+    return cli.emit(r, args.json, export_text(r), exit_code=r.exit_code)
 
 
 def test_python_of(args):
@@ -357,7 +357,7 @@ def _roll(args, progress, root):
                                   progress=progress, shown=shown, tool=tool, replace=True)
             s = pr.session
             r = dataclasses.replace(r, branch=roll.Branch(
-                topic, releases[-1], str(pr.outcome), shown(pr.places.session),
+                topic, releases[-1], pr.outcome, shown(pr.places.session),
                 s.stop.patch if s and s.stop else "", port_text(pr, tool)))
         else:
             progress(f"--branch: every topic's series carries onto v{releases[-1]}: no session started")
@@ -371,29 +371,28 @@ def _roll(args, progress, root):
 
 
 def export_text(r):
-    text = [f"topic {r['topic']} onto {r['onto']}: {r['status']}" + (f" (from {r['port']})" if r.get("port") else "")]
+    text = [f"topic {r.topic} onto {r.onto}: {r.status}" + (f" (from {r.port})" if r.port else "")]
     text += [f"  on the {q['topic']} port ({q['patches']} patch(es), Requires: {q['topic']})"
-             for q in r.get("requires", [])]
-    for p in r["patches"]:
-        text.append(f"  {p['patch']}: {p['status']}")
-        if p.get("failure"):
-            text += ["     " + l for l in builder.format_failure(p["failure"]).splitlines()[1:]]
-        for t in p.get("evidence", {}).get("tests", []):
+             for q in r.requires or ()]
+    for p in r.patches:
+        text.append(f"  {p.patch}: {p.status}")
+        if p.failure:
+            text += ["     " + l for l in builder.format_failure(p.failure).splitlines()[1:]]
+        for t in (getattr(p, "evidence", None) or {}).get("tests", []):
             text.append(f"    {t['node']}: before {t['before']}, after {t['after']}: {t['verdict']}")
-    for u in r.get("upstream_tests", []):
+    for u in r.upstream_tests or ():
         text.append(f"  {u['file']}: pristine {u['pristine']['outcome']}, patched {u['patched']['outcome']}: "
                     f"{u['verdict']}")
-    if r.get("tests"):
-        text.append(f"  tests: {r['tests']['summary']}")
-    text += [f"  warning: {w}" for w in r.get("warnings", [])]
-    text += [f"  failed: {f}" for f in r.get("failed", [])]
-    if r.get("port_line"):
-        text.append(f"  {r['port_line']}")
-    text += [f"  wrote {f}" for f in r["files"]]
-    if r["status"] == stack.ExportStatus.CHECKED:
+    if r.tests:
+        text.append(f"  tests: {r.tests['summary']}")
+    text += [f"  warning: {w}" for w in r.warnings or ()]
+    text += [f"  failed: {f}" for f in r.failed or ()]
+    if r.port_line:
+        text.append(f"  {r.port_line}")
+    text += [f"  wrote {f}" for f in r.files]
+    if r.status is stack.ExportStatus.CHECKED:
         text.append("  --check: nothing written")
     return "\n".join(text)
-
 
 
 def shown(path):
@@ -429,6 +428,25 @@ def _port(args, progress, root):
     else:
         r = port.status(root, **kw)
     return cli.emit(r, args.json, port_text(r, tool) + (f"\n{line}" if line else ""), exit_code=r.exit_code)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verb:
+    """What a verb runs and what it writes, so that ``main`` holds the right locks first."""
+    handler: object                                   # (args, progress, root) -> exit code
+    writes_series: object = lambda args: False        # args -> whether it writes patches/ or upstream.lock
+    writes_tree: object = lambda args: None           # args -> the folder it writes (held with builder.lock_dest)
+
+
+VERBS = {
+    "rebase": Verb(_rebase, writes_series=lambda args: args.write),
+    "check": Verb(_check),
+    "refresh": Verb(_refresh, writes_series=lambda args: not args.check, writes_tree=lambda args: args.tree),
+    "export": Verb(_export, writes_tree=lambda args: None if args.check else args.out),
+    "lint": Verb(_lint),
+    "roll": Verb(_roll, writes_series=lambda args: args.branch is not None),
+    "port": Verb(_port, writes_series=lambda args: True),
+}
 
 
 RESOLVED_BY = {port.Resolution.RERERE: ", resolution reused (rerere)", port.Resolution.PERSON: ", resolved by you"}

@@ -13,9 +13,10 @@ import tempfile
 from pathlib import Path
 
 from .. import builder, gitcmd, series
-from ..errors import UsageError
+from ..errors import FAILED, OK, UsageError
 from . import evidence, ports
 from .classify import APPLIES, Status
+from .json_form import Result, hidden, optional
 from .ranges import Why, series_for
 from .rebase import new_base, rebase
 from .texts import format_patch, slug
@@ -29,6 +30,53 @@ class ExportStatus(enum.StrEnum):
     CHECKED = "checked"            # --check: everything an export verifies held; nothing written
     DOES_NOT_APPLY = "does-not-apply"
     TESTS_FAIL = "tests-fail"
+
+
+@dataclasses.dataclass(frozen=True)
+class Dropped(Result):
+    """A pinned patch a port patch says upstream already has ("Dropped: X.patch -- ...")."""
+    patch: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PortPatch(Result):
+    """One patch of a ported series, applied with strict git am."""
+    patch: str
+    index: int
+    subject: str
+    topic: str
+    ports: tuple               # the pinned patches it carries (Ports:)
+    dropped: tuple             # Dropped
+    status: Status             # applied, or conflict (the series stops there)
+    failure: dict | None = optional()        # builder.diagnose()'s report, where it does not apply
+    commit: str | None = optional()
+    text: str | None = hidden()              # its commit as a mail
+    evidence: dict | None = optional()       # evidence.run_series's report of its Evidence: tests
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportReport(Result):
+    """``export``: a topic alone on an upstream, and what became of it."""
+    topic: str
+    onto: str
+    status: ExportStatus
+    patches: tuple             # rebase.RebasedPatch (the pinned patches), or PortPatch (a ported series)
+    files: tuple = ()          # what was written
+    label: str | None = optional()           # a ported series: the state its evidence starts from
+    port: str | None = optional()            # a ported series: its folder
+    base: dict | None = optional()           # a ported series: the upstream's facts (rebase.new_base)
+    requires: tuple | None = optional()      # the port series applied first ({"topic", "patches"})
+    tests: dict | None = optional()          # the pinned patches: tests/<topic>'s run
+    upstream_tests: tuple | None = optional()   # a ported series: its test/ files on pristine/patched
+    warnings: tuple | None = optional()      # what the evidence does not show
+    failed: tuple | None = optional()        # the tests that fail patched
+    port_line: str | None = optional()       # the port series made for that upstream (--pinned: not used)
+
+    @property
+    def exit_code(self):
+        """0 exported (or --check: checked); 1 it does not apply or its tests fail."""
+        return OK if self.status in (ExportStatus.EXPORTED, ExportStatus.CHECKED) else FAILED
 
 
 def strip_trailers(text):
@@ -90,11 +138,10 @@ def export(root, lock, topic, onto, out_dir, cache=None, progress=None, run_test
     try:
         tree = tmp / "tree"
         report = rebase(lock, sub, onto, cache, progress, keep=tree)
-        out = {"topic": topic, "onto": onto.label, "patches": report["patches"], "files": []}
-        bad = [r for r in report["patches"] if r["status"] not in APPLIES]
+        out = {"topic": topic, "onto": onto.label, "patches": report.patches}
+        bad = [r for r in report.patches if r.status not in APPLIES]
         if bad:
-            out["status"] = ExportStatus.DOES_NOT_APPLY
-            return out
+            return ExportReport(**out, status=ExportStatus.DOES_NOT_APPLY)
         tests = root / "tests" / topic
         if run_tests and tests.is_dir():
             say(f"running tests/{topic} against the exported tree")
@@ -104,16 +151,13 @@ def export(root, lock, topic, onto, out_dir, cache=None, progress=None, run_test
             out["tests"] = {"command": f"python -m pytest tests/{topic} --tree <exported tree>",
                             "exit": p.returncode, "summary": last}
             if p.returncode:
-                out["status"] = ExportStatus.TESTS_FAIL
-                return out
+                return ExportReport(**out, status=ExportStatus.TESTS_FAIL)
         else:
             out["tests"] = {"summary": f"no tests/{topic} folder" if run_tests else "not run"}
         if check_only:
-            out["status"] = ExportStatus.CHECKED
-            return out
-        out["files"] = write_mails(out_dir, report["patches"], _description(topic, mine, report, out))
-        out["status"] = ExportStatus.EXPORTED
-        return out
+            return ExportReport(**out, status=ExportStatus.CHECKED)
+        files = write_mails(out_dir, report.patches, _description(topic, mine, report, out))
+        return ExportReport(**out, status=ExportStatus.EXPORTED, files=files)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -125,8 +169,8 @@ def write_mails(out_dir, entries, description):
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
     for i, r in enumerate(entries, 1):
-        f = out_dir / f"{i:04d}-{slug(r['subject'])}.patch"
-        text = strip_trailers(r["text"])
+        f = out_dir / f"{i:04d}-{slug(r.subject)}.patch"
+        text = strip_trailers(r.text)
         text = text.replace("Subject: [PATCH] ", f"Subject: [PATCH {i}/{len(entries)}] ", 1) \
             if len(entries) > 1 else text
         f.write_text(text)
@@ -134,7 +178,7 @@ def write_mails(out_dir, entries, description):
     desc = out_dir / "pull-request.md"
     desc.write_text(description)
     files.append(str(desc))
-    return files
+    return tuple(files)
 
 
 def apply_required(label_dir, topics, topic, rel, tree, say):
@@ -181,44 +225,37 @@ def export_port(root, lock, port, onto, out_dir, cache=None, progress=None, run_
         required = apply_required(port.dir.parent, ports.requires(port), port.topic, port.rel, tree, say)
         if required:       # the state every "before" starts from names what it holds
             label += "".join(f" + {t} port ({n})" for t, n in required)
-        out = {"topic": port.topic, "onto": onto.label, "label": label, "port": port.rel, "base": base,
-               "patches": [], "files": []}
+        out = {"topic": port.topic, "onto": onto.label, "label": label, "port": port.rel, "base": base}
         if required:
-            out["requires"] = [{"topic": t, "patches": n} for t, n in required]
-        commits = [gitcmd.out(tree, "rev-parse", "HEAD")]
+            out["requires"] = tuple({"topic": t, "patches": n} for t, n in required)
+        commits = [gitcmd.head(tree)]
+        entries = []
         for p in port.patches:
             say(f"git am {p.index}/{total} {p.name}")
-            entry = {"patch": p.name, "index": p.index, "subject": p.subject, "topic": p.topic,
-                     "ports": ports.ports_of(p), "dropped": [{"patch": n, "reason": r} for n, r in ports.dropped_in(p)]}
-            out["patches"].append(entry)
+            entry = PortPatch(p.name, p.index, p.subject, p.topic, tuple(ports.ports_of(p)),
+                              tuple(Dropped(n, r) for n, r in ports.dropped_in(p)), Status.APPLIED)
             failure = builder.apply_patch(tree, p, total)
             if failure:
-                entry["status"], entry["failure"] = Status.CONFLICT, failure
-                out["status"] = ExportStatus.DOES_NOT_APPLY
-                return out
-            entry["status"] = Status.APPLIED
-            commits.append(gitcmd.out(tree, "rev-parse", "HEAD"))
-            entry["commit"] = commits[-1]
-            entry["text"] = format_patch(tree, commits[-1])
+                entries.append(dataclasses.replace(entry, status=Status.CONFLICT, failure=failure))
+                return ExportReport(**out, patches=tuple(entries), status=ExportStatus.DOES_NOT_APPLY)
+            commits.append(gitcmd.head(tree))
+            entries.append(dataclasses.replace(entry, commit=commits[-1], text=format_patch(tree, commits[-1])))
         if run_tests:
             ev = evidence.run_series(root, tree, port, commits, label, progress, test_python)
-            for entry, e in zip(out["patches"], ev["patches"]):
-                entry["evidence"] = e
-            out["upstream_tests"] = ev["upstream_tests"]
+            entries = [dataclasses.replace(entry, evidence=e) for entry, e in zip(entries, ev["patches"])]
+            out["upstream_tests"] = tuple(ev["upstream_tests"])
             failed = [t["node"] for e in ev["patches"] for t in e["tests"]
                       if t["verdict"] == evidence.Verdict.FAILS_PATCHED]
             failed += [u["file"] for u in ev["upstream_tests"] if u["verdict"] == evidence.Verdict.FAILS_PATCHED]
-            out["warnings"] = _warnings(ev)
+            out["warnings"] = tuple(_warnings(ev))
             if failed:
-                out["failed"] = failed
-                out["status"] = ExportStatus.TESTS_FAIL
-                return out
+                return ExportReport(**out, patches=tuple(entries), failed=tuple(failed),
+                                    status=ExportStatus.TESTS_FAIL)
+        out["patches"] = tuple(entries)
         if not write:
-            out["status"] = ExportStatus.CHECKED
-            return out
-        out["files"] = write_mails(out_dir, out["patches"], port_description(port, out, run_tests))
-        out["status"] = ExportStatus.EXPORTED
-        return out
+            return ExportReport(**out, status=ExportStatus.CHECKED)
+        files = write_mails(out_dir, entries, port_description(port, out, run_tests))
+        return ExportReport(**out, status=ExportStatus.EXPORTED, files=files)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -238,9 +275,9 @@ def _warnings(ev):
 
 def _description(topic, patches, report, out):
     lines = [f"# {topic}: {len(patches)} change(s)", "",
-             f"Applies onto {report['onto']} ({report['base'].get('base_commit', '')[:12]}).", ""]
-    for p, r in zip(patches, report["patches"]):
-        lines += [f"## {p.subject}", "", p.body, "", f"Applies: {r['status']}.", ""]
+             f"Applies onto {report.onto} ({report.base.get('base_commit', '')[:12]}).", ""]
+    for p, r in zip(patches, report.patches):
+        lines += [f"## {p.subject}", "", p.body, "", f"Applies: {r.status}.", ""]
     t = out.get("tests", {})
     lines += ["## Evidence", ""]
     if t.get("command"):
@@ -277,7 +314,7 @@ def port_description(port, out, run_tests):
               "(after); the `tests/...` node ids are the downstream overlay's tests of this behaviour, "
               "`--tree` the SGLang tree they test.", ""]
     for p, e in zip(port.patches, out["patches"]):
-        ev = e["evidence"]
+        ev = e.evidence
         lines += [f"### {p.index}/{n} {p.subject}", ""]
         if not ev["tests"]:
             lines += ["No evidence tests named (`Evidence:`).", ""]

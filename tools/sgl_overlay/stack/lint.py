@@ -1,11 +1,37 @@
 """Lint: every problem with the stack, and with the ported series in
 patches/ports/**."""
+import dataclasses
+import enum
 import re
 from pathlib import Path
 
 from .. import series, versions
-from ..errors import UsageError
+from ..errors import FAILED, OK, UsageError
 from . import ports, ranges
+from .json_form import Result
+
+
+class LintStatus(enum.StrEnum):
+    OK = "ok"
+    FINDINGS = "findings"
+
+
+@dataclasses.dataclass(frozen=True)
+class LintReport(Result):
+    """``lint``: every finding (dicts: patch, field, error, hint)."""
+    status: LintStatus
+    problems: tuple
+
+    @property
+    def exit_code(self):
+        """0 clean; 1 findings."""
+        return FAILED if self.problems else OK
+
+
+def lint_report(root, roll=None):
+    """``lint`` as the verb reports it."""
+    problems = tuple(lint(root, roll))
+    return LintReport(LintStatus.FINDINGS if problems else LintStatus.OK, problems)
 
 
 def _problem(patch, field, error, hint):

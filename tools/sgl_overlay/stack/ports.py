@@ -183,23 +183,24 @@ def not_ported_in(root, onto):
     return out
 
 
+def _each(report, change):
+    """The rebase report (rebase.RebaseReport) with ``change(patch)`` (a
+    RebasedPatch, or None: unchanged) for each of its patches."""
+    return dataclasses.replace(report, patches=tuple(change(r) or r for r in report.patches))
+
+
 def mark_not_ported(report, said):
     """The rebase report with what the port series say they do not carry
     (``not_ported_in``): the patch keeps what git reported; the reason is
     added."""
-    for r in report["patches"]:
-        if r["patch"] in said and r["status"] != Status.PORTED:
-            r["not_ported"] = said[r["patch"]]
-    return report
+    return _each(report, lambda r: dataclasses.replace(r, not_ported=said[r.patch])
+                 if r.patch in said and r.status is not Status.PORTED else None)
 
 
 def mark_covered(report, cover):
     """check --against's report with the port that carries each patch named
     beside what git reported (``covered``), the status unchanged."""
-    for r in report["patches"]:
-        if r["patch"] in cover:
-            r["covered"] = cover[r["patch"]]
-    return report
+    return _each(report, lambda r: dataclasses.replace(r, covered=cover[r.patch]) if r.patch in cover else None)
 
 
 def mark_ported(report, cover):
@@ -207,12 +208,10 @@ def mark_ported(report, cover):
     marked ``ported`` (what git reported kept as ``git_status``).  A ported
     patch still counts as unresolved: the pinned stack cannot carry it onto
     that upstream; the port series replaces it there."""
-    for r in report["patches"]:
-        if r["patch"] in cover:
-            r["git_status"], r["status"], r["ported"] = r["status"], Status.PORTED, cover[r["patch"]]
-    report["ported"] = sum(1 for r in report["patches"] if r["status"] == Status.PORTED)
-    report["resolved"] = all(r["status"] in RESOLVED for r in report["patches"])
-    return report
+    report = _each(report, lambda r: dataclasses.replace(r, git_status=r.status, status=Status.PORTED,
+                                                         ported=cover[r.patch]) if r.patch in cover else None)
+    return dataclasses.replace(report, ported=sum(1 for r in report.patches if r.status is Status.PORTED),
+                               resolved=all(r.status in RESOLVED for r in report.patches))
 
 
 def covering(root, onto):

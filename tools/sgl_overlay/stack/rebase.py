@@ -3,14 +3,14 @@ classified; with --write, the new lock and the refreshed patches."""
 import dataclasses
 import re
 import shutil
-import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
 
 from .. import archive, artifacts, base_tree, builder, clones, gitcmd, lock as lockmod, series, versions
-from ..errors import ApplyError, UsageError
+from ..errors import FAILED, OK, ApplyError, UsageError
 from .classify import APPLIES, LEAVES_SERIES, RESOLVED, UNRESOLVED, Status, classify
+from .json_form import Result, hidden, optional
 from .refresh import write_patches
 from .texts import format_patch, noise_free, patch_id
 
@@ -36,15 +36,14 @@ def new_base(lock, onto, repo_dir, cache, progress, bare=None):
         raise UsageError("--onto COMMIT needs --repo URL_OR_PATH", hint="or give a release version")
     if bare is None:
         bare, _ = clones.fresh_clone(onto.repo, cache, progress)
-    r = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{onto.commit}^{{commit}}", check=False)
-    if r.returncode:
+    commit = gitcmd.commit_of(bare, onto.commit)
+    if commit is None:
         raise UsageError(f"{onto.repo} has no commit {onto.commit!r}", hint="give a commit, tag or branch of it")
-    commit = r.stdout.strip()
     gitcmd.init(repo_dir)
     gitcmd.run(repo_dir, "fetch", "--quiet", "--depth=1",
                "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack", "file://" + str(bare), commit)
     gitcmd.run(repo_dir, "update-ref", "refs/heads/upstream", commit)
-    gitcmd.run(repo_dir, "reset", "--quiet", "--hard", commit)
+    gitcmd.reset_hard(repo_dir, commit)
     return {"source": "git", "repo": onto.repo, "base_commit": commit,
             "tree_normalized": base_tree.normalized_tree(repo_dir, gitcmd.out(repo_dir, "rev-parse", f"{commit}:{lock.subdir}"))}
 
@@ -73,11 +72,6 @@ def prepare_tree(lock, stack, onto, dest, cache=None, progress=None, bare=None):
     return base
 
 
-def _am(repo_dir, patch, *args, path=None):
-    return gitcmd.run(repo_dir, "am", "--quiet", "--committer-date-is-author-date", "--keep-non-patch", *args,
-                      str(path or patch.path), check=False)
-
-
 # git am --3way's words when the patch's index lines name blobs the tree lacks
 NO_PREIMAGE = ("could not build fake ancestor", "sha1 information is lacking")
 
@@ -85,9 +79,7 @@ NO_PREIMAGE = ("could not build fake ancestor", "sha1 information is lacking")
 def old_commit_of(repo_dir, patch, total):
     """The commit of ``patch`` in the old stack fetched as ``OLD`` (patch i of
     n is ``OLD~(n - i)``), or None where the tree has no ``OLD``."""
-    r = gitcmd.run(repo_dir, "rev-parse", "--verify", "--quiet", f"{OLD}~{total - patch.index}^{{commit}}",
-                   check=False)
-    return r.stdout.strip() if r.returncode == 0 else None
+    return gitcmd.commit_of(repo_dir, f"{OLD}~{total - patch.index}")
 
 
 def _am_3way_from_old(repo_dir, patch, total, args):
@@ -102,11 +94,7 @@ def _am_3way_from_old(repo_dir, patch, total, args):
     with tempfile.TemporaryDirectory(prefix="sgl-overlay-old-") as tmp:
         f = Path(tmp) / patch.name
         f.write_text(format_patch(repo_dir, old))
-        return _am(repo_dir, patch, "--3way", *args, path=f)
-
-
-def _am_abort(repo_dir):
-    gitcmd.run(repo_dir, "am", "--abort", check=False)
+        return gitcmd.am(repo_dir, f, "--3way", *args)
 
 
 def unmerged(repo_dir):
@@ -132,9 +120,9 @@ def attempt(repo_dir, patch, total, upstream_commit=None, keep_conflict=False):
     is committed.  A 3-way merge that fails is aborted, or, with
     ``keep_conflict``, left as git am stopped (the conflict markers in the
     files, the index unmerged) for a person to resolve."""
-    if _am(repo_dir, patch, "--no-3way").returncode == 0:
+    if gitcmd.am(repo_dir, patch.path, "--no-3way").returncode == 0:
         return Attempt(Status.APPLIED)
-    _am_abort(repo_dir)
+    gitcmd.am_abort(repo_dir)
     failure = builder.diagnose(repo_dir, patch, total)
     rev = failure["applies_in_reverse"]
     tw = tw_empty = rev_reduced = stopped = False
@@ -143,21 +131,21 @@ def attempt(repo_dir, patch, total, upstream_commit=None, keep_conflict=False):
         rev_reduced = gitcmd.run(repo_dir, "apply", "--check", "--reverse", "-C1", str(patch.path),
                                  check=False).returncode == 0
         extra = ["--rerere-autoupdate"] if keep_conflict else []
-        t = _am(repo_dir, patch, "--3way", *extra)
+        t = gitcmd.am(repo_dir, patch.path, "--3way", *extra)
         if t.returncode and any(w in t.stdout + t.stderr for w in NO_PREIMAGE) and \
                 old_commit_of(repo_dir, patch, total):
-            _am_abort(repo_dir)
+            gitcmd.am_abort(repo_dir)
             t = _am_3way_from_old(repo_dir, patch, total, extra)
         tw = t.returncode == 0
         tw_empty = not tw and "No changes" in (t.stdout + t.stderr)
         if tw and not gitcmd.out(repo_dir, "diff", "--name-only", "HEAD~1", "HEAD"):
-            gitcmd.run(repo_dir, "reset", "--quiet", "--hard", "HEAD~1")
+            gitcmd.reset_hard(repo_dir, "HEAD~1")
             tw, tw_empty = False, True
         if not tw:
             if keep_conflict and not tw_empty:
                 stopped, conflicted, said = True, unmerged(repo_dir), (t.stderr.strip() or t.stdout.strip())
             else:
-                _am_abort(repo_dir)
+                gitcmd.am_abort(repo_dir)
     status = classify(False, rev, bool(upstream_commit), tw, tw_empty, rev_reduced)
     return Attempt(status, failure, upstream_commit, stopped, conflicted, said)
 
@@ -174,9 +162,7 @@ def _upstream_patch_ids(onto, lock, bare):
                      lock.subdir, check=False)
     if log.returncode:
         return {}
-    p = subprocess.run(gitcmd.argv("patch-id", "--stable"), input=log.stdout, capture_output=True, text=True,
-                       env=gitcmd.clean_env())
-    return {pid: c for pid, c in (l.split() for l in p.stdout.splitlines())}
+    return dict(gitcmd.patch_ids(log.stdout))
 
 
 def merged_upstream(stack, onto, lock, bare):
@@ -197,8 +183,7 @@ def use_resolutions(tree, rr_cache):
     if not rr_cache or not Path(rr_cache).is_dir() or not any(Path(rr_cache).iterdir()):
         return False
     shutil.copytree(rr_cache, Path(tree) / ".git" / "rr-cache", dirs_exist_ok=True)
-    gitcmd.run(tree, "config", "rerere.enabled", "true")
-    gitcmd.run(tree, "config", "rerere.autoUpdate", "true")
+    gitcmd.rerere_on(tree)
     return True
 
 
@@ -208,10 +193,56 @@ def reuse_resolution(tree, a):
     --continue``) and return the paths they resolved; else abort git am's
     stopped state and return ()."""
     reused = tuple(REUSED.findall(a.git_am))
-    if reused and not unmerged(tree) and gitcmd.run(tree, "am", "--continue", check=False).returncode == 0:
+    if reused and not unmerged(tree) and gitcmd.am_continue(tree).returncode == 0:
         return reused
-    _am_abort(tree)
+    gitcmd.am_abort(tree)
     return ()
+
+
+@dataclasses.dataclass(frozen=True)
+class RebasedPatch(Result):
+    """One patch of a rebase (or check --against): what git reported and what became of it."""
+    patch: str
+    index: int
+    subject: str
+    topic: str
+    status: Status
+    reused: tuple | None = optional()          # paths a recorded resolution resolved
+    commit: str | None = optional()            # its commit in the rebased tree (where it applies)
+    text: str | None = hidden()                # that commit as a mail
+    changed: bool | None = optional()          # the mail differs from the patch file beyond noise
+    upstream_commit: str | None = optional()   # the upstream commit with its patch-id
+    failure: dict | None = optional()          # builder.diagnose()'s report, where it does not resolve
+    git_status: Status | None = optional()     # ported: what git reported
+    ported: dict | None = optional()           # ported: the port patch that carries it (ports.coverage)
+    not_ported: dict | None = optional()       # a port series says why it does not carry it
+    covered: dict | None = optional()          # check --against: the port that carries it
+
+
+@dataclasses.dataclass(frozen=True)
+class Written(Result):
+    """What ``rebase --write`` wrote: the new lock and the patch files."""
+    lock: dict
+    written: tuple             # the patch files rewritten
+    dropped: tuple             # the patches that left the series
+
+
+@dataclasses.dataclass(frozen=True)
+class RebaseReport(Result):
+    """``rebase`` / ``check --against``: every patch of the stack on the new upstream."""
+    onto: str
+    base: dict                 # the new upstream's facts (new_base)
+    patches: tuple             # RebasedPatch, in series order
+    resolved: bool             # every patch resolved: --write may write
+    ported: int | None = optional()            # how many patches a port series covers
+    port_series: tuple | None = optional()     # the port series folders made for that upstream
+    port_line: str | None = optional()         # ports.covering_line
+    written: Written | None = optional()
+
+    @property
+    def exit_code(self):
+        """0 every patch resolved; 1 one does not (or a port series replaces it)."""
+        return OK if self.resolved else FAILED
 
 
 def rebase(lock, stack, onto, cache=None, progress=None, keep=None, rr_cache=None):
@@ -233,25 +264,21 @@ def rebase(lock, stack, onto, cache=None, progress=None, keep=None, rr_cache=Non
         results = []
         for p in stack.patches:
             say(f"patch {p.index}/{total} {p.name}")
-            entry = {"patch": p.name, "index": p.index, "subject": p.subject, "topic": p.topic}
             a = attempt(new, p, total, merged.get(p.name), keep_conflict=rerere)
+            reused = None
             if a.stopped:
-                reused = reuse_resolution(new, a)
+                reused = reuse_resolution(new, a) or None
                 if reused:
                     a = dataclasses.replace(a, status=Status.APPLIED_3WAY, stopped=False)
-                    entry["reused"] = list(reused)
-            entry["status"] = a.status
+            commit = text = changed = None
             if a.status in APPLIES:
-                entry["commit"] = gitcmd.out(new, "rev-parse", "HEAD")
-                entry["text"] = format_patch(new, entry["commit"])
-                entry["changed"] = noise_free(entry["text"]) != noise_free(p.raw.decode())
-            if a.upstream_commit:
-                entry["upstream_commit"] = a.upstream_commit
-            if a.status in UNRESOLVED and a.failure:
-                entry["failure"] = a.failure
-            results.append(entry)
-        return {"onto": onto.label, "base": base, "patches": results,
-                "resolved": all(r["status"] in RESOLVED for r in results)}
+                commit = gitcmd.head(new)
+                text = format_patch(new, commit)
+                changed = noise_free(text) != noise_free(p.raw.decode())
+            results.append(RebasedPatch(p.name, p.index, p.subject, p.topic, a.status, reused, commit, text, changed,
+                                        a.upstream_commit or None,
+                                        a.failure if a.status in UNRESOLVED and a.failure else None))
+        return RebaseReport(onto.label, base, tuple(results), all(r.status in RESOLVED for r in results))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -268,10 +295,9 @@ def new_lock(lock, onto, cache=None, progress=None, bare=None):
     if bare is None:
         bare, _ = clones.fresh_clone(repo, cache, progress)
     tag = f"v{onto.version}"
-    c = gitcmd.run(bare, "rev-parse", "--verify", "--quiet", f"{tag}^{{commit}}", check=False)
-    if c.returncode:
+    commit = gitcmd.commit_of(bare, tag)
+    if commit is None:
         raise UsageError(f"{repo} has no tag {tag}", hint="pass --repo with SGLang's history")
-    commit = c.stdout.strip()
     tree = gitcmd.out(bare, "rev-parse", f"{commit}:{lock.subdir}")
     date = gitcmd.out(bare, "log", "-1", "--format=%cs", commit)
     artifact = artifacts.release(onto.version, cache, progress)
@@ -312,31 +338,31 @@ def new_lock(lock, onto, cache=None, progress=None, bare=None):
                          f"{base['tree']}, the tag's is {shipped_tree}"
                          + (f" (less {', '.join(excluded)}, which the artifact does not ship)" if excluded else ""),
                          hint="the release artifact differs from its tag")
-    for dep in ("torch", "transformers", "sglang-kernel", "flashinfer_python"):
-        if dep not in deps:
-            raise UsageError(f"release {onto.version}: METADATA pins no {dep}",
-                             hint="record it by hand in [dependencies] after --write")
+    dep = lockmod.missing_dependency(deps)
+    if dep:
+        raise UsageError(f"release {onto.version}: METADATA pins no {dep}",
+                         hint="record it by hand in [dependencies] after --write")
     return candidate
 
 
 def write_rebase(root, lock, stack, report, onto, cache=None, progress=None):
     """Write the new lock and the refreshed patches (only when every patch
     is resolved); merged-upstream and emptied patches leave the series."""
-    if not report["resolved"]:
-        bad = [f"{r['patch']} ({r['status']})" for r in report["patches"] if r["status"] not in RESOLVED]
+    if not report.resolved:
+        bad = [f"{r.patch} ({r.status})" for r in report.patches if r.status not in RESOLVED]
         raise ApplyError(f"not writing: {len(bad)} patch(es) unresolved: {', '.join(bad)}",
                          hint="resolve conflicts (refresh the patch on the new upstream) and confirm "
                               "probably-upstream patches by dropping them, then run again; a ported patch's "
                               "port series (patches/ports/) replaces it there, by hand")
     new = new_lock(lock, onto, cache, progress)
     written, dropped, texts = [], [], {}
-    for r in report["patches"]:
-        if r["status"] in LEAVES_SERIES:
-            dropped.append(r["patch"])
-        elif r.get("changed"):
-            texts[r["patch"]] = r["text"]
-            written.append(r["patch"])
+    for r in report.patches:
+        if r.status in LEAVES_SERIES:
+            dropped.append(r.patch)
+        elif r.changed:
+            texts[r.patch] = r.text
+            written.append(r.patch)
     keep = [n for n in series.read_series(Path(root) / "patches") if n not in dropped] if dropped else None
     write_patches(root, texts, keep, dropped)      # patches/ in one swap, then the lock (atomic replace)
     lockmod.write(new, Path(root) / "upstream.lock")
-    return {"lock": new.as_dict(), "written": written, "dropped": dropped}
+    return Written(new.as_dict(), tuple(written), tuple(dropped))

@@ -1,10 +1,13 @@
 """Refresh: regenerate patches/ from the commits of an edited build tree,
 rewriting only the patches whose change or message changed."""
+import dataclasses
 import enum
 import shutil
 from pathlib import Path
 
 from .. import builder, gitcmd, locking, series
+from ..errors import FAILED, OK
+from .json_form import Result, hidden, optional
 from .texts import format_patch, noise_free, slug
 
 
@@ -14,6 +17,34 @@ class Change(enum.StrEnum):
     REWRITTEN = "rewritten"
     REMOVED = "removed"
     UNCHANGED = "unchanged"
+
+
+class RefreshStatus(enum.StrEnum):
+    CHANGES = "changes"        # a patch file or the series changes (or would, with --check)
+    CLEAN = "clean"            # patches/ is what the tree's commits give
+
+
+@dataclasses.dataclass(frozen=True)
+class Refreshed(Result):
+    """One patch file a refresh writes (or would write), or removes."""
+    patch: str
+    change: Change
+    commit: str | None = optional()        # the tree's commit it comes from (None: removed)
+
+
+@dataclasses.dataclass(frozen=True)
+class RefreshReport(Result):
+    """``refresh``: what the tree's commits change in patches/."""
+    status: RefreshStatus
+    changes: tuple             # Refreshed, in series order, then the removed files
+    series_changed: bool       # the series file lists other names or another order
+    patches: tuple             # the new series' names
+    checked: bool = hidden(False)    # --check: nothing was written
+
+    @property
+    def exit_code(self):
+        """0 refreshed (or nothing to change); 1 --check found changes."""
+        return FAILED if self.checked and self.status is RefreshStatus.CHANGES else OK
 
 
 def _rewrite_series(patches_dir, names, notes=None):
@@ -104,16 +135,17 @@ def refresh(root, tree, write=True):
         text, change = compare(tree, c, old)
         if change is Change.UNCHANGED:
             continue
-        changes.append({"patch": name, "change": change, "commit": c})
+        changes.append(Refreshed(name, change, c))
         if write:
             texts[name] = text
     removed = [p.name for p in stack.patches if p.name not in names]
-    changes += [{"patch": n, "change": Change.REMOVED} for n in removed]
+    changes += [Refreshed(n, Change.REMOVED) for n in removed]
     order_changed = names != [p.name for p in stack.patches if p.name in names] or bool(removed) or \
-        any(c["change"] == Change.ADDED for c in changes)
+        any(c.change is Change.ADDED for c in changes)
     if write and (texts or order_changed):
         write_patches(root, texts, names if order_changed else None, removed)
-    return {"changes": changes, "series_changed": order_changed, "patches": names}
+    status = RefreshStatus.CHANGES if changes or order_changed else RefreshStatus.CLEAN
+    return RefreshReport(status, tuple(changes), order_changed, tuple(names), checked=not write)
 
 
 def stage_patches(patches, dest, texts, series_names=None, removed=(), notes=None):

@@ -30,6 +30,8 @@ from ..errors import UsageError
 from . import evidence as evidencemod, ports
 from .classify import Status
 from .export import ExportStatus, export_port
+from .json_form import fields_json, json_of
+from .port.state import Outcome
 from .ranges import Choice, Why, series_for
 from .rebase import Onto, rebase
 
@@ -124,7 +126,7 @@ class TopicSeries:
 class Checked:
     """What check --against (a pinned patch) or export --check (a topic's port series) reported."""
     name: str
-    status: str
+    status: Status | ExportStatus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +158,7 @@ class Branch:
     release, for a person to finish with ``port --continue``."""
     topic: str
     release: str
-    outcome: str             # port.Outcome: stopped (waits for the person) or finished
+    outcome: Outcome         # stopped (waits for the person) or finished
     session: str             # build/port
     stopped_at: str = ""     # the patch it waits at
     text: str = ""           # the port session's report, as port --status prints it
@@ -188,24 +190,10 @@ class Roll:
         return next((a.cell for a in row.cells if a.release == release), None) if row else None
 
     def to_json(self):
-        return {"status": "needs-person" if self.needs_person else "carried", **to_json(self)}
+        return {"status": "needs-person" if self.needs_person else "carried", **fields_json(self)}
 
 
-def to_json(value):
-    """The JSON form of the roll's typed values: the one place it is derived."""
-    if isinstance(value, Choice):
-        return value.to_json()
-    if dataclasses.is_dataclass(value):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return str(value)
-    if isinstance(value, Path):
-        return value.as_posix()
-    if isinstance(value, (list, tuple)):
-        return [to_json(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): to_json(v) for k, v in value.items()}
-    return value
+to_json = json_of       # the JSON form of the roll's typed values (json_form: the one place it is derived)
 
 
 # --------------------------------------------------------------------------
@@ -221,31 +209,36 @@ def newer_releases(listed, pin):
 
 
 def pinned_cell(entry, series_rel="patches/series"):
-    """A ``rebase`` report entry as a Cell."""
-    git = Status(entry["status"])
-    return Cell(FROM_GIT[git], entry["patch"], series_rel, git, entry.get("upstream_commit", ""),
-                reused=tuple(entry.get("reused", ())),
-                failure=entry.get("failure") if git not in (Status.APPLIED, Status.APPLIED_3WAY) else None)
+    """A ``rebase`` report's patch (rebase.RebasedPatch) as a Cell."""
+    git = entry.status
+    return Cell(FROM_GIT[git], entry.patch, series_rel, git, entry.upstream_commit or "",
+                reused=tuple(entry.reused or ()),
+                failure=entry.failure if git not in (Status.APPLIED, Status.APPLIED_3WAY) else None)
 
 
 def evidence_tests(entry):
-    return tuple(EvidenceTest(t["node"], t["before"], t["after"], evidencemod.Verdict(t["verdict"]),
-                              t["after_reason"] if t["verdict"] == evidencemod.Verdict.FAILS_PATCHED else "")
-                 for t in entry.get("evidence", {}).get("tests", []))
+    """A port patch's (export.PortPatch) Evidence: tests as run."""
+    out = []
+    for t in (entry.evidence or {}).get("tests", []):
+        verdict = evidencemod.Verdict(t["verdict"])
+        out.append(EvidenceTest(t["node"], t["before"], t["after"], verdict,
+                                t["after_reason"] if verdict is evidencemod.Verdict.FAILS_PATCHED else ""))
+    return tuple(out)
 
 
 def port_cells(port_rel, entries, total):
-    """``export_port``'s entries (the patches tried, in order, of a series of
-    ``total``) as Cells; the patches after one that does not apply are not tried."""
+    """``export_port``'s patches (export.PortPatch: the patches tried, in
+    order, of a series of ``total``) as Cells; the patches after one that
+    does not apply are not tried."""
     out = []
     for e in entries:
         ev = evidence_tests(e)
-        if Status(e["status"]) is not Status.APPLIED:
-            out.append(Cell(Health.CONFLICT, e["patch"], port_rel, Status(e["status"]), failure=e.get("failure")))
+        if e.status is not Status.APPLIED:
+            out.append(Cell(Health.CONFLICT, e.patch, port_rel, e.status, failure=e.failure))
         elif any(t.verdict is evidencemod.Verdict.FAILS_PATCHED for t in ev):
-            out.append(Cell(Health.EVIDENCE_FAILS, e["patch"], port_rel, Status.APPLIED, evidence=ev))
+            out.append(Cell(Health.EVIDENCE_FAILS, e.patch, port_rel, Status.APPLIED, evidence=ev))
         else:
-            out.append(Cell(Health.APPLIED, e["patch"], port_rel, Status.APPLIED, evidence=ev))
+            out.append(Cell(Health.APPLIED, e.patch, port_rel, Status.APPLIED, evidence=ev))
     return out
 
 
@@ -303,7 +296,7 @@ def roll_release(root, lock, stack, version, cache=None, progress=None, repo=Non
     choices = [(t, series_for(root, lock.version, t, version)) for t in topics]
     say(f"v{version}: the pinned stack ({len(stack.patches)} patches), as check --against")
     report = rebase(lock, stack, onto, cache, progress, rr_cache=rr_cache)
-    by_name = {e["patch"]: e for e in report["patches"]}
+    by_name = {e.patch: e for e in report.patches}
     cells, exports = [], []
     for topic, choice in choices:
         mine = [p for p in stack.patches if p.topic == topic]
@@ -314,8 +307,8 @@ def roll_release(root, lock, stack, version, cache=None, progress=None, repo=Non
         say(f"v{version}: topic {topic} from {port.rel} ({choice.why}), as export --check")
         out = export_port(root, lock, port, onto, None, cache, progress, run_tests=run_evidence,
                           test_python=test_python, write=False)
-        exports.append((topic, ExportStatus(out["status"])))
-        got = port_cells(port.rel, out["patches"], len(port.patches))
+        exports.append((topic, out.status))
+        got = port_cells(port.rel, out.patches, len(port.patches))
         tried = {c.patch for c in got}
         got += [Cell(Health.NOT_TRIED, p.name, port.rel) for p in port.patches if p.name not in tried]
         carried = set()
@@ -335,8 +328,8 @@ def roll_release(root, lock, stack, version, cache=None, progress=None, repo=Non
     order = {p.name: p.index for p in stack.patches}
     cells.sort(key=lambda x: (order.get(x[1], len(order) + 1)))
     return ReleaseRoll(version, tuple(TopicSeries(t, c) for t, c in choices), tuple(Placed(*x) for x in cells),
-                       tuple(Checked(e["patch"], str(e["status"])) for e in report["patches"]),
-                       tuple(Checked(t, str(s)) for t, s in exports), round(time.monotonic() - t0, 1))
+                       tuple(Checked(e.patch, e.status) for e in report.patches),
+                       tuple(Checked(t, s) for t, s in exports), round(time.monotonic() - t0, 1))
 
 
 def roll(root, lock, releases, cache=None, progress=None, repo=None, run_evidence=True, rr_cache=None,
@@ -417,7 +410,7 @@ def markdown(r, command="python tools/stack.py roll"):
         lines += ["", "## Branch", "",
                   f"Topic {b.topic} onto v{b.release}: a port session in `{b.session}` (the tree's branch "
                   "`patched`), " + (f"stopped at {b.stopped_at}: finish it with `python tools/stack.py port "
-                                    "--continue` (docs/stack.md, \"Topic port\")." if b.outcome == "stopped"
+                                    "--continue` (docs/stack.md, \"Topic port\")." if b.outcome is Outcome.STOPPED
                                     else f"{b.outcome}."), "", "```", *b.text.splitlines(), "```"]
     fails = [(x.release, p.cell) for x in r.releases for p in x.cells if p.cell.failure or
              p.cell.health is Health.EVIDENCE_FAILS]

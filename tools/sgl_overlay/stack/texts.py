@@ -1,9 +1,10 @@
 """Patch texts: one commit as a mail, compared modulo noise; stable
 patch-ids; a patch file's name from its subject."""
 import re
-import subprocess
 
 from .. import gitcmd, series
+
+format_patch = gitcmd.format_patch     # one commit as a mail (the stack's modules name it from here)
 
 
 _INDEX = re.compile(r"^index [0-9a-f]+\.\.[0-9a-f]+( \d+)?$", re.M)
@@ -19,11 +20,6 @@ def noise_free(text):
     text = _STAT.sub("\n---\n\ndiff --git ", text, count=1)
     text = _INDEX.sub("index", text)
     return _HUNK.sub("@@", text)
-
-
-def format_patch(tree, commit):
-    """One commit as a mail, with the pinned git configuration."""
-    return gitcmd.run(tree, "format-patch", "-1", "--stdout", "--no-signature", commit).stdout
 
 
 _TRAILER = re.compile(r"^[A-Za-z][A-Za-z0-9-]*: \S")
@@ -47,9 +43,9 @@ def add_trailers(text, trailers):
 
 
 def patch_id(text):
-    p = subprocess.run(gitcmd.argv("patch-id", "--stable"), input=text, capture_output=True, text=True,
-                       env=gitcmd.clean_env())
-    return p.stdout.split()[0] if p.stdout.strip() else None
+    """The stable patch-id of the mail ``text`` (None: it holds no change)."""
+    ids = gitcmd.patch_ids(text)
+    return ids[0][0] if ids else None
 
 
 def slug(subject):
