@@ -221,7 +221,8 @@ def test_a_verdict_the_previous_code_wrote_is_replayed_as_written(tmp_path):
                            for r in [old_start(["true", "{tree}"]), *OLD_RESULTS, verdict]))
     rc, data, err = bisect("--replay", str(log), "--json")
     assert rc == 5, err
-    assert data == {"status": "done", "log": str(log), **verdict}    # the record as written (its "type" too)
+    # the record as written (its "type" too), in the --json envelope (docs/json.md)
+    assert data == {"status": "done", "log": str(log), **verdict, "schema": 1, "exit_code": 5}
     import subprocess
     from tests.bisect.support import bisect_argv
     p = subprocess.run(bisect_argv("--replay", str(log)), capture_output=True, text=True, timeout=DEADLINE)
