@@ -133,14 +133,7 @@ def test_usage_errors_are_exit_2(project):
 
 def symlink_patch(patches, links, subject="Add a link"):
     """A git format-patch mail creating the symlinks ``links`` ({path: target})."""
-    d = patches.dir
-    gitcmd.run(d, "checkout", "--quiet", "--force", "--detach", "upstream")
-    for path, target in links.items():
-        (d / path).parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(target, d / path)
-    gitcmd.run(d, "add", "-A")
-    gitcmd.run(d, "commit", "--quiet", "-m", f"{subject}\n\nWhy it exists.\n\nUpstream-Status: Pending\nTopic: test\n")
-    return gitcmd.run(d, "format-patch", "-1", "--stdout", "HEAD").stdout
+    return patches.make([], subject=subject, body="Why it exists.", links=links)[0]
 
 
 @pytest.mark.parametrize("target,why", [

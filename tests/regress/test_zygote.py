@@ -156,6 +156,9 @@ def test_zygotes_of_many_environments_stay_within_the_cap(tmp_path, monkeypatch)
     pool = zygote._Pool(2)
     monkeypatch.setattr(zygote, "_pool", pool)
     cmd, env = _module(tmp_path, "zenv", "import os; print(os.environ['ZENV'], os.getppid())\n")
+    started = []
+    real_start = zygote._Zygote
+    monkeypatch.setattr(zygote, "_Zygote", lambda *a: started.append(real_start(*a)) or started[-1])
     zygotes = []
     for i in range(4):
         r = zygote.run(cmd, input="", env=dict(env, ZENV=str(i)), timeout=300)
@@ -165,5 +168,22 @@ def test_zygotes_of_many_environments_stay_within_the_cap(tmp_path, monkeypatch)
         assert pool.alive == len(pool.idle) <= 2
     assert len(set(zygotes)) == 4
     assert _wait_gone(zygotes[0]) and _wait_gone(zygotes[1])    # evicted: ended, not just forgotten
+    # ... by itself, at the end of its control socket: not killed after close() gave up waiting
+    # (the socket's reader kept it open, and every eviction cost close()'s whole wait)
+    assert [z.proc.returncode for z in started[:2]] == [0, 0]
+    for _, z in list(pool.idle):
+        z.close()
+
+
+def test_runs_that_differ_only_in_the_current_test_share_a_zygote(tmp_path, monkeypatch):
+    """pytest names the running test in PYTEST_CURRENT_TEST: runs of successive tests
+    are served by one zygote, and each sees its own value, as a fresh interpreter would."""
+    pool = zygote._Pool(2)
+    monkeypatch.setattr(zygote, "_pool", pool)
+    cmd, env = _module(tmp_path, "zcur", "import os; print(os.environ['PYTEST_CURRENT_TEST'], os.getppid())\n")
+    seen = [zygote.run(cmd, input="", env=dict(env, PYTEST_CURRENT_TEST=f"t{i} (call)"), timeout=300).stdout.split()
+            for i in range(3)]
+    assert [s[0] for s in seen] == ["t0", "t1", "t2"]
+    assert len({s[-1] for s in seen}) == 1 and pool.alive == 1
     for _, z in list(pool.idle):
         z.close()

@@ -329,6 +329,7 @@ def ragdebug_patch(port_patches, tmp_path_factory):
     Upstream-Status Inappropriate, Requires: ragged."""
     d = tmp_path_factory.mktemp("ragdebug")
     maker = PatchMaker(port_patches["base"], d / "scratch")
+    gitcmd.run(maker.dir, "checkout", "--quiet", "--force", "upstream")     # git am needs the work tree
     for name in ("one.patch", "two.patch"):
         f = d / name
         f.write_text(port_patches[name])

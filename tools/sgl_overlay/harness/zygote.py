@@ -18,7 +18,8 @@ arguments and result (``capture_output=True, text=True``), so it is a
 ``socket.send_fds``, or ``SGL_OVERLAY_FRESH_CHILDREN=1`` in the
 environment runs it with ``subprocess.run`` itself.
 
-Zygotes are kept per (interpreter, environment), one per run in flight
+Zygotes are kept per (interpreter, environment but ``VOLATILE``; each run is
+given its own environment exactly), one per run in flight
 (the planner runs several at once), at most ``CAP`` alive in all (the
 machine's cores, at least 2; a run beyond waits for one; ``_Pool``), and
 end with this process: each blocks
@@ -40,6 +41,10 @@ import threading
 import time
 
 FRESH_ENV = "SGL_OVERLAY_FRESH_CHILDREN"   # "1": a new interpreter for every run, no zygote
+# Variables that change from one run to the next without changing what the preload did: a
+# zygote serves runs that differ in them, and each run gets its own (pytest names the
+# current test in PYTEST_CURRENT_TEST, so keyed on it every test started a new zygote).
+VOLATILE = frozenset({"PYTEST_CURRENT_TEST"})
 PRELOAD = ("torch",)                       # what a zygote imports before it waits
 _control_fd = None                         # in a zygote: its end of the control socket
 
@@ -68,12 +73,13 @@ class _Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def run(self, module: str, data: str, timeout) -> subprocess.CompletedProcess:
+    def run(self, module: str, data: str, timeout, env: dict) -> subprocess.CompletedProcess:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        request = json.dumps({"module": module, "env": env}).encode() + b"\n"
         try:
-            socket.send_fds(self.sock, [json.dumps({"module": module}).encode() + b"\n"], [in_r, out_w, err_w])
+            socket.send_fds(self.sock, [request], [in_r, out_w, err_w])
             line = self.reader.readline()
         except OSError:
             for fd in (in_w, out_r, err_r):
@@ -106,7 +112,10 @@ class _Zygote:
         return code, out, err
 
     def close(self):
+        """End the zygote: the end of its control socket is its signal to exit (the
+        reader made by makefile holds the socket open until it is closed too)."""
         try:
+            self.reader.close()
             self.sock.close()
         finally:
             try:
@@ -236,7 +245,7 @@ def run(cmd, input=None, capture_output=True, text=True, env=None, timeout=None,
     zygote_form = (len(cmd) == 4 and cmd[1:3] == ["-P", "-m"] and capture_output and text and not kw)
     if not zygote_form or env.get(FRESH_ENV) == "1" or not _usable():
         return fresh()
-    key, pool = (cmd[0], tuple(sorted(env.items()))), _pool
+    key, pool = (cmd[0], tuple(sorted((k, v) for k, v in env.items() if k not in VOLATILE))), _pool
     try:
         z = pool.take(key, lambda: _Zygote(cmd[0], env))
     except OSError:                             # no zygote starts here: a fresh interpreter, as without one
@@ -244,7 +253,7 @@ def run(cmd, input=None, capture_output=True, text=True, env=None, timeout=None,
     try:
         if not z.alive():
             raise OSError("the zygote has ended")
-        code, out, err = z.run(cmd[3], input or "", timeout)
+        code, out, err = z.run(cmd[3], input or "", timeout, env)
     except subprocess.TimeoutExpired:
         pool.give(key, z)
         raise
@@ -274,11 +283,14 @@ def _die_with_parent():
         pass
 
 
-def _become_the_run(module: str, fds) -> None:
-    """In the fork: the run's pipes as fds 0-2, the module run as ``-m`` runs it; never returns."""
+def _become_the_run(module: str, env: dict, fds) -> None:
+    """In the fork: the run's environment, its pipes as fds 0-2, the module run as ``-m`` runs
+    it; never returns."""
     code = 1
     try:
         _die_with_parent()
+        os.environ.clear()
+        os.environ.update(env)
         for target, fd in zip((0, 1, 2), fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -327,23 +339,24 @@ def serve(control_fd: int) -> None:
     gc.freeze()
     sock = socket.socket(fileno=control_fd)
     sock.sendall(b"ready\n")
-    buf = b""
     while True:
         try:
-            msg, fds, _flags, _addr = socket.recv_fds(sock, 65536, 3)
+            buf, fds, _flags, _addr = socket.recv_fds(sock, 65536, 3)
+            while buf and not buf.endswith(b"\n"):    # the rest of a long request (its environment)
+                more = sock.recv(65536)
+                if not more:
+                    break
+                buf += more
         except OSError:
             break
-        if not msg:
-            break
-        buf += msg
         if not buf.endswith(b"\n") or len(fds) != 3:
             for fd in fds:
                 os.close(fd)
             break
-        request, buf = json.loads(buf), b""
+        request = json.loads(buf)
         pid = os.fork()
         if pid == 0:
-            _become_the_run(request["module"], fds)
+            _become_the_run(request["module"], request["env"], fds)
         for fd in fds:
             os.close(fd)
         sock.sendall(json.dumps({"pid": pid}).encode() + b"\n")
