@@ -35,7 +35,8 @@ class PatchMaker:
     def commit(self, edits=(), links=None, message="Change something\n\nWhy.\n", on="upstream",
                author="Ada Example <ada@example.com>", date="2026-06-01T12:00:00+00:00"):
         """A commit on ``on``: ``edits`` [(path, old, new)], old replaced once (None: a new file);
-        ``links`` {path: target}, new symlinks.  Returns the commit's id."""
+        ``links`` {path: target}, new symlinks.  Returns the commit's id, also the detached HEAD
+        (``on="HEAD"`` builds on the last one)."""
         self.n += 1
         index = {"GIT_INDEX_FILE": str(self.dir / ".git" / f"maker-index-{self.n}")}
         gitcmd.run(self.dir, "read-tree", on, env=index)
@@ -53,8 +54,10 @@ class PatchMaker:
                        f"120000,{self._blob(target.encode())},{path}", env=index)
         tree = gitcmd.out(self.dir, "write-tree", env=index)
         name, email = author[:-1].split(" <")
-        return gitcmd.out(self.dir, "commit-tree", tree, "-p", on, input=message,
-                          env={"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date})
+        commit = gitcmd.out(self.dir, "commit-tree", tree, "-p", on, input=message,
+                            env={"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date})
+        gitcmd.run(self.dir, "update-ref", "--no-deref", "HEAD", commit)
+        return commit
 
     def mail(self, commit) -> str:
         return gitcmd.run(self.dir, "format-patch", "-1", "--stdout", commit).stdout
