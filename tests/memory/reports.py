@@ -60,6 +60,6 @@ def child(tree: Path, name: str, overrides: tuple = ()) -> dict:
 def runs(rep: dict) -> list[tuple[dict, dict, dict]]:
     """(flags applied, ledger, figures) of the run itself and of every remedy re-run."""
     out = [({}, rep.get("ledger"), rep.get("figures", {}))]
-    for r in rep.get("remedies", []):
+    for r in (rep.get("remedies") or []):
         out.append((r.get("applied", {}), r.get("rerun_ledger"), r.get("rerun_figures", {})))
     return out

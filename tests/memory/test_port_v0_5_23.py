@@ -80,7 +80,7 @@ def spec_per_slot(name: str) -> int:
 
 def machine_remedies(rep: dict) -> dict:
     """{flag key: value} of the remedies stated as 'remedy: --flag = value' lines."""
-    return {r["parsed"]["key"]: r["parsed"]["value"] for r in rep.get("remedies", [])
+    return {r["parsed"]["key"]: r["parsed"]["value"] for r in (rep.get("remedies") or [])
             if r.get("parsed") and r["parsed"]["source"].startswith("remedy:")}
 
 
@@ -194,7 +194,7 @@ def test_dflash_smoke_starts(port):
     over = rep["ledger"]["figures"]["over_budget_bytes"]
     assert abs(over - (per_req + spec_per_slot(name))) <= cell, over
     assert rep["remedies"] and all(r["works"] and r["rerun_case"] == Case.FITS for r in rep["remedies"]), \
-        [r.get("why") for r in rep.get("remedies", [])]
+        [r.get("why") for r in (rep.get("remedies") or [])]
     for r in rep["remedies"]:
         rf = r["rerun_figures"]
         assert rf["max_running_requests"] >= f["max_running_requests"]
