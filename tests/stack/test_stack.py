@@ -95,6 +95,23 @@ def test_refresh_of_an_unchanged_tree_writes_nothing_and_one_line_rewrites_one_f
     assert (project.root / "patches" / "two.patch").read_text() == p2
 
 
+def test_refresh_refuses_a_tree_the_builder_did_not_make(project, tmp_path):
+    """--tree that does not exist, or is not a built tree (no upstream/patched branches): exit 2
+    before any work, naming the folder and what to give instead; nothing written beside it."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    gitcmd.init(tmp_path / "other")              # a git repository with branch 'upstream' only
+    gitcmd.run(tmp_path / "other", "commit", "--quiet", "--allow-empty", "-m", "base")
+    for tree, why in ((tmp_path / "missing" / "sglang", "no such folder"), (plain, "no branch 'upstream'"),
+                      (tmp_path / "other", "no branch 'patched'")):
+        before = sorted(p.name for p in tree.parent.iterdir()) if tree.parent.exists() else None
+        r = run(project, "refresh", "--tree", str(tree), "--json")
+        assert r.returncode == 2, r.stderr
+        assert r.data["exit_code"] == 2 and f"--tree {tree}: " in r.data["error"] and why in r.data["error"], r.data
+        assert "apply.py --out DIR" in r.data["hint"] and "Traceback" not in r.stderr and "unexpected" not in r.stderr
+        assert (sorted(p.name for p in tree.parent.iterdir()) if tree.parent.exists() else None) == before
+
+
 def test_noise_free_ignores_index_lines_offsets_and_stat():
     a = "From 1111111111111111111111111111111111111111 Mon Sep 17 00:00:00 2001\nSubject: x\n\nbody\n---\n" \
         " f | 2 +-\n\ndiff --git a/python/f b/python/f\nindex 1234567..89abcde 100644\n--- a/python/f\n" \

@@ -81,6 +81,7 @@ from pathlib import Path
 from .. import builder, cli, lock as lockmod, locking, project, release_list, series, stack, versions
 from ..errors import UsageError
 from ..stack import port, ports, roll
+from ..stack.refresh import check_tree
 
 
 def parse(argv):
@@ -230,6 +231,7 @@ def main(argv):
     progress = cli.Progress("stack", quiet=args.quiet)
     root = project.find_root(args.root)
     verb = VERBS[args.verb]
+    verb.check(args)
     with contextlib.ExitStack() as held:
         if verb.writes_series(args):
             held.enter_context(series_lock(root, args.wait, progress))
@@ -436,12 +438,14 @@ class Verb:
     handler: object                                   # (args, progress, root) -> exit code
     writes_series: object = lambda args: False        # args -> whether it writes patches/ or upstream.lock
     writes_tree: object = lambda args: None           # args -> the folder it writes (held with builder.lock_dest)
+    check: object = lambda args: None                 # args -> None, or raises UsageError: before any lock or work
 
 
 VERBS = {
     "rebase": Verb(_rebase, writes_series=lambda args: args.write),
     "check": Verb(_check),
-    "refresh": Verb(_refresh, writes_series=lambda args: not args.check, writes_tree=lambda args: args.tree),
+    "refresh": Verb(_refresh, writes_series=lambda args: not args.check, writes_tree=lambda args: args.tree,
+                    check=lambda args: args.tree and check_tree(args.tree)),
     "export": Verb(_export, writes_tree=lambda args: None if args.check else args.out),
     "lint": Verb(_lint),
     "roll": Verb(_roll, writes_series=lambda args: args.branch is not None),

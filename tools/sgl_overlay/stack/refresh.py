@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 from .. import builder, gitcmd, locking, series
-from ..errors import FAILED, OK
+from ..errors import FAILED, OK, UsageError
 from .json_form import Result, hidden, optional
 from .texts import format_patch, noise_free, slug
 
@@ -87,6 +87,19 @@ def _rewrite_series(patches_dir, names, notes=None):
         out[i] = line_of.get(n, n)
     path.write_text("\n".join(out) + "\n")
     return True
+
+
+def check_tree(tree) -> None:
+    """Refuse (exit 2, before any work) a ``--tree`` that is not a tree the builder made: no such
+    folder, or no ``upstream`` and ``patched`` branches in it."""
+    hint = ("give the folder `python tools/apply.py --out DIR` built (build/sglang by default), "
+            "or leave --tree out to refresh from a fresh build of the stack")
+    if not Path(tree).is_dir():
+        raise UsageError(f"--tree {tree}: no such folder", hint=hint)
+    for branch in ("upstream", "patched"):
+        p = gitcmd.run(tree, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", check=False)
+        if p.returncode != 0:
+            raise UsageError(f"--tree {tree}: not a tree the builder made (no branch '{branch}' in it)", hint=hint)
 
 
 def tree_commits(tree):
