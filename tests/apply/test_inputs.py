@@ -6,7 +6,7 @@ import zipfile
 import pytest
 
 from tests.apply.support import SIZING
-from sgl_overlay import archive, errors, gitcmd
+from sgl_overlay import archive, errors
 
 
 def drop_line(text, pattern):

@@ -97,8 +97,7 @@ def check_tree(tree) -> None:
     if not Path(tree).is_dir():
         raise UsageError(f"--tree {tree}: no such folder", hint=hint)
     for branch in ("upstream", "patched"):
-        p = gitcmd.run(tree, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", check=False)
-        if p.returncode != 0:
+        if gitcmd.commit_of(tree, f"refs/heads/{branch}") is None:
             raise UsageError(f"--tree {tree}: not a tree the builder made (no branch '{branch}' in it)", hint=hint)
 
 
